@@ -1,0 +1,304 @@
+"""The Typer app: thin commands that parse options, call one use case and render the result.
+
+Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 refused to protect existing state.
+Torch and tokenizers are imported only inside the commands that train or sample, so
+``octlm --help``, ``octlm show`` and ``octlm new`` start fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from .. import __version__
+from ..errors import OctlmError
+from ..home import Home
+from . import render
+
+app = typer.Typer(
+    name="octlm",
+    help="Train miniature decoder-only language models with a loop that resumes exactly, and prove it.\n\n"
+    "Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 refused to protect existing state.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+class State:
+    home_option: Optional[str] = None
+
+    @property
+    def home(self) -> Home:
+        return Home.locate(self.home_option)
+
+
+state = State()
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"octlm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    home: Annotated[Optional[str], typer.Option("--home", help="Home folder (default: OCTLM_HOME, else the nearest folder with experiments/ or registry.db, else the current one).", show_default=False)] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    state.home_option = home
+
+
+def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map domain errors to one line on stderr and their exit code; never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except OctlmError as exc:
+            if exc.exit_code in (130, 143):
+                render.info(f"octlm: {exc}")
+            else:
+                render.error(str(exc))
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------- new / show
+
+SetOption = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config key: SECTION.KEY=VALUE (repeatable).", show_default=False)]
+JsonOption = Annotated[bool, typer.Option("--json", help="Write machine-readable JSON on stdout.")]
+
+
+@app.command()
+@handled
+def new(
+    experiment_id: Annotated[Optional[str], typer.Argument(metavar="[ID]", help="EXP-<digits>; omitted: the next free EXP-NNN.", show_default=False)] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", help="day1 (default), day2, day3 or day4.", show_default=False)] = None,
+    from_id: Annotated[Optional[str], typer.Option("--from", help="Copy the config of an existing experiment.", show_default=False)] = None,
+    overrides: SetOption = None,
+    description: Annotated[Optional[str], typer.Option("--description", help="One line saying what this experiment tries.", show_default=False)] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write experiments/<ID>.yaml and register it; print the ID on stdout."""
+    from .. import experiments
+
+    home = state.home
+    base = experiments.load(home, from_id) if from_id else None
+    config = experiments.build(preset=preset, from_config=base, overrides=overrides or [], description=description)
+    created = experiments.create(home, experiment_id, config)
+    if as_json:
+        render.emit_json({"id": created.id, "path": str(home.config_path(created.id)),
+                          "config_hash": created.fingerprint, "config": created.to_dict()})
+    else:
+        print(created.id)
+        render.info(f"wrote {home.config_path(created.id)}")
+
+
+@app.command()
+@handled
+def show(
+    ids: Annotated[Optional[list[str]], typer.Argument(metavar="[ID]...", help="Experiments to show; none: list all.", show_default=False)] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List experiments, or show one in detail (config, fingerprints, runs, checkpoints, verdicts)."""
+    from .. import show as shows
+
+    home = state.home
+    if not ids:
+        rows = shows.listing(home)
+        if as_json:
+            render.emit_json({"schema_version": shows.SCHEMA_VERSION, "home": str(home.root), "experiments": rows})
+            return
+        if not rows:
+            render.info(f"no experiments in {home.root}: create one with `octlm new --preset day1`")
+            return
+        columns = ("ID", "description", "status", "step", "train loss", "eval loss", "ppl", "bpb", "tokens", "verdict", "updated")
+        render.out_console().print(render.table(None, columns, (
+            (r["id"], r["description"], r["status"], f"{r['step'] or 0}/{r['steps'] or '?'}" if r["steps"] else "-",
+             r["train_loss"], r["eval_loss"], r["perplexity"], r["bits_per_byte"], r["tokens"],
+             r["last_verdict"], (r["updated"] or "")[:19]) for r in rows)))
+        return
+    details = [shows.detail(home, experiment_id) for experiment_id in ids]
+    if as_json:
+        render.emit_json(details[0] if len(details) == 1 else {"schema_version": shows.SCHEMA_VERSION, "experiments": details})
+        return
+    console = render.out_console()
+    for item in details:
+        _print_detail(console, item)
+
+
+def _print_detail(console: Any, item: dict[str, Any]) -> None:
+    from ..config import flatten
+
+    console.print(render.key_values(f"{item['id']}  {item['description']}", [
+        ("status", item["status"]), ("step", item["step"]),
+        ("config fingerprint", item["fingerprints"]["config"]),
+        ("data hash", item["fingerprints"]["data"]), ("tokenizer hash", item["fingerprints"]["tokenizer"]),
+    ]))
+    console.print(render.key_values("config", flatten(item["config"]).items()))
+    if item["runs"]:
+        console.print(render.table("runs", ("#", "kind", "status", "steps", "started", "host", "pid", "device", "dtype", "threads", "train loss", "eval loss"), (
+            (r["id"], r["kind"], r["status"], f"{r['start_step']}->{r['end_step']}", (r["started"] or "")[:19], r["host"], r["pid"],
+             r["device"], r["dtype"], r["threads"], (r["latest_metrics"] or {}).get("train_loss"), (r["latest_metrics"] or {}).get("eval_loss"))
+            for r in item["runs"])))
+    if item["checkpoints"]:
+        console.print(render.table("checkpoints", ("step", "path", "size", "sha256"), (
+            (c["step"], c["path"], c["size"], c["sha256"][:16]) for c in item["checkpoints"])))
+    if item["verifications"]:
+        console.print(render.table("verdicts", ("kind", "verdict", "when", "summary"), (
+            (v["kind"], v["verdict"], (v["created"] or "")[:19], v["details"].get("summary", "")) for v in item["verifications"])))
+
+
+# ---------------------------------------------------------------------------- training
+
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output on stderr.")]
+UntilOption = Annotated[Optional[int], typer.Option("--until", help="Stop after this step (writing a checkpoint there); default: training.steps.", show_default=False)]
+
+
+def _summary_line(result: dict[str, Any]) -> str:
+    metrics = result.get("metrics") or {}
+    line = f"{result['id']}: {result['status']} at step {result['end_step']}/{result['steps']}"
+    if metrics.get("eval_loss") is not None:
+        line += (f"; train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}, "
+                 f"perplexity {metrics['perplexity']:.2f}, {metrics['bits_per_byte']:.4f} bits per byte")
+    if result.get("tokens_per_second"):
+        line += f"; {result['tokens_per_second']:,.0f} tokens/s"
+    return line
+
+
+def _finish(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        render.emit_json(result)
+    else:
+        render.info(_summary_line(result))
+
+
+@app.command()
+@handled
+def train(
+    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
+    restart: Annotated[bool, typer.Option("--restart", help="Discard existing checkpoints, tokenizer and run file, and start over.")] = False,
+    until: UntilOption = None,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Train an experiment from step 0 (refuses existing progress unless --restart)."""
+    from .. import runner
+    from .progress import ConsoleReporter
+
+    _finish(runner.train(state.home, experiment_id, restart=restart, until=until, reporter=ConsoleReporter(quiet)), as_json)
+
+
+@app.command()
+@handled
+def resume(
+    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
+    step: Annotated[Optional[int], typer.Option("--step", help="Resume from the checkpoint at this step (default: the newest valid one).", show_default=False)] = None,
+    until: UntilOption = None,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Continue from the newest valid checkpoint (or start at 0); exits 0 at once when complete."""
+    from .. import runner
+    from .progress import ConsoleReporter
+
+    _finish(runner.resume(state.home, experiment_id, step=step, until=until, reporter=ConsoleReporter(quiet)), as_json)
+
+
+@app.command("verify-resume")
+@handled
+def verify_resume(
+    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
+    split_at: Annotated[str, typer.Option("--split-at", help="Step(s) where run (b) stops and resumes in a new process: N or N1,N2,...")],
+    until: Annotated[Optional[int], typer.Option("--until", help="Final step M of both runs (default: training.steps).", show_default=False)] = None,
+    keep_scratch: Annotated[bool, typer.Option("--keep-scratch", help="Keep the scratch folders for inspection.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Prove exact resume: one run 0->M against runs split at N in new processes, compared bit for bit."""
+    from .. import verify
+
+    result = verify.verify_resume(state.home, experiment_id, split_at, until, keep_scratch, progress=render.info)
+    if as_json:
+        render.emit_json(result)
+    else:
+        rows = []
+        for check in result["checks"]:
+            worst = max((d["max_abs_diff"] or 0.0 for d in check["differing"]), default=0.0)
+            detail = ", ".join(d["name"] for d in check["differing"][:5])
+            rows.append((check["check"], check["compared"], check["compared"] - len(check["differing"]),
+                         "identical" if not check["differing"] else f"DIFFERS (max |diff| {worst:.3g}) {detail}"))
+        render.out_console().print(render.table(
+            f"verify-resume {experiment_id}: split at {','.join(map(str, result['split_at']))}, until {result['until']}",
+            ("check", "compared", "identical", "verdict"), rows))
+        print(f"{experiment_id}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; next-batch loss {result['next_loss']:.6f}")
+    if not result["identical"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handled
+def overfit(
+    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps (default: training.steps).", show_default=False)] = None,
+    max_loss: Annotated[float, typer.Option("--max-loss", help="Pass when the final loss on the block is at most this.")] = 1.0,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Memorise one block, then greedy-decode it back; exit 0 when the final loss <= --max-loss."""
+    from .. import runner
+    from .progress import ConsoleReporter
+
+    result = runner.overfit(state.home, experiment_id, steps=steps, max_loss=max_loss, reporter=ConsoleReporter(quiet))
+    if as_json:
+        render.emit_json(result)
+    else:
+        render.out_console().print(render.table(f"overfit {experiment_id}: one block, {result['steps']} steps",
+            ("final loss", "perplexity", "bits per byte", "decode matches", "verdict"),
+            [(result["final_loss"], result["perplexity"], result["bits_per_byte"],
+              f"{result['matched_tokens']}/{result['block_tokens']} tokens", result["verdict"].upper())]))
+        print("--- block ---")
+        print(result["block_text"])
+        print("--- greedy decode ---")
+        print(result["decoded_text"])
+        print(f"{experiment_id}: {result['verdict'].upper()}: {result['summary']}")
+    if result["verdict"] != "pass":
+        raise typer.Exit(1)
+
+
+@app.command()
+@handled
+def sample(
+    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
+    prompt: Annotated[str, typer.Option("--prompt", help="Text to continue.")] = "",
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate.")] = 200,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature; 0 = greedy.")] = 1.0,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Sample only from the k likeliest tokens.", show_default=False)] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling generator (never the training streams).")] = 0,
+    step: Annotated[Optional[int], typer.Option("--step", help="Use the checkpoint at this step (default: the newest).", show_default=False)] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Generate text from an experiment's newest (or given) checkpoint; prints it on stdout."""
+    from .. import runner
+
+    result = runner.sample(state.home, experiment_id, prompt=prompt, max_new_tokens=max_new_tokens,
+                           temperature=temperature, top_k=top_k, seed=seed, step=step)
+    if as_json:
+        render.emit_json(result)
+    else:
+        print(prompt + result["text"])
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:  # outside a training loop (which handles it itself)
+        render.error("interrupted")
+        sys.exit(130)

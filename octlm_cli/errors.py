@@ -1,0 +1,40 @@
+"""Domain errors and the exit codes they map to.
+
+Every expected failure is one of these; the CLI prints its message as one line
+on stderr and exits with its code, never with a traceback.
+"""
+
+from __future__ import annotations
+
+OK = 0
+CHECK_FAILED = 1
+BAD_INPUT = 2
+REFUSED = 3
+
+
+class OctlmError(Exception):
+    """An expected failure with a one-line, user-facing message."""
+
+    exit_code = CHECK_FAILED
+
+
+class BadInput(OctlmError):
+    """The user gave something octlm cannot use (file, key, argument)."""
+
+    exit_code = BAD_INPUT
+
+
+class ConfigError(BadInput):
+    """A config file or override is malformed; the message names file and key."""
+
+
+class Refused(OctlmError):
+    """octlm refuses to act, to protect existing state (checkpoints, registry, locks)."""
+
+    exit_code = REFUSED
+
+
+class CheckFailed(OctlmError):
+    """A verification ran and did not pass."""
+
+    exit_code = CHECK_FAILED

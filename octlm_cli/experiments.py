@@ -1,0 +1,123 @@
+"""Experiments as files and rows: load a config by ID, create one, keep the registry in step.
+
+Torch-free: ``octlm new`` and ``octlm show`` run through here and must start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from . import config as cfg
+from .errors import BadInput
+from .home import Home, id_number, validate_id
+from .presets import preset as preset_raw
+from .registry import Registry
+
+
+def load(home: Home, experiment_id: str) -> cfg.Config:
+    """The validated config of an experiment; the file's ``id`` must match its name."""
+    path = home.config_path(experiment_id)
+    if not path.exists():
+        raise BadInput(
+            f"unknown experiment {experiment_id}: {path} does not exist (create it with `octlm new {experiment_id}`)"
+        )
+    config = cfg.load(path)
+    if config.id and config.id != experiment_id:
+        raise BadInput(f"{path.name}: id: says {config.id!r} but the file is named for {experiment_id}")
+    return config.replace(id=experiment_id)
+
+
+def register(home: Home, registry: Registry, config: cfg.Config) -> None:
+    registry.sync_experiment(
+        config.id,
+        description=config.description,
+        preset=config.preset,
+        yaml_path=str(home.config_path(config.id).relative_to(home.root)),
+        config_json=config.canonical_json(),
+        config_hash=config.fingerprint,
+    )
+
+
+def build(*, preset: str | None, from_config: cfg.Config | None, overrides: list[str],
+          description: str | None) -> cfg.Config:
+    """Resolve a new experiment's config (without its ID) from a preset or another experiment."""
+    if preset and from_config is not None:
+        raise BadInput("--preset and --from cannot be used together: choose one")
+    if from_config is not None:
+        raw = from_config.to_dict()
+    else:
+        raw = preset_raw(preset or "day1")
+    raw = cfg.apply_overrides(raw, overrides)
+    if description is not None:
+        raw["description"] = description
+    raw.pop("id", None)
+    return cfg.from_dict(raw, "--set" if overrides else "new")
+
+
+def create(home: Home, experiment_id: str | None, config: cfg.Config) -> cfg.Config:
+    """Write ``experiments/<ID>.yaml`` and register it; with no ID, take the next free EXP-NNN.
+
+    The file appears atomically (hard link of a finished temporary file), so parallel calls
+    never share an ID and a failure leaves neither a partial file nor a row.
+    """
+    home.ensure_writable()
+    home.experiments.mkdir(exist_ok=True)
+    registry = Registry(home.registry)
+    try:
+        if experiment_id is not None:
+            validate_id(experiment_id)
+            if registry.experiment(experiment_id) is not None or home.config_path(experiment_id).exists():
+                raise BadInput(f"experiment {experiment_id} already exists: choose another ID or omit it")
+            candidates = iter([experiment_id])
+        else:
+            taken = [id_number(p.stem) for p in home.experiments.glob("EXP-*.yaml") if _is_id(p.stem)]
+            taken += [id_number(i) for i in registry.experiment_ids() if _is_id(i)]
+            start = max(taken, default=0) + 1
+            candidates = (f"EXP-{n:03d}" for n in range(start, start + 100_000))
+        for candidate in candidates:
+            final = config.replace(id=candidate)
+            if _publish(home.config_path(candidate), cfg.to_yaml(final)):
+                break
+            if experiment_id is not None:
+                raise BadInput(f"experiment {experiment_id} already exists: choose another ID or omit it")
+        try:
+            register(home, registry, final)
+        except BaseException:
+            home.config_path(final.id).unlink(missing_ok=True)
+            raise
+        return final
+    finally:
+        registry.close()
+
+
+def _is_id(text: str) -> bool:
+    try:
+        validate_id(text)
+    except BadInput:
+        return False
+    return True
+
+
+def _publish(path: Path, text: str) -> bool:
+    """Create ``path`` with ``text`` only if it does not exist; False when it already does."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".new-", suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        os.unlink(temporary)
+
+
+def unregistered_files(home: Home, known: set[str]) -> list[str]:
+    if not home.experiments.is_dir():
+        return []
+    return sorted(p.stem for p in home.experiments.glob("EXP-*.yaml") if _is_id(p.stem) and p.stem not in known)

@@ -1,0 +1,88 @@
+"""Where an octlm home is, and the paths inside it.
+
+A home holds ``experiments/``, ``registry.db``, ``checkpoints/`` and ``runs/``.
+Nothing here creates folders on import; folders are made on first write.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BadInput
+
+ID_PATTERN = re.compile(r"EXP-[0-9]{1,9}")
+ID_HELP = "experiment IDs look like EXP-008 (EXP- followed by digits)"
+
+
+def validate_id(value: str) -> str:
+    """Return ``value`` if it is a well-formed experiment ID; never accepts anything path-like."""
+    if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
+        shown = repr(value) if isinstance(value, str) else type(value).__name__
+        raise BadInput(f"malformed experiment ID {shown}: {ID_HELP}")
+    return value
+
+
+def id_number(experiment_id: str) -> int:
+    return int(experiment_id.split("-", 1)[1])
+
+
+def find_home(explicit: str | os.PathLike | None = None, start: Path | None = None) -> Path:
+    """``--home`` or ``OCTLM_HOME``; else the nearest folder at or above ``start`` that has
+    ``experiments/`` or ``registry.db``; else ``start`` itself."""
+    chosen = explicit if explicit not in (None, "") else os.environ.get("OCTLM_HOME") or None
+    if chosen is not None:
+        path = Path(chosen).expanduser()
+        if path.exists() and not path.is_dir():
+            raise BadInput(f"home {path} is not a folder: pass --home with a folder")
+        return path.resolve()
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "experiments").is_dir() or (folder / "registry.db").is_file():
+            return folder
+    return here
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+
+    @classmethod
+    def locate(cls, explicit: str | os.PathLike | None = None) -> "Home":
+        return cls(find_home(explicit))
+
+    @property
+    def experiments(self) -> Path:
+        return self.root / "experiments"
+
+    @property
+    def registry(self) -> Path:
+        return self.root / "registry.db"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    def config_path(self, experiment_id: str) -> Path:
+        return self.experiments / f"{validate_id(experiment_id)}.yaml"
+
+    def checkpoint_dir(self, experiment_id: str) -> Path:
+        return self.root / "checkpoints" / validate_id(experiment_id)
+
+    def run_file(self, experiment_id: str, suffix: str = "") -> Path:
+        return self.runs / f"{validate_id(experiment_id)}{suffix}.jsonl"
+
+    def ensure_writable(self) -> None:
+        """Fail with one clear line when the home cannot be written."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise BadInput(f"home {self.root} cannot be created: {error.strerror}") from None
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise BadInput(f"home {self.root} is not writable: choose another with --home or OCTLM_HOME")

@@ -1,0 +1,220 @@
+"""One training step, the loop around it, and evaluation.
+
+The loop never prints, never opens the registry and never touches rich: it reports
+through callbacks, and the runner decides what to do with each event. Nothing here
+calls ``.item()`` except at logging points, so the host never waits on every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from . import rng
+from .config import Config
+from .data import Sampler, TokenBlocks, bits_per_byte
+from .model import Decoder, loss as model_loss, loss_sums
+from .schedule import for_config
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def optimizer_impl(device: torch.device) -> str:
+    """fused AdamW on CPU and CUDA (measured fastest, per-element and deterministic), else foreach."""
+    return "fused" if device.type in ("cpu", "cuda") else "foreach"
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Matrices decay; norm gains, biases and every other 1-D parameter do not.
+
+    Built in ``named_parameters`` order (never from a set), so optimizer state lines up
+    with the same parameters in every process.
+    """
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        (no_decay if parameter.ndim < 2 or name.endswith("bias") else decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: nn.Module, config: Config, impl: str) -> torch.optim.AdamW:
+    training = config.training
+    options = {"fused": True} if impl == "fused" else {"foreach": impl == "foreach"}
+    return torch.optim.AdamW(
+        parameter_groups(model, training.weight_decay),
+        lr=training.learning_rate,
+        betas=(training.beta1, training.beta2),
+        eps=1e-8,
+        **options,
+    )
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=AUTOCAST[precision])
+
+
+@dataclass
+class TrainState:
+    """Everything that carries training progress, with ``state_dict`` / ``load_state_dict``."""
+
+    config: Config
+    device: torch.device
+    model: Decoder
+    optimizer: torch.optim.AdamW
+    sampler: Sampler
+    scaler: torch.amp.GradScaler | None
+    impl: str
+    step: int = 0
+    elapsed: float = 0.0  # seconds of training before this process, for the run file
+
+    @classmethod
+    def fresh(cls, config: Config, device: torch.device, num_blocks: int, batch_size: int | None = None) -> "TrainState":
+        rng.seed_all(config.training.seed)
+        model = Decoder(config).to(device)  # initialisation draws from the global generator
+        impl = optimizer_impl(device)
+        optimizer = build_optimizer(model, config, impl)
+        sampler = Sampler(num_blocks, batch_size or config.training.batch_size, config.training.seed)
+        scaler = torch.amp.GradScaler(device.type) if config.training.precision == "fp16" else None
+        return cls(config, device, model, optimizer, sampler, scaler, impl)
+
+    @property
+    def tokens(self) -> int:
+        return self.step * self.sampler.batch_size * self.config.model.context_length
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "sampler_rng": self.sampler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else {},
+            "step": self.step,
+            "tokens_processed": self.tokens,
+            "elapsed_seconds": self.elapsed,
+            **rng.capture(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.sampler.load_state_dict(state["sampler_rng"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.step = int(state["step"])
+        self.elapsed = float(state.get("elapsed_seconds", 0.0))
+        rng.restore(state)  # last: after the model and optimizer are built, right before the first batch
+
+
+def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step in the seed's order; returns (loss, gradient norm before clipping) as tensors."""
+    training = state.config.training
+    batch = blocks.select(state.sampler.next())
+    inputs = batch.inputs.to(state.device, non_blocking=True)  # (B, T)
+    targets = batch.targets.to(state.device, non_blocking=True)  # (B, T)
+    with autocast(state.device, training.precision):
+        logits = state.model(inputs)  # (B, T, V)
+    loss = model_loss(logits, targets, pad_id)
+    if state.scaler is not None:
+        state.scaler.scale(loss).backward()
+        state.scaler.unscale_(state.optimizer)
+    else:
+        loss.backward()
+    limit = training.grad_clip if training.grad_clip > 0 else math.inf
+    norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), limit, foreach=True)
+    for group in state.optimizer.param_groups:
+        group["lr"] = learning_rate
+    if state.scaler is not None:
+        state.scaler.step(state.optimizer)
+        state.scaler.update()
+    else:
+        state.optimizer.step()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    return loss.detach(), norm.detach()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, blocks: TokenBlocks, pad_id: int, device: torch.device, precision: str,
+             batch_size: int) -> dict[str, float]:
+    """Loss, perplexity and bits per byte over fixed blocks; draws from no random stream."""
+    was_training = model.training
+    model.eval()
+    nats = torch.zeros((), dtype=torch.float64, device=device)
+    count = torch.zeros((), dtype=torch.int64, device=device)
+    total_bytes = 0
+    for start in range(0, len(blocks), batch_size):
+        batch = blocks.select(slice(start, start + batch_size))
+        targets = batch.targets.to(device)
+        with autocast(device, precision):
+            logits = model(batch.inputs.to(device))
+        batch_nats, batch_count = loss_sums(logits, targets, pad_id)
+        nats += batch_nats.double()
+        count += batch_count
+        total_bytes += int(batch.byte_lengths.sum())
+    model.train(was_training)
+    total_nats, total_count = nats.item(), count.item()
+    mean = total_nats / max(1, total_count)
+    return {
+        "eval_loss": mean,
+        "perplexity": math.exp(min(mean, 700.0)),
+        "bits_per_byte": bits_per_byte(total_nats, total_bytes),
+    }
+
+
+@dataclass
+class LoopHooks:
+    """How the loop reports; every hook is optional."""
+
+    on_step: Callable[[int], None] = lambda step: None
+    on_eval: Callable[[dict[str, Any]], None] = lambda record: None
+    on_checkpoint: Callable[[TrainState], None] = lambda state: None
+    should_stop: Callable[[], bool] = lambda: False
+
+
+@dataclass
+class LoopResult:
+    step: int
+    stopped: bool  # True when ``should_stop`` ended the loop early
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+def run(state: TrainState, *, until: int, train_blocks: TokenBlocks, eval_blocks: TokenBlocks, pad_id: int,
+        eval_interval: int, checkpoint_interval: int, hooks: LoopHooks) -> LoopResult:
+    """Train from ``state.step`` to ``until``.
+
+    Evaluates at multiples of ``eval_interval`` and at the config's last step, never elsewhere,
+    so where a run is split does not change its run file. Checkpoints at multiples of
+    ``checkpoint_interval``, at ``until`` and when stopped. Cadence never touches a random stream.
+    """
+    config = state.config
+    schedule = for_config(config.training)
+    last: dict[str, Any] = {}
+    state.model.train()
+    while state.step < until:
+        if hooks.should_stop():
+            hooks.on_checkpoint(state)
+            return LoopResult(state.step, True, last)
+        learning_rate = schedule(state.step)
+        loss, norm = train_step(state, train_blocks, learning_rate, pad_id)
+        hooks.on_step(state.step)
+        if state.step % eval_interval == 0 or state.step == config.training.steps:
+            last = {
+                "step": state.step,
+                "tokens": state.tokens,
+                "lr": learning_rate,
+                "train_loss": loss.item(),
+                **evaluate(state.model, eval_blocks, pad_id, state.device, config.training.precision,
+                           state.sampler.batch_size),
+                "gradient_norm": norm.item(),
+            }
+            hooks.on_eval(last)
+        if state.step % checkpoint_interval == 0 or state.step == until:
+            hooks.on_checkpoint(state)
+    return LoopResult(state.step, False, last)

@@ -1,0 +1,127 @@
+"""The registry's schema as named, append-only migrations (sqlite-utils ``Migrations``).
+
+Never edit or reorder a migration that has shipped: add a new one at the end.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+SET_NAME = "octlm"
+migrations = Migrations(SET_NAME)
+
+
+@migrations()
+def m001_initial(db: Database) -> None:
+    db["experiments"].create(
+        {
+            "id": str,
+            "description": str,
+            "preset": str,
+            "created": str,
+            "updated": str,
+            "yaml_path": str,
+            "config_json": str,
+            "config_hash": str,
+        },
+        pk="id",
+    )
+    db["runs"].create(
+        {
+            "id": int,
+            "experiment_id": str,
+            "kind": str,  # train | resume | verify-resume | overfit
+            "status": str,  # running | completed | failed | interrupted | crashed
+            "start_step": int,
+            "end_step": int,
+            "target_step": int,
+            "started": str,
+            "ended": str,
+            "updated": str,
+            "host": str,
+            "pid": int,
+            "argv": str,
+            "octlm_version": str,
+            "python_version": str,
+            "torch_version": str,
+            "device": str,
+            "dtype": str,
+            "threads": int,
+            "git_commit": str,
+            "git_dirty": int,
+            "config_hash": str,
+            "data_hash": str,
+            "tokenizer_hash": str,
+            "resumed_from": str,
+            "latest_metrics": str,
+            "final_metrics": str,
+            "error": str,
+        },
+        pk="id",
+        foreign_keys=[("experiment_id", "experiments", "id")],
+    )
+    db["runs"].create_index(["experiment_id"])
+    db["checkpoints"].create(
+        {
+            "id": int,
+            "experiment_id": str,
+            "run_id": int,
+            "step": int,
+            "path": str,
+            "sha256": str,
+            "size": int,
+            "tokens": int,
+            "created": str,
+            "config_hash": str,
+            "data_hash": str,
+            "tokenizer_hash": str,
+            "metrics": str,
+        },
+        pk="id",
+        foreign_keys=[("experiment_id", "experiments", "id")],
+    )
+    db["checkpoints"].create_index(["path"], unique=True)
+    db["checkpoints"].create_index(["experiment_id", "step"])
+    db["verifications"].create(
+        {
+            "id": int,
+            "experiment_id": str,
+            "run_id": int,
+            "kind": str,  # verify-resume | overfit
+            "verdict": str,  # pass | fail
+            "created": str,
+            "details": str,
+        },
+        pk="id",
+        foreign_keys=[("experiment_id", "experiments", "id")],
+    )
+
+
+@migrations()
+def m002_summary_view(db: Database) -> None:
+    # One row per experiment with its latest run and verdict, for sqlite-utils or Datasette.
+    db.create_view(
+        "experiment_summary",
+        """
+        select
+          e.id, e.description, e.preset, e.created, e.config_hash,
+          r.status, r.kind as last_run_kind, r.end_step as step,
+          json_extract(e.config_json, '$.training.steps') as steps,
+          json_extract(r.latest_metrics, '$.train_loss') as train_loss,
+          json_extract(r.latest_metrics, '$.eval_loss') as eval_loss,
+          json_extract(r.latest_metrics, '$.perplexity') as perplexity,
+          json_extract(r.latest_metrics, '$.bits_per_byte') as bits_per_byte,
+          json_extract(r.latest_metrics, '$.tokens') as tokens,
+          (select v.kind || ': ' || v.verdict from verifications v
+             where v.experiment_id = e.id order by v.id desc limit 1) as last_verdict,
+          coalesce(r.updated, e.updated) as updated
+        from experiments e
+        left join runs r on r.id = (
+          select id from runs where experiment_id = e.id and kind in ('train', 'resume')
+          order by id desc limit 1)
+        """,
+    )
+
+
+NAMES = [m.name for m in migrations._migrations]

@@ -1,0 +1,126 @@
+"""A miniature modern decoder-only transformer. ``nn.Module`` only: no I/O, no printing.
+
+Token embedding tied to the output head, pre-norm RMSNorm, rotary position embeddings,
+causal attention through ``F.scaled_dot_product_attention``, a SwiGLU MLP, no biases.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import Config
+
+
+def rotary_tables(context_length: int, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    inverse = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (hd/2,)
+    angles = torch.outer(torch.arange(context_length, dtype=torch.float64), inverse)  # (T, hd/2)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: (B, H, T, hd); rotate each (even, odd) half-pair by its position's angle.
+    first, second = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # (T, hd/2)
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: Config):
+        super().__init__()
+        model = config.model
+        self.n_heads = model.n_heads
+        self.head_dim = model.d_model // model.n_heads
+        self.dropout = model.dropout
+        self.qkv = nn.Linear(model.d_model, 3 * model.d_model, bias=False)
+        self.proj = nn.Linear(model.d_model, model.d_model, bias=False)
+        self.proj.residual = True  # scaled at initialisation
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape  # (B, T, C)
+        q, k, v = self.qkv(x).split(width, dim=-1)  # 3 x (B, T, C)
+        q, k, v = (t.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(batch, length, width))  # (B, T, C)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.gate_up = nn.Linear(d_model, 2 * hidden, bias=False)  # gate and value in one matmul
+        self.down = nn.Linear(hidden, d_model, bias=False)
+        self.down.residual = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)  # 2 x (B, T, hidden)
+        return self.down(F.silu(gate) * up)  # (B, T, C)
+
+
+class Block(nn.Module):
+    def __init__(self, config: Config):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(config.model.d_model)
+        self.attention = Attention(config)
+        self.mlp_norm = nn.RMSNorm(config.model.d_model)
+        self.mlp = SwiGLU(config.model.d_model, config.mlp_hidden)
+        self.dropout = nn.Dropout(config.model.dropout)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin))
+        return x + self.dropout(self.mlp(self.mlp_norm(x)))
+
+
+class Decoder(nn.Module):
+    def __init__(self, config: Config):
+        super().__init__()
+        model = config.model
+        self.context_length = model.context_length
+        self.embedding = nn.Embedding(config.tokenizer.vocab_size, model.d_model)
+        self.dropout = nn.Dropout(model.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(model.n_layers))
+        self.norm = nn.RMSNorm(model.d_model)
+        cos, sin = rotary_tables(model.context_length, model.d_model // model.n_heads, model.rope_base)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self._initialise(model.n_layers)
+
+    def _initialise(self, n_layers: int) -> None:
+        # GPT-2 style: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers) so the
+        # residual stream's variance does not grow with depth. Module order is fixed, so the
+        # global generator is consumed in the same order on every run.
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                std = 0.02 / math.sqrt(2 * n_layers) if getattr(module, "residual", False) else 0.02
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        length = tokens.shape[1]  # tokens: (B, T)
+        if length > self.context_length:
+            raise ValueError(f"sequence of {length} tokens exceeds the context length {self.context_length}")
+        cos, sin = self.rope_cos[:length], self.rope_sin[:length]
+        x = self.dropout(self.embedding(tokens))  # (B, T, C)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return F.linear(self.norm(x), self.embedding.weight)  # tied head: (B, T, V)
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def loss_sums(logits: torch.Tensor, targets: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy (nats) over non-PAD targets, and how many there were."""
+    flat = logits.float().reshape(-1, logits.shape[-1])
+    total = F.cross_entropy(flat, targets.reshape(-1), ignore_index=pad_id, reduction="sum")
+    return total, (targets != pad_id).sum()
+
+
+def loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Mean cross-entropy over non-PAD targets: the training objective."""
+    total, count = loss_sums(logits, targets, pad_id)
+    return total / count.clamp(min=1)

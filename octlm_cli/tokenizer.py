@@ -1,0 +1,109 @@
+"""Byte-level BPE from Hugging Face ``tokenizers``: train once per experiment, then reuse.
+
+Special tokens: ``<|bos|>``, ``<|eos|>``, ``<|pad|>``. The saved ``tokenizer.json`` loads with
+plain ``tokenizers.Tokenizer.from_file``. Its fingerprint is the SHA-256 of its canonical JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from .errors import Refused
+
+BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
+SPECIALS = (BOS, EOS, PAD)
+
+
+class Tokenizer:
+    def __init__(self, inner: HFTokenizer):
+        self.inner = inner
+        self.bos_id, self.eos_id, self.pad_id = (inner.token_to_id(t) for t in SPECIALS)
+        if None in (self.bos_id, self.eos_id, self.pad_id):
+            raise Refused("tokenizer.json lacks the special tokens <|bos|>, <|eos|>, <|pad|>: it was not made by octlm")
+        self.vocab_size = inner.get_vocab_size()
+        self.fingerprint = hashlib.sha256(
+            json.dumps(json.loads(inner.to_str()), sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()
+        # Byte-level BPE spells every byte as one character, so a token's byte length is
+        # the length of its spelling; special tokens decode to nothing.
+        self.byte_lengths = np.zeros(self.vocab_size, dtype=np.int64)
+        for token, index in inner.get_vocab().items():
+            if token not in SPECIALS:
+                self.byte_lengths[index] = len(token)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> "Tokenizer":
+        inner = HFTokenizer(models.BPE())
+        inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        inner.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(SPECIALS),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        inner.train_from_iterator(texts, trainer)
+        return cls(inner)
+
+    @classmethod
+    def load(cls, path: Path) -> "Tokenizer":
+        try:
+            return cls(HFTokenizer.from_file(str(path)))
+        except Exception as error:  # tokenizers raises a bare Exception on a bad file
+            raise Refused(f"{path}: not a readable tokenizer ({str(error).splitlines()[0]}); delete it to retrain") from None
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(self.inner.to_str(pretty=True), encoding="utf-8")
+        with open(temporary, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+
+    def token_bytes(self, token_id: int) -> int:
+        return int(self.byte_lengths[token_id])
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = self.inner.encode(text, add_special_tokens=False).ids
+        return [self.bos_id, *ids, self.eos_id] if add_special_tokens else ids
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        """``<|bos|> text <|eos|>`` for every document, joined into one stream (int64)."""
+        if not texts:
+            return np.zeros(0, dtype=np.int64)
+        encodings = self.inner.encode_batch(texts, add_special_tokens=False)
+        pieces = []
+        bos, eos = np.array([self.bos_id]), np.array([self.eos_id])
+        for encoding in encodings:
+            pieces += [bos, np.asarray(encoding.ids, dtype=np.int64), eos]
+        return np.concatenate(pieces).astype(np.int64)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.inner.decode(list(ids), skip_special_tokens=True)
+
+
+def load_or_train(path: Path, texts: list[str], vocab_size: int) -> tuple[Tokenizer, bool]:
+    """Reuse ``path`` if it exists (never retrain silently); else train and save. Returns (tokenizer, trained).
+
+    A small corpus may yield fewer tokens than ``vocab_size``; the model's embedding keeps the
+    configured size either way, so only a tokenizer larger than the config is refused.
+    """
+    if path.exists():
+        tokenizer = Tokenizer.load(path)
+        if tokenizer.vocab_size > vocab_size:
+            raise Refused(
+                f"{path} has {tokenizer.vocab_size} tokens but tokenizer.vocab_size is {vocab_size}: "
+                "it is never retrained silently; restore the config or start over with `octlm train --restart`"
+            )
+        return tokenizer, False
+    tokenizer = Tokenizer.train(texts, vocab_size)
+    tokenizer.save(path)
+    return tokenizer, True

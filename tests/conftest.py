@@ -1,0 +1,74 @@
+"""Shared fixtures: every test gets its own home in tmp_path with a tiny experiment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from octlm_cli.cli.app import app
+
+REPO = Path(__file__).resolve().parents[1]
+
+CORPUS = "\n\n".join(
+    f"Document {i}. The quick brown fox number {i} jumps over the lazy dog {i * 7 % 13} times. "
+    "Small models learn small things; exact resume means the same bits. " * 3
+    for i in range(40)
+)
+
+
+def tiny_config(**sections: dict) -> dict:
+    config = {
+        "description": "tiny test experiment",
+        "data": {"sources": ["corpus/*.txt"], "validation_fraction": 0.2},
+        "tokenizer": {"vocab_size": 300},
+        "model": {"context_length": 16, "d_model": 32, "n_layers": 2, "n_heads": 2},
+        "training": {"steps": 12, "warmup_steps": 2, "learning_rate": 3e-3, "min_learning_rate": 3e-4,
+                     "batch_size": 4, "eval_interval": 4, "eval_blocks": 4},
+        "checkpoint": {"interval": 4, "keep": 3},
+    }
+    for name, values in sections.items():
+        config.setdefault(name, {}).update(values)
+    return config
+
+
+def write_experiment(home: Path, experiment_id: str = "EXP-001", **sections: dict) -> Path:
+    (home / "experiments").mkdir(parents=True, exist_ok=True)
+    path = home / "experiments" / f"{experiment_id}.yaml"
+    path.write_text(yaml.safe_dump({"id": experiment_id, **tiny_config(**sections)}, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home with a small text corpus and a tiny EXP-001."""
+    root = tmp_path / "home"
+    (root / "corpus").mkdir(parents=True)
+    for i in range(10):
+        (root / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000:(i + 1) * 1000 + 500])
+    write_experiment(root)
+    monkeypatch.delenv("OCTLM_HOME", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    return root
+
+
+def cli(home: Path, *args: str):
+    """Run octlm in-process (fast); returns the click Result with .exit_code, .stdout, .stderr."""
+    return CliRunner().invoke(app, ["--home", str(home), *args], catch_exceptions=False)
+
+
+def octlm(home: Path | None, *args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """Run octlm in a new Python process, as a shell script would."""
+    command = [sys.executable, "-m", "octlm_cli", *(["--home", str(home)] if home else []), *args]
+    env = {**os.environ, "NO_COLOR": "1", **kwargs.pop("env", {})}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+
+
+def json_out(result) -> dict:
+    return json.loads(result.stdout)

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cli, json_out, octlm
+
+
+def test_new_writes_yaml_registers_and_prints_the_id(tmp_path: Path) -> None:
+    result = cli(tmp_path, "new", "--preset", "day1", "--description", "first try")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "EXP-001"
+    assert (tmp_path / "experiments" / "EXP-001.yaml").exists()
+    listed = json_out(cli(tmp_path, "show", "--json"))
+    assert listed["schema_version"] == 1
+    assert [(e["id"], e["description"], e["status"]) for e in listed["experiments"]] == [("EXP-001", "first try", "new")]
+
+
+def test_new_json_and_from_and_overrides(tmp_path: Path) -> None:
+    first = json_out(cli(tmp_path, "new", "EXP-010", "--set", "training.steps=300", "--json"))
+    assert first["id"] == "EXP-010" and first["config"]["training"]["steps"] == 300
+    second = json_out(cli(tmp_path, "new", "--from", "EXP-010", "--set", "training.learning_rate=0.001", "--json"))
+    assert second["id"] == "EXP-011"
+    assert second["config"]["training"]["steps"] == 300
+    assert second["config"]["training"]["learning_rate"] == 0.001
+    assert second["config_hash"] != first["config_hash"]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["new", "EXP-001"], "already exists"),
+        (["new", "../x"], "malformed experiment ID"),
+        (["new", "/etc"], "malformed experiment ID"),
+        (["new", "EXP-1/.."], "malformed experiment ID"),
+        (["new", "EXP-\x00"], "malformed experiment ID"),
+        (["new", "--preset", "day9"], "unknown preset 'day9'"),
+        (["new", "--set", "training.warmup_steps=999"], "training.warmup_steps: must be below"),
+        (["new", "--set", "nonsense"], "expected KEY=VALUE"),
+        (["new", "--from", "EXP-404"], "unknown experiment EXP-404"),
+        (["show", "EXP-404"], "unknown experiment EXP-404"),
+        (["show", "EXP-abc"], "malformed experiment ID"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], fragment: str) -> None:
+    assert cli(tmp_path, "new").exit_code == 0  # EXP-001 exists
+    before = sorted(p.name for p in (tmp_path / "experiments").iterdir())
+    result = cli(tmp_path, *args)
+    assert result.exit_code == 2, result.stderr
+    assert fragment in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert sorted(p.name for p in (tmp_path / "experiments").iterdir()) == before
+
+
+def test_show_detail_lists_config_and_fingerprint(tmp_path: Path) -> None:
+    cli(tmp_path, "new", "--preset", "day1")
+    detail = json_out(cli(tmp_path, "show", "EXP-001", "--json"))
+    assert detail["id"] == "EXP-001"
+    assert detail["config"]["training"]["steps"] == 200
+    assert len(detail["fingerprints"]["config"]) == 64
+    assert detail["runs"] == [] and detail["checkpoints"] == []
+    text = cli(tmp_path, "show", "EXP-001")
+    assert text.exit_code == 0 and "training.learning_rate" in text.stdout
+
+
+def test_shell_script_flow_from_any_subfolder(tmp_path: Path) -> None:
+    script = "set -e\nid=$(octlm new --preset day1)\nmkdir -p deep/er && cd deep/er\noctlm show --json > ../../listing.json\necho $id\n"
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("OCTLM_HOME", None)
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "EXP-001"
+    listing = json.loads((tmp_path / "listing.json").read_text())
+    assert listing["home"] == str(tmp_path.resolve())
+    assert [e["id"] for e in listing["experiments"]] == ["EXP-001"]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["show"], ["new", "--preset", "day1"], ["show", "EXP-001"]])
+def test_light_commands_never_import_torch_or_tokenizers(tmp_path: Path, args: list[str]) -> None:
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "EXP-001.yaml").write_text("preset: day1\n")
+    code = (
+        "import sys, runpy\n"
+        f"sys.argv = ['octlm', '--home', {str(tmp_path)!r}, *{args!r}]\n"
+        "try:\n    runpy.run_module('octlm_cli', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "sys.stderr.write('IMPORTED:' + ','.join(m for m in ('torch', 'tokenizers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stderr.strip().endswith("IMPORTED:"), done.stderr
+
+
+def test_home_from_environment_and_flag(tmp_path: Path) -> None:
+    done = octlm(None, "new", env={"OCTLM_HOME": str(tmp_path / "h")}, cwd=tmp_path)
+    assert done.returncode == 0 and (tmp_path / "h" / "experiments" / "EXP-001.yaml").exists()
