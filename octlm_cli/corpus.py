@@ -4,7 +4,8 @@ Sources (``data.sources``):
   builtin:docs    octlm's own Markdown docs and Python sources (package data)
   builtin:stdlib  the running Python's standard-library ``.py`` files
   PATH or GLOB    ``.txt`` / ``.md`` files (whole file = one document), ``.jsonl`` files with a
-                  ``"text"`` field per line, or folders of them; relative to the home
+                  ``"text"`` field per line, or folders of them; relative to the data root
+                  (the home, or ``OCTLM_DATA_ROOT`` when set)
 The split is by a hash of each document's name, so it never depends on file order.
 """
 
@@ -78,7 +79,7 @@ def _read_text(path: Path) -> str:
         raise BadInput(f"{path}: cannot be read: {error.strerror}") from None
 
 
-def _jsonl(path: Path) -> list[Document]:
+def _jsonl(path: Path, name: str) -> list[Document]:
     documents = []
     for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
@@ -90,8 +91,16 @@ def _jsonl(path: Path) -> list[Document]:
         text = record.get("text") if isinstance(record, dict) else None
         if not isinstance(text, str):
             raise BadInput(f'{path}:{number}: no "text" field with a string value')
-        documents.append(Document(f"{path}:{number}", text))
+        documents.append(Document(f"{name}:{number}", text))
     return documents
+
+
+def _name(path: Path, root: Path) -> str:
+    """Documents are named relative to the data root, so a copied home splits the same way."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _files(source: str, home: Path) -> list[Path]:
@@ -127,7 +136,8 @@ def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[
             raise BadInput(f"data.sources: unknown builtin {source!r}; use builtin:docs or builtin:stdlib")
         else:
             for path in _files(source, home):
-                found += _jsonl(path) if path.suffix == ".jsonl" else [Document(str(path), _read_text(path))]
+                name = _name(path, home)
+                found += _jsonl(path, name) if path.suffix == ".jsonl" else [Document(name, _read_text(path))]
     found = [d for d in found if d.text]
     if max_bytes:
         kept, total = [], 0

@@ -5,6 +5,7 @@ CLI commands call exactly one of these and render what comes back.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,12 @@ def select_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def data_root(home: Home) -> Path:
+    """Relative ``data.sources`` resolve here: ``OCTLM_DATA_ROOT`` if set, else the home."""
+    root = os.environ.get("OCTLM_DATA_ROOT")
+    return Path(root).resolve() if root else home.root
+
+
 @dataclass(frozen=True)
 class Prepared:
     config: Config
@@ -52,7 +59,7 @@ def prepare(home: Home, config: Config, tokenizer_path: Path | None = None) -> P
     """Corpus, tokenizer (trained once, then reused), cached token streams and blocks."""
     device = select_device(config.training.device)
     rng.configure_determinism(device)
-    found = corpus.load(config.data.sources, home.root, config.data.validation_fraction, config.data.max_bytes)
+    found = corpus.load(config.data.sources, data_root(home), config.data.validation_fraction, config.data.max_bytes)
     path = tokenizer_path or home.checkpoint_dir(config.id) / "tokenizer.json"
     tokenizer, trained = load_or_train(path, [d.text for d in found.train], config.tokenizer.vocab_size)
     notes = [f"trained tokenizer ({tokenizer.vocab_size} tokens) -> {path}"] if trained else []

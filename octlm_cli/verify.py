@@ -26,7 +26,7 @@ from .errors import BadInput, OctlmError
 from .home import Home
 from .loop import train_step
 from .registry import Registry
-from .runner import prepare, restore
+from .runner import data_root, prepare, restore
 from .session import QuietReporter
 
 
@@ -55,10 +55,10 @@ def _scratch_home(root: Path, config_text: str, experiment_id: str, tokenizer: P
     return Home(root)
 
 
-def _segment(home: Home, args: list[str]) -> float:
+def _segment(home: Home, args: list[str], data_root: Path) -> float:
     command = [sys.executable, "-m", "octlm_cli", "--home", str(home.root), *args]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(data_root)})
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise OctlmError(f"segment `octlm {' '.join(args)}` failed with exit {done.returncode}: {tail}")
@@ -128,12 +128,13 @@ def verify_resume(home: Home, experiment_id: str, split_text: str, until: int | 
             a = _scratch_home(scratch / "a", text, experiment_id, tokenizer, home.cache)
             b = _scratch_home(scratch / "b", text, experiment_id, tokenizer, home.cache)
             progress(f"(a) one process: steps 0 -> {final}")
-            seconds = {"a": _segment(a, ["train", experiment_id, "--until", str(final)])}
+            root = data_root(home)
+            seconds = {"a": _segment(a, ["train", experiment_id, "--until", str(final)], root)}
             bounds = [*splits, final]
             progress(f"(b) {len(bounds)} processes: steps 0 -> {' -> '.join(map(str, bounds))}")
-            seconds["b"] = _segment(b, ["train", experiment_id, "--until", str(bounds[0])])
+            seconds["b"] = _segment(b, ["train", experiment_id, "--until", str(bounds[0])], root)
             for stop in bounds[1:]:
-                seconds["b"] += _segment(b, ["resume", experiment_id, "--until", str(stop)])
+                seconds["b"] += _segment(b, ["resume", experiment_id, "--until", str(stop)], root)
             loaded_a = checkpoint.newest_valid(a.checkpoint_dir(experiment_id), step=final)
             loaded_b = checkpoint.newest_valid(b.checkpoint_dir(experiment_id), step=final)
             result = _verdict(prepared, loaded_a, loaded_b, a, b, experiment_id)

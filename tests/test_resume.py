@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from octlm_cli import checkpoint, runfile
+
+from conftest import cli, json_out, octlm, write_experiment
+
+
+def final_state(home: Path, step: int = 12, experiment: str = "EXP-001") -> dict:
+    return checkpoint.read(checkpoint.path_for(home / "checkpoints" / experiment, step))
+
+
+def assert_same_training_state(a: dict, b: dict) -> None:
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    for index, values in a["optimizer"]["state"].items():
+        for name, tensor in values.items():
+            assert torch.equal(tensor, b["optimizer"]["state"][index][name]), (index, name)
+    assert torch.equal(a["torch_rng"], b["torch_rng"])
+    assert torch.equal(a["sampler_rng"], b["sampler_rng"])
+    assert a["python_rng"] == b["python_rng"]
+
+
+def test_train_then_resume_equals_one_go_in_process(tmp_path: Path, home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    whole = final_state(home)
+    records_whole = runfile.without_timings(runfile.read(home / "runs" / "EXP-001.jsonl"))
+    split_home = tmp_path / "split"
+    import shutil
+
+    shutil.copytree(home, split_home, ignore=shutil.ignore_patterns("checkpoints", "runs", "registry.db*", "cache"))
+    assert cli(split_home, "train", "EXP-001", "--until", "6", "-q").exit_code == 0
+    result = cli(split_home, "resume", "EXP-001", "--json", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert json_out(result)["start_step"] == 6
+    assert_same_training_state(whole, final_state(split_home))
+    assert runfile.without_timings(runfile.read(split_home / "runs" / "EXP-001.jsonl")) == records_whole
+    assert [r["step"] for r in records_whole] == [4, 8, 12]
+
+
+def test_resume_in_new_processes_chain_of_three(home: Path) -> None:
+    result = octlm(home, "verify-resume", "EXP-001", "--split-at", "3,6,9", "--json")
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["identical"] and verdict["split_at"] == [3, 6, 9]
+    assert {c["check"] for c in verdict["checks"]} >= {"model", "optimizer", "rng", "next-batch loss", "run file"}
+    assert all(c["compared"] > 0 for c in verdict["checks"] if c["check"] != "scaler")
+    assert not (home / "checkpoints" / "EXP-001" / "step-000012.pt").exists()  # scratch only
+    shown = json_out(cli(home, "show", "EXP-001", "--json"))
+    assert shown["verifications"][-1]["verdict"] == "pass"
+
+
+def test_changed_cadence_leaves_weights_identical(tmp_path: Path, home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    other = tmp_path / "other"
+    (other / "corpus").mkdir(parents=True)
+    for path in (home / "corpus").iterdir():
+        (other / "corpus" / path.name).write_text(path.read_text())
+    write_experiment(other, training={"eval_interval": 3, "eval_blocks": 2}, checkpoint={"interval": 5, "keep": 1})
+    assert cli(other, "train", "EXP-001", "-q").exit_code == 0
+    assert_same_training_state(final_state(home), final_state(other))
+    kept = [p.name for p in (other / "checkpoints" / "EXP-001").glob("*.pt")]
+    assert kept == ["step-000012.pt"]  # keep=1, and the final one always
+
+
+def test_changed_config_is_refused_with_a_readable_diff(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    path = home / "experiments" / "EXP-001.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["training"]["learning_rate"] = 0.001
+    path.write_text(yaml.safe_dump(raw))
+    result = cli(home, "resume", "EXP-001", "-q")
+    assert result.exit_code == 3
+    assert "training.learning_rate: 0.003 -> 0.001" in result.stderr
+    (home / "corpus" / "doc0.txt").write_text("completely different text now")
+    raw["training"]["learning_rate"] = 0.003
+    path.write_text(yaml.safe_dump(raw))
+    result = cli(home, "resume", "EXP-001", "-q")
+    assert result.exit_code == 3 and "dataset changed" in result.stderr
+
+
+def test_train_refuses_existing_progress_unless_restart(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    refused = cli(home, "train", "EXP-001", "-q")
+    assert refused.exit_code == 3 and "octlm resume EXP-001" in refused.stderr
+    assert cli(home, "train", "EXP-001", "--restart", "-q").exit_code == 0
+    done = cli(home, "resume", "EXP-001", "--json", "-q")
+    assert done.exit_code == 0 and json_out(done)["status"] == "complete"
+
+
+def test_resume_without_checkpoint_starts_at_zero_and_registers(home: Path) -> None:
+    result = cli(home, "resume", "EXP-001", "--json")
+    assert result.exit_code == 0
+    assert "no checkpoint: starting from step 0" in result.stderr
+    shown = json_out(cli(home, "show", "EXP-001", "--json"))
+    assert shown["runs"][-1]["status"] == "completed" and shown["runs"][-1]["end_step"] == 12
+    steps = [c["step"] for c in shown["checkpoints"]]
+    assert steps == [4, 8, 12]
+    for row in shown["checkpoints"]:
+        assert len(row["sha256"]) == 64 and row["size"] == (home / row["path"]).stat().st_size
+
+
+def test_overfit_reaches_its_threshold(home: Path) -> None:
+    result = cli(home, "overfit", "EXP-001", "--steps", "150", "--max-loss", "1.0", "--json", "-q")
+    assert result.exit_code == 0, result.stdout
+    report = json_out(result)
+    assert report["final_loss"] <= 1.0 and report["verdict"] == "pass"
+    assert report["matched_tokens"] >= 1
+    assert (home / "runs" / "EXP-001-overfit.jsonl").exists()
+    failed = cli(home, "overfit", "EXP-001", "--steps", "2", "--max-loss", "0.01", "-q")
+    assert failed.exit_code == 1
+
+
+def test_sample_needs_a_checkpoint_then_is_seeded(home: Path) -> None:
+    missing = cli(home, "sample", "EXP-001")
+    assert missing.exit_code == 3 and "no checkpoint" in missing.stderr
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    first = cli(home, "sample", "EXP-001", "--prompt", "The", "--seed", "3", "--max-new-tokens", "20")
+    second = cli(home, "sample", "EXP-001", "--prompt", "The", "--seed", "3", "--max-new-tokens", "20")
+    assert first.exit_code == 0 and first.stdout == second.stdout and first.stdout.startswith("The")
