@@ -296,6 +296,27 @@ def sample(
         print(prompt + result["text"])
 
 
+@app.command()
+@handled
+def doctor(
+    repair: Annotated[bool, typer.Option("--repair", help="Fix what can be fixed: rebuild lost rows from experiments/*.yaml and the checkpoints.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Check the registry against the files (missing, orphaned or corrupt checkpoints, stuck runs)."""
+    from .. import doctor as doctors
+
+    report = doctors.run(state.home, repair=repair)
+    if as_json:
+        render.emit_json(report)
+    else:
+        if report["problems"]:
+            render.out_console().print(render.table(f"doctor {report['home']}", ("problem", "where", "detail", "repaired"),
+                ((p["kind"], p["where"], p["detail"], "yes" if p["repaired"] else "no") for p in report["problems"])))
+        print("healthy" if report["healthy"] else "problems found: run `octlm doctor --repair`")
+    if not report["healthy"]:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     try:
         app()
