@@ -105,34 +105,142 @@ def new(
 @app.command()
 @handled
 def show(
-    ids: Annotated[Optional[list[str]], typer.Argument(metavar="[ID]...", help="Experiments to show; none: list all.", show_default=False)] = None,
+    ids: Annotated[Optional[list[str]], typer.Argument(metavar="[ID]...", help="One experiment: its detail; several: side by side; none: list all.", show_default=False)] = None,
+    all_keys: Annotated[bool, typer.Option("--all-keys", help="Compare every config key, not only those that differ.")] = False,
+    plot: Annotated[bool, typer.Option("--plot", help="Draw train/eval loss, learning rate and gradient norm from the run files.")] = False,
+    sort: Annotated[Optional[str], typer.Option("--sort", help="Sort the list by a column or config key; prefix - for descending.", show_default=False)] = None,
+    where: Annotated[Optional[list[str]], typer.Option("--where", help="Filter the list: KEY OP VALUE, e.g. 'eval_loss<2.5' or 'model.n_layers=4' (repeatable).", show_default=False)] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Show at most N experiments.", show_default=False)] = None,
+    columns: Annotated[Optional[str], typer.Option("--columns", help="Comma-separated columns of the list (listing columns or config keys).", show_default=False)] = None,
     as_json: JsonOption = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Write CSV on stdout.")] = False,
 ) -> None:
-    """List experiments, or show one in detail (config, fingerprints, runs, checkpoints, verdicts)."""
+    """List experiments, show one in detail, or compare several side by side."""
     from .. import show as shows
 
     home = state.home
+    if as_json and as_csv:
+        from ..errors import BadInput
+
+        raise BadInput("--json and --csv cannot be used together: choose one")
     if not ids:
-        rows = shows.listing(home)
+        _show_list(home, sort, where or [], limit, columns, as_json, as_csv)
+        return
+    if plot:
+        from .. import compare
+
+        for experiment_id in ids:
+            shows.detail(home, experiment_id)  # unknown IDs: exit 2 before drawing
+        width = min(render.out_console().width, 120) if sys.stdout.isatty() else 80
+        text = compare.plots(home, ids, width=width)
         if as_json:
-            render.emit_json({"schema_version": shows.SCHEMA_VERSION, "home": str(home.root), "experiments": rows})
-            return
-        if not rows:
-            render.info(f"no experiments in {home.root}: create one with `octlm new --preset day1`")
-            return
-        columns = ("ID", "description", "status", "step", "train loss", "eval loss", "ppl", "bpb", "tokens", "verdict", "updated")
-        render.out_console().print(render.table(None, columns, (
-            (r["id"], r["description"], r["status"], f"{r['step'] or 0}/{r['steps'] or '?'}" if r["steps"] else "-",
-             r["train_loss"], r["eval_loss"], r["perplexity"], r["bits_per_byte"], r["tokens"],
-             r["last_verdict"], (r["updated"] or "")[:19]) for r in rows)))
+            from .. import runfile
+
+            render.emit_json({"schema_version": shows.SCHEMA_VERSION, "runs": {i: runfile.read(home.run_file(i)) for i in ids}})
+        else:
+            sys.stdout.write(text)
         return
-    details = [shows.detail(home, experiment_id) for experiment_id in ids]
+    if len(ids) > 1:
+        _show_compare(home, ids, all_keys, as_json, as_csv)
+        return
+    item = shows.detail(home, ids[0])
     if as_json:
-        render.emit_json(details[0] if len(details) == 1 else {"schema_version": shows.SCHEMA_VERSION, "experiments": details})
+        render.emit_json(item)
+    elif as_csv:
+        _write_csv(("key", "value"), [(k, v) for k, v in _flat(item).items()])
+    else:
+        _print_detail(render.out_console(), item)
+
+
+def _flat(item: dict[str, Any]) -> dict[str, Any]:
+    from ..config import flatten
+
+    flat = {"id": item["id"], "status": item["status"], "step": item["step"]}
+    flat.update({f"fingerprint.{k}": v for k, v in item["fingerprints"].items()})
+    flat.update(flatten({"config": item["config"]}))
+    return flat
+
+
+def _write_csv(header: Any, rows: Any) -> None:
+    import csv
+
+    writer = csv.writer(sys.stdout)
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row])
+
+
+def _show_list(home: Any, sort: Optional[str], where: list[str], limit: Optional[int], columns: Optional[str],
+               as_json: bool, as_csv: bool) -> None:
+    from .. import show as shows
+
+    rows = shows.listing(home)
+    chosen = [c.strip() for c in columns.split(",")] if columns else None
+    needs_config = any("." in text for text in [*(where or []), sort or "", *(chosen or [])])
+    if needs_config:
+        from .. import compare
+
+        rows = compare.with_config(home, rows)
+    if where or sort or limit is not None:
+        from .. import compare
+
+        rows = compare.filter_rows(rows, where, sort, limit)
+    if chosen:
+        unknown = [c for c in chosen if c not in shows.LIST_COLUMNS and "." not in c]
+        if unknown:
+            from ..errors import BadInput
+
+            raise BadInput(f"--columns {unknown[0]}: unknown column; choose from {', '.join(shows.LIST_COLUMNS)} or a config key")
+        rows = [{c: row.get(c) for c in ["id", *[c for c in chosen if c != "id"]]} for row in rows]
+    else:
+        rows = [{c: row.get(c) for c in shows.LIST_COLUMNS} for row in rows]
+    if as_json:
+        render.emit_json({"schema_version": shows.SCHEMA_VERSION, "home": str(home.root), "experiments": rows})
         return
-    console = render.out_console()
-    for item in details:
-        _print_detail(console, item)
+    if as_csv:
+        header = list(rows[0]) if rows else ["id", *(chosen or shows.LIST_COLUMNS[1:])]
+        _write_csv(header, ([row.get(h) for h in header] for row in rows))
+        return
+    if not rows:
+        render.info(f"no experiments in {home.root}" + (" match" if where else ": create one with `octlm new --preset day1`"))
+        return
+    if chosen:
+        render.out_console().print(render.table(None, list(rows[0]), ([row[c] for c in row] for row in rows)))
+        return
+    headers = ("ID", "description", "status", "step", "train loss", "eval loss", "ppl", "bpb", "tokens", "verdict", "updated")
+    render.out_console().print(render.table(None, headers, (
+        (r["id"], r["description"], r["status"], f"{r['step'] or 0}/{r['steps']}" if r["steps"] else "-",
+         r["train_loss"], r["eval_loss"], r["perplexity"], r["bits_per_byte"], r["tokens"],
+         r["last_verdict"], (r["updated"] or "")[:16].replace("T", " ")) for r in rows)))
+
+
+def _show_compare(home: Any, ids: list[str], all_keys: bool, as_json: bool, as_csv: bool) -> None:
+    from .. import compare
+
+    result = compare.compare(home, ids, all_keys)
+    rows: list[tuple[str, list[Any]]] = []
+    exps = result["experiments"]
+    rows.append(("status", [e["status"] for e in exps]))
+    rows.append(("step", [e["step"] for e in exps]))
+    for group in ("final", "best"):
+        for metric in compare.METRICS:
+            rows.append((f"{group} {metric}", [e[group][metric] for e in exps]))
+    rows.append((f"at {result['equal_tokens']:,} tokens: step tokens", [e["at_equal_tokens"]["tokens"] for e in exps]))
+    for metric in compare.METRICS:
+        rows.append((f"at {result['equal_tokens']:,} tokens: {metric}", [e["at_equal_tokens"][metric] for e in exps]))
+    for key in ("tokens", "tokens_per_second", "wall_seconds", "verify_resume", "overfit"):
+        rows.append((key, [e[key] for e in exps]))
+    for section, keys in result["config"].items():
+        for key, values in keys.items():
+            rows.append((key, values))
+    if as_json:
+        render.emit_json(result)
+    elif as_csv:
+        _write_csv(("field", *ids), ((name, *values) for name, values in rows))
+    else:
+        table = render.table(f"{' vs '.join(ids)}" + ("" if all_keys else "  (config: only keys that differ)"),
+                             ("", *ids), ((name, *values) for name, values in rows))
+        render.out_console().print(table)
 
 
 def _print_detail(console: Any, item: dict[str, Any]) -> None:
@@ -149,6 +257,11 @@ def _print_detail(console: Any, item: dict[str, Any]) -> None:
             (r["id"], r["kind"], r["status"], f"{r['start_step']}->{r['end_step']}", (r["started"] or "")[:19], r["host"], r["pid"],
              r["device"], r["dtype"], r["threads"], (r["latest_metrics"] or {}).get("train_loss"), (r["latest_metrics"] or {}).get("eval_loss"))
             for r in item["runs"])))
+    if item["runs"]:
+        console.print(render.table("provenance", ("#", "command", "git commit", "dirty", "versions (octlm/python/torch)", "duration s", "resumed from"), (
+            (r["id"], " ".join(r["argv"] or []) if isinstance(r["argv"], list) else r["argv"], (r["git_commit"] or "")[:12],
+             {1: "yes", 0: "no"}.get(r["git_dirty"]), f"{r['octlm_version']}/{r['python_version']}/{r['torch_version']}",
+             _duration(r), r["resumed_from"]) for r in item["runs"])))
     if item["checkpoints"]:
         console.print(render.table("checkpoints", ("step", "path", "size", "sha256"), (
             (c["step"], c["path"], c["size"], c["sha256"][:16]) for c in item["checkpoints"])))
@@ -315,6 +428,64 @@ def doctor(
         print("healthy" if report["healthy"] else "problems found: run `octlm doctor --repair`")
     if not report["healthy"]:
         raise typer.Exit(1)
+
+
+@app.command()
+@handled
+def bench(
+    experiment_id: Annotated[Optional[str], typer.Argument(metavar="[ID]", help="Experiment whose model to time (default: EXP-008, else --preset).", show_default=False)] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", help="Time a preset's model instead (day1 ... day4).", show_default=False)] = None,
+    steps: Annotated[int, typer.Option("--steps", help="Training steps to time (after 2 warm-up steps).")] = 10,
+    precision: Annotated[Optional[str], typer.Option("--precision", help="fp32, bf16, fp16, or a list such as fp32,bf16 (default: the config's).", show_default=False)] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Time training steps against this machine's measured matmul peak (MFU), checkpoints and resume."""
+    from .. import bench as benches
+    from .. import config as cfg
+    from .. import experiments
+    from ..errors import BadInput
+    from ..presets import preset as preset_raw
+
+    home = state.home
+    if preset and experiment_id:
+        raise BadInput("give an experiment ID or --preset, not both")
+    if preset:
+        config = cfg.from_dict(preset_raw(preset), f"preset {preset}")
+    else:
+        chosen = experiment_id or "EXP-008"
+        if experiment_id is None and not home.config_path(chosen).exists():
+            config = cfg.from_dict(preset_raw("day1"), "preset day1")
+        else:
+            config = experiments.load(home, chosen)
+    if steps <= 0:
+        raise BadInput(f"--steps {steps}: must be positive")
+    precisions = [p.strip() for p in (precision or config.training.precision).split(",") if p.strip()]
+    for item in precisions:
+        if item not in cfg.PRECISIONS:
+            raise BadInput(f"--precision {item}: must be one of {', '.join(cfg.PRECISIONS)}")
+    report = benches.run(config, precisions, steps)
+    if as_json:
+        render.emit_json(report)
+        return
+    render.out_console().print(render.table(
+        f"bench {config.id or config.preset}: {report['parameters']:,} parameters, {report['tokens_per_step']} tokens/step, "
+        f"{report['machine']['threads']} threads, {report['machine']['device']}",
+        ("precision", "ms/step", "tokens/s", "model GFLOP/s", "matmul peak GFLOP/s", "MFU", "ckpt MB", "save s", "load s",
+         "1st step fresh s", "1st step resumed s"),
+        ((r["precision"], r["ms_per_step"], r["tokens_per_second"], r["model_flops_per_second"] / 1e9,
+          r["matmul_peak_flops_per_second"] / 1e9, r["mfu"], r["checkpoint_bytes"] / 1e6, r["checkpoint_save_seconds"],
+          r["checkpoint_load_seconds"], r["first_step_fresh_seconds"], r["first_step_resumed_seconds"]) for r in report["results"])))
+    if "bf16_over_fp32_tokens_per_second" in report:
+        print(f"bf16 / fp32 tokens/s: {report['bf16_over_fp32_tokens_per_second']}x "
+              f"(matmul peak ratio {report['bf16_over_fp32_matmul_peak']}x)")
+
+
+def _duration(run: dict[str, Any]) -> Any:
+    from datetime import datetime
+
+    if not run.get("started") or not run.get("ended"):
+        return None
+    return round((datetime.fromisoformat(run["ended"]) - datetime.fromisoformat(run["started"])).total_seconds(), 1)
 
 
 def main() -> None:

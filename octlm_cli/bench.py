@@ -1,0 +1,137 @@
+"""``octlm bench``: training throughput against this machine's own dense matmul peak, in one run.
+
+Synthetic tokens (the data path is not what is timed). Reports ms per step, tokens/s, model
+FLOP/s (6 x parameters x tokens plus attention), MFU = model FLOP/s / measured matmul peak,
+checkpoint save and load time and size, and the time to the first step after a resume
+against that of a fresh start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import checkpoint, rng
+from .config import Config
+from .data import TokenBlocks
+from .loop import TrainState, train_step
+from .runner import select_device
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float = 1.0) -> float:
+    """Dense matmul FLOP/s for ``dtype``: the best of repeated square products."""
+    size = 4096 if device.type == "cuda" else 1024
+    a = torch.randn(size, size, device=device, generator=None).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    for _ in range(3):
+        torch.mm(a, b)
+    _sync(device)
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        for _ in range(4):
+            torch.mm(a, b)
+        _sync(device)
+        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
+    return best
+
+
+def flops_per_token(config: Config, parameters: int) -> float:
+    """6N for the matmuls of forward and backward, plus causal attention's 12 * layers * d * T."""
+    model = config.model
+    return 6 * parameters + 12 * model.n_layers * model.d_model * model.context_length
+
+
+def _blocks(config: Config, count: int = 64) -> TokenBlocks:
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(3, config.tokenizer.vocab_size, (count, config.model.context_length + 1), generator=generator)
+    return TokenBlocks(tokens[:, :-1], tokens[:, 1:], torch.ones(count, config.model.context_length, dtype=torch.int64))
+
+
+def _time_steps(state: TrainState, blocks: TokenBlocks, steps: int) -> float:
+    for _ in range(2):  # warm-up: allocator, kernels, optimizer state
+        train_step(state, blocks, 1e-4, pad_id=-1)
+    _sync(state.device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss, _ = train_step(state, blocks, 1e-4, pad_id=-1)
+    loss.item()  # one host sync, at the end
+    _sync(state.device)
+    return (time.perf_counter() - start) / steps
+
+
+def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
+    config = dataclasses.replace(config, training=dataclasses.replace(config.training, precision=precision))
+    device = select_device(config.training.device)
+    rng.configure_determinism(device)
+    blocks = _blocks(config)
+    started = time.perf_counter()
+    state = TrainState.fresh(config, device, len(blocks))
+    train_step(state, blocks, 1e-4, pad_id=-1)
+    _sync(device)
+    first_fresh = time.perf_counter() - started
+    seconds = _time_steps(state, blocks, steps)
+    parameters = state.model.parameter_count()
+    tokens_per_step = config.training.batch_size * config.model.context_length
+    model_flops = flops_per_token(config, parameters) * tokens_per_step / seconds
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    peak = matmul_peak(device, dtype)
+    with tempfile.TemporaryDirectory() as folder:
+        path = checkpoint.path_for(Path(folder), state.step)
+        payload = {"format": checkpoint.FORMAT, **state.state_dict()}
+        start = time.perf_counter()
+        _, size = checkpoint.save(path, payload)
+        save_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        loaded = checkpoint.read(path)
+        load_seconds = time.perf_counter() - start
+        started = time.perf_counter()
+        resumed = TrainState.fresh(config, device, len(blocks))
+        resumed.load_state_dict(loaded)
+        train_step(resumed, blocks, 1e-4, pad_id=-1)
+        _sync(device)
+        first_resumed = time.perf_counter() - started + load_seconds
+    return {
+        "precision": precision,
+        "ms_per_step": round(seconds * 1000, 2),
+        "tokens_per_second": round(tokens_per_step / seconds, 1),
+        "model_flops_per_second": model_flops,
+        "matmul_peak_flops_per_second": peak,
+        "mfu": round(model_flops / peak, 4),
+        "checkpoint_bytes": size,
+        "checkpoint_save_seconds": round(save_seconds, 4),
+        "checkpoint_load_seconds": round(load_seconds, 4),
+        "checkpoint_cost_at_interval": round(save_seconds / (seconds * config.checkpoint.interval), 5),
+        "first_step_fresh_seconds": round(first_fresh, 4),
+        "first_step_resumed_seconds": round(first_resumed, 4),
+        "resume_to_fresh_ratio": round(first_resumed / first_fresh, 3),
+    }
+
+
+def run(config: Config, precisions: list[str], steps: int) -> dict[str, Any]:
+    results = [measure(config, precision, steps) for precision in precisions]
+    parameters = sum(p.numel() for p in __import__("octlm_cli.model", fromlist=["Decoder"]).Decoder(config).parameters())
+    report = {
+        "experiment": config.id or None, "preset": config.preset or None, "parameters": parameters,
+        "tokens_per_step": config.training.batch_size * config.model.context_length, "steps_timed": steps,
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "threads": torch.get_num_threads(), "torch": str(torch.__version__),
+                    "device": str(select_device(config.training.device))},
+        "results": results,
+    }
+    by = {r["precision"]: r for r in results}
+    if "fp32" in by and "bf16" in by:
+        report["bf16_over_fp32_tokens_per_second"] = round(by["bf16"]["tokens_per_second"] / by["fp32"]["tokens_per_second"], 3)
+        report["bf16_over_fp32_matmul_peak"] = round(by["bf16"]["matmul_peak_flops_per_second"] / by["fp32"]["matmul_peak_flops_per_second"], 3)
+    return report
