@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPUS, cli, json_out, octlm, write_experiment
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three tiny experiments: EXP-002 differs from EXP-001 in the learning rate, EXP-003 in depth too."""
+    home = tmp_path_factory.mktemp("compare")
+    (home / "corpus").mkdir()
+    for i in range(10):
+        (home / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000:(i + 1) * 1000 + 500])
+    write_experiment(home, "EXP-001")
+    write_experiment(home, "EXP-002", training={"learning_rate": 1e-2, "min_learning_rate": 1e-3})
+    write_experiment(home, "EXP-003", model={"n_layers": 1}, training={"steps": 8})
+    for experiment_id in ("EXP-001", "EXP-002", "EXP-003"):
+        assert cli(home, "train", experiment_id, "-q").exit_code == 0
+    return home
+
+
+def test_two_experiments_side_by_side_show_only_differing_keys(trained: Path) -> None:
+    result = json_out(cli(trained, "show", "EXP-001", "EXP-002", "--json"))
+    assert result["ids"] == ["EXP-001", "EXP-002"]
+    assert result["config"]["training"]["training.learning_rate"] == [0.003, 0.01]
+    assert "model.n_layers" not in result["config"].get("model", {})
+    assert all("training.steps" not in keys for keys in result["config"].values())
+    first, second = result["experiments"]
+    assert first["final"]["eval_loss"] != second["final"]["eval_loss"]
+    assert first["best"]["eval_loss"] <= first["final"]["eval_loss"]
+    assert result["equal_tokens"] == 12 * 4 * 16
+    text = cli(trained, "show", "EXP-001", "EXP-002")
+    assert text.exit_code == 0 and "training.learning_rate" in text.stdout and "model.n_layers" not in text.stdout
+    everything = json_out(cli(trained, "show", "EXP-001", "EXP-002", "--json", "--all-keys"))
+    assert everything["config"]["model"]["model.n_layers"] == [2, 2]
+
+
+def test_three_experiments_compare_at_equal_tokens(trained: Path) -> None:
+    result = json_out(cli(trained, "show", "EXP-001", "EXP-002", "EXP-003", "--json"))
+    assert result["equal_tokens"] == 8 * 4 * 16  # EXP-003 stopped at 8 steps
+    assert [e["at_equal_tokens"]["tokens"] for e in result["experiments"]] == [512, 512, 512]
+    assert result["config"]["model"]["model.n_layers"] == [2, 2, 1]
+    rows = list(csv.reader(io.StringIO(cli(trained, "show", "EXP-001", "EXP-002", "EXP-003", "--csv").stdout)))
+    assert rows[0] == ["field", "EXP-001", "EXP-002", "EXP-003"]
+    assert ["model.n_layers", "2", "2", "1"] in rows
+
+
+def test_listing_filters_sorting_limit_and_columns(trained: Path) -> None:
+    def ids(*args: str) -> list[str]:
+        result = cli(trained, "show", "--json", *args)
+        assert result.exit_code == 0, result.stderr
+        return [row["id"] for row in json_out(result)["experiments"]]
+
+    assert ids() == ["EXP-001", "EXP-002", "EXP-003"]
+    assert ids("--where", "model.n_layers=1") == ["EXP-003"]
+    assert ids("--where", "training.learning_rate>0.005") == ["EXP-002"]
+    assert ids("--where", "status=completed", "--where", "steps=12") == ["EXP-001", "EXP-002"]
+    losses = {row["id"]: row["eval_loss"] for row in json_out(cli(trained, "show", "--json"))["experiments"]}
+    assert ids("--sort", "eval_loss") == sorted(losses, key=losses.get)
+    assert ids("--sort", "-eval_loss", "--limit", "1") == [max(losses, key=losses.get)]
+    cutoff = sorted(losses.values())[1]
+    assert ids("--where", f"eval_loss<{cutoff}") == [min(losses, key=losses.get)]
+    picked = json_out(cli(trained, "show", "--json", "--columns", "eval_loss,model.n_layers"))["experiments"]
+    assert list(picked[0]) == ["id", "eval_loss", "model.n_layers"]
+    rows = list(csv.DictReader(io.StringIO(cli(trained, "show", "--csv").stdout)))
+    assert [row["id"] for row in rows] == ["EXP-001", "EXP-002", "EXP-003"]
+    assert float(rows[0]["eval_loss"]) == pytest.approx(losses["EXP-001"])
+    bad = cli(trained, "show", "--where", "eval_loss~3")
+    assert bad.exit_code == 2 and "expected KEY OP VALUE" in bad.stderr
+
+
+def test_filters_are_never_sql(trained: Path) -> None:
+    result = cli(trained, "show", "--json", "--where", "status=x' or '1'='1")
+    assert result.exit_code == 0 and json_out(result)["experiments"] == []
+
+
+def test_plot_renders_in_80_plain_ascii_columns(trained: Path) -> None:
+    result = cli(trained, "show", "EXP-001", "EXP-002", "--plot")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert all(ord(ch) < 128 for ch in result.stdout)
+    for title in ("train loss", "eval loss", "learning rate", "gradient norm (before clipping)"):
+        assert title in lines
+    assert "* EXP-001   o EXP-002" in result.stdout and "- clip threshold" in result.stdout
+
+
+def test_unknown_id_is_exit_2_in_every_form(trained: Path) -> None:
+    for args in (["EXP-404"], ["EXP-001", "EXP-404"], ["EXP-404", "--plot"], ["EXP-404", "--csv"]):
+        result = cli(trained, "show", *args)
+        assert result.exit_code == 2 and "unknown experiment EXP-404" in result.stderr, args
+
+
+def test_detail_shows_provenance(trained: Path) -> None:
+    done = octlm(trained, "train", "EXP-003", "--restart", "-q")
+    assert done.returncode == 0, done.stderr
+    detail = json_out(cli(trained, "show", "EXP-003", "--json"))
+    run = detail["runs"][-1]
+    assert run["argv"][1:] == ["--home", str(trained), "train", "EXP-003", "--restart", "-q"]
+    for key in ("host", "python_version", "torch_version", "device", "dtype", "threads", "started", "ended"):
+        assert run[key] is not None, key
+    text = cli(trained, "show", "EXP-003").stdout
+    assert "provenance" in text
+
+
+def test_registry_views_answer_without_joins(trained: Path) -> None:
+    with sqlite3.connect(trained / "registry.db") as conn:
+        conn.row_factory = sqlite3.Row
+        rows = [dict(r) for r in conn.execute("select * from experiment_summary order by id")]
+    assert [r["id"] for r in rows] == ["EXP-001", "EXP-002", "EXP-003"]
+    assert rows[0]["status"] == "completed" and rows[0]["step"] == 12 and rows[0]["eval_loss"] is not None
+    assert json.loads(json.dumps(rows))  # plain values only
