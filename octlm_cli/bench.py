@@ -1,6 +1,6 @@
 """``octlm bench``: training throughput against this machine's own dense matmul peak, in one run.
 
-Synthetic tokens (the data path is not what is timed). Reports ms per step, tokens/s, model
+Synthetic tokens (the data path is not what is timed). Medians throughout. Reports ms per step, tokens/s, model
 FLOP/s (6 x parameters x tokens plus attention), MFU = model FLOP/s / measured matmul peak,
 checkpoint save and load time and size, and the time to the first step after a resume
 against that of a fresh start.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -29,22 +30,22 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float = 1.0) -> float:
-    """Dense matmul FLOP/s for ``dtype``: the best of repeated square products."""
+def matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float = 1.0) -> list[float]:
+    """Dense matmul FLOP/s for ``dtype``: one rate per burst of square products."""
     size = 4096 if device.type == "cuda" else 1024
-    a = torch.randn(size, size, device=device, generator=None).to(dtype)
+    a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
     for _ in range(3):
         torch.mm(a, b)
     _sync(device)
-    best, deadline = 0.0, time.perf_counter() + seconds
+    rates, deadline = [], time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         start = time.perf_counter()
         for _ in range(4):
             torch.mm(a, b)
         _sync(device)
-        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
-    return best
+        rates.append(4 * 2 * size**3 / (time.perf_counter() - start))
+    return rates
 
 
 def flops_per_token(config: Config, parameters: int) -> float:
@@ -59,16 +60,18 @@ def _blocks(config: Config, count: int = 64) -> TokenBlocks:
     return TokenBlocks(tokens[:, :-1], tokens[:, 1:], torch.ones(count, config.model.context_length, dtype=torch.int64))
 
 
-def _time_steps(state: TrainState, blocks: TokenBlocks, steps: int) -> float:
+def _time_steps(state: TrainState, blocks: TokenBlocks, steps: int) -> list[float]:
+    """Seconds of each step (synchronised per step: on a CPU the step is synchronous anyway)."""
     for _ in range(2):  # warm-up: allocator, kernels, optimizer state
         train_step(state, blocks, 1e-4, pad_id=-1)
     _sync(state.device)
-    start = time.perf_counter()
+    times = []
     for _ in range(steps):
-        loss, _ = train_step(state, blocks, 1e-4, pad_id=-1)
-    loss.item()  # one host sync, at the end
-    _sync(state.device)
-    return (time.perf_counter() - start) / steps
+        start = time.perf_counter()
+        train_step(state, blocks, 1e-4, pad_id=-1)
+        _sync(state.device)
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
@@ -81,12 +84,16 @@ def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
     train_step(state, blocks, 1e-4, pad_id=-1)
     _sync(device)
     first_fresh = time.perf_counter() - started
-    seconds = _time_steps(state, blocks, steps)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    # The peak is sampled before and after the steps, and both sides use medians, so a
+    # machine whose speed drifts (turbo, neighbours) biases neither side of the ratio.
+    rates = matmul_peak(device, dtype, 0.5)
+    seconds = statistics.median(_time_steps(state, blocks, steps))
+    rates += matmul_peak(device, dtype, 0.5)
+    peak = statistics.median(rates)
     parameters = state.model.parameter_count()
     tokens_per_step = config.training.batch_size * config.model.context_length
     model_flops = flops_per_token(config, parameters) * tokens_per_step / seconds
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    peak = matmul_peak(device, dtype)
     with tempfile.TemporaryDirectory() as folder:
         path = checkpoint.path_for(Path(folder), state.step)
         payload = {"format": checkpoint.FORMAT, **state.state_dict()}

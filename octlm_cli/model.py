@@ -15,17 +15,19 @@ from torch import nn
 from .config import Config
 
 
-def rotary_tables(context_length: int, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_table(context_length: int, head_dim: int, base: float) -> torch.Tensor:
+    """Unit complex numbers e^(i * position * frequency): (T, hd/2) complex64."""
     inverse = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (hd/2,)
     angles = torch.outer(torch.arange(context_length, dtype=torch.float64), inverse)  # (T, hd/2)
-    return angles.cos().float(), angles.sin().float()
+    return torch.polar(torch.ones_like(angles), angles).to(torch.complex64)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: (B, H, T, hd); rotate each (even, odd) half-pair by its position's angle.
-    first, second = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # (T, hd/2)
-    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    # x: (B, T, H, hd). Each adjacent (even, odd) pair is a complex number rotated by its
+    # position's angle: one complex multiply instead of four real ones and a concatenation.
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (B, T, H, hd/2)
+    rotated = pairs * rotation[: x.shape[1], None, :]  # (T, 1, hd/2) broadcast over heads
+    return torch.view_as_real(rotated).flatten(-2).to(x.dtype)  # (B, T, H, hd)
 
 
 class Attention(nn.Module):
@@ -39,11 +41,11 @@ class Attention(nn.Module):
         self.proj = nn.Linear(model.d_model, model.d_model, bias=False)
         self.proj.residual = True  # scaled at initialisation
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape  # (B, T, C)
-        q, k, v = self.qkv(x).split(width, dim=-1)  # 3 x (B, T, C)
-        q, k, v = (t.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, self.head_dim).unbind(2)  # 3 x (B, T, H, hd)
+        q, k = apply_rotary(q, rotation), apply_rotary(k, rotation)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(batch, length, width))  # (B, T, C)
 
@@ -69,8 +71,8 @@ class Block(nn.Module):
         self.mlp = SwiGLU(config.model.d_model, config.mlp_hidden)
         self.dropout = nn.Dropout(config.model.dropout)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin))
+    def forward(self, x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(self.attention(self.attention_norm(x), rotation))
         return x + self.dropout(self.mlp(self.mlp_norm(x)))
 
 
@@ -83,9 +85,8 @@ class Decoder(nn.Module):
         self.dropout = nn.Dropout(model.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(model.n_layers))
         self.norm = nn.RMSNorm(model.d_model)
-        cos, sin = rotary_tables(model.context_length, model.d_model // model.n_heads, model.rope_base)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        rotation = rotary_table(model.context_length, model.d_model // model.n_heads, model.rope_base)
+        self.register_buffer("rotation", rotation, persistent=False)
         self._initialise(model.n_layers)
 
     def _initialise(self, n_layers: int) -> None:
@@ -103,10 +104,9 @@ class Decoder(nn.Module):
         length = tokens.shape[1]  # tokens: (B, T)
         if length > self.context_length:
             raise ValueError(f"sequence of {length} tokens exceeds the context length {self.context_length}")
-        cos, sin = self.rope_cos[:length], self.rope_sin[:length]
         x = self.dropout(self.embedding(tokens))  # (B, T, C)
         for block in self.blocks:
-            x = block(x, cos, sin)
+            x = block(x, self.rotation)
         return F.linear(self.norm(x), self.embedding.weight)  # tied head: (B, T, V)
 
     def parameter_count(self) -> int:

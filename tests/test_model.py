@@ -53,3 +53,21 @@ def test_sampling_is_seeded_and_leaves_training_streams_alone() -> None:
     assert first == second and first != other
     assert len(greedy) == 15
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_rotary_scores_depend_only_on_relative_position() -> None:
+    from octlm_cli.model import apply_rotary, rotary_table
+
+    table = rotary_table(16, 8, 10000.0)
+    generator = torch.Generator().manual_seed(4)
+    q, k = torch.randn(8, generator=generator), torch.randn(8, generator=generator)
+
+    def score(i: int, j: int) -> float:
+        qs = apply_rotary(q.expand(1, 16, 1, 8).clone(), table)[0, i, 0]
+        ks = apply_rotary(k.expand(1, 16, 1, 8).clone(), table)[0, j, 0]
+        return float(qs @ ks)
+
+    assert abs(score(5, 3) - score(12, 10)) < 1e-5
+    assert abs(score(5, 3) - score(5, 4)) > 1e-4
+    rotated = apply_rotary(q.expand(1, 16, 1, 8).clone(), table)
+    assert torch.allclose(rotated.norm(dim=-1), q.norm().expand(1, 16, 1), atol=1e-5)

@@ -61,6 +61,26 @@ def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any
     return result
 
 
+def plain_table(columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
+    """Fixed-width text for pipes and files: fast for thousands of rows, easy to grep and cut."""
+    header = list(columns)
+    body = [[fmt(cell) for cell in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def print_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> None:
+    """A rich table on a terminal; plain fixed-width text otherwise."""
+    if sys.stdout.isatty():
+        out_console().print(table(title, columns, rows))
+    else:
+        if title:
+            sys.stdout.write(title + "\n")
+        sys.stdout.write(plain_table(columns, rows))
+
+
 def key_values(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:
     result = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     result.add_column("key", style="bold")
