@@ -9,7 +9,6 @@ experiment from them (verdict history is the one thing only the registry held).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from . import checkpoint, experiments

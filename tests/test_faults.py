@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import pickle
-import shutil
 import signal
 import socket
 import sqlite3
@@ -18,7 +16,7 @@ import torch
 
 from octlm_cli import checkpoint, runfile
 
-from conftest import REPO, cli, json_out, octlm, write_experiment
+from conftest import cli, json_out, octlm, write_experiment
 
 LONG = {"training": {"steps": 1200, "warmup_steps": 20, "eval_interval": 50}, "checkpoint": {"interval": 100, "keep": 3}}
 
@@ -262,3 +260,29 @@ def test_doctor_rebuilds_a_deleted_registry(home: Path) -> None:
     assert [c["step"] for c in json_out(cli(home, "show", "EXP-001", "--json"))["checkpoints"]] == [4, 8, 12]
     assert cli(home, "doctor").exit_code == 0
     assert cli(home, "resume", "EXP-001", "--json").exit_code == 0
+
+
+def test_disk_full_during_a_checkpoint_keeps_the_previous_one(home: Path) -> None:
+    import resource
+
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    folder = home / "checkpoints" / "EXP-001"
+    previous = checkpoint.path_for(folder, 4)
+    size = previous.stat().st_size
+    digest = checkpoint.expected_digest(previous)
+
+    def limit_file_size() -> None:  # writes past this size fail with EFBIG, as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, size // 2))
+
+    result = octlm(home, "resume", "EXP-001", "-q", preexec_fn=limit_file_size)
+    assert result.returncode == 3, result.stderr
+    assert "cannot write checkpoint step-000008.pt" in result.stderr and "previous checkpoint is intact" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert [step for step, _ in checkpoint.listing(folder)] == [4]
+    assert checkpoint.read(previous)["step"] == 4 and checkpoint.expected_digest(previous) == digest
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    shown = json_out(cli(home, "show", "EXP-001", "--json"))
+    assert [c["step"] for c in shown["checkpoints"]] == [4]
+    assert shown["runs"][-1]["status"] == "failed"
+    assert cli(home, "resume", "EXP-001", "-q").exit_code == 0

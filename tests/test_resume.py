@@ -124,3 +124,22 @@ def test_sample_needs_a_checkpoint_then_is_seeded(home: Path) -> None:
     first = cli(home, "sample", "EXP-001", "--prompt", "The", "--seed", "3", "--max-new-tokens", "20")
     second = cli(home, "sample", "EXP-001", "--prompt", "The", "--seed", "3", "--max-new-tokens", "20")
     assert first.exit_code == 0 and first.stdout == second.stdout and first.stdout.startswith("The")
+
+
+def test_bf16_autocast_resumes_exactly(home: Path) -> None:
+    write_experiment(home, "EXP-002", training={"precision": "bf16"})
+    result = octlm(home, "verify-resume", "EXP-002", "--split-at", "5", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["identical"]
+
+
+def test_second_run_reads_tokens_from_the_cache(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    assert len(list((home / "cache").glob("tokens-*.npz"))) == 1
+    from octlm_cli.tokenizer import Tokenizer
+
+    def no_encoding(self, texts):  # a spy: the real run above made the cache
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(Tokenizer, "encode_documents", no_encoding)
+    assert cli(home, "resume", "EXP-001", "-q").exit_code == 0

@@ -71,7 +71,7 @@ def plain_table(columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> None:
+def print_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], *, title: str | None = None) -> None:
     """A rich table on a terminal; plain fixed-width text otherwise."""
     if sys.stdout.isatty():
         out_console().print(table(title, columns, rows))
