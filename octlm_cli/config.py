@@ -77,7 +77,7 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    interval: int = _doc("write a checkpoint every N steps (and always at the last)", default=50)
+    interval: int = _doc("write a checkpoint every N steps (and always at the last)", default=100)
     keep: int = _doc("newest checkpoints kept (the final one always is)", default=3)
 
 

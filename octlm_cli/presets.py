@@ -22,7 +22,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "batch_size": 8, "weight_decay": 0.1, "grad_clip": 1.0, "precision": "fp32",
             "eval_interval": 20,
         },
-        "checkpoint": {"interval": 50, "keep": 3},
+        "checkpoint": {"interval": 100, "keep": 3},
     },
     # A ~12M-parameter model (the "about 10M") on the Python standard library (tens of MB of real text),
     # sized for a CPU box overnight.

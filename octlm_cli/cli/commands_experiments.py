@@ -141,11 +141,12 @@ def _show_list(home: Any, sort: Optional[str], where: list[str], limit: Optional
     if chosen:
         render.print_table(list(rows[0]), ([row[c] for c in row] for row in rows))
         return
-    headers = ("ID", "description", "status", "step", "train loss", "eval loss", "ppl", "bpb", "tokens", "verdict", "updated")
+    headers = ("ID", "description", "status", "step", "train loss", "eval loss", "ppl", "bpb", "tokens", "verdict", "updated (UTC)")
     render.print_table(headers, (
         (r["id"], r["description"], r["status"], f"{r['step'] or 0}/{r['steps']}" if r["steps"] else "-",
          r["train_loss"], r["eval_loss"], r["perplexity"], r["bits_per_byte"], r["tokens"],
-         r["last_verdict"], (r["updated"] or "")[:16].replace("T", " ")) for r in rows))
+         r["last_verdict"], (r["updated"] or "")[:16].replace("T", " ")) for r in rows),
+        droppable=("updated (UTC)", "ppl", "train loss", "tokens", "verdict"))
 
 
 def _show_compare(home: Any, ids: list[str], all_keys: bool, as_json: bool, as_csv: bool) -> None:

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Any, Iterable
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -46,16 +47,22 @@ def fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         if value != 0 and not 0.01 <= abs(value) < 1e5:
             return f"{value:.{digits}g}"
-        return f"{value:.{digits}f}"
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.{digits}f}"
     if isinstance(value, int) and abs(value) >= 10_000:
         return f"{value:,}"
     return str(value)
 
 
+TEXT_COLUMNS = ("description", "detail", "command", "path", "summary", "verdict", "where", "")
+
+
 def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
-    result = Table(title=title, title_justify="left", header_style="bold")
+    """Numbers and IDs never wrap; on a narrow terminal the text columns give way, with an ellipsis."""
+    result = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     for column in columns:
-        result.add_column(column, overflow="fold")
+        text = column in TEXT_COLUMNS
+        result.add_column(column, no_wrap=not text, overflow="ellipsis" if text else "fold",
+                          ratio=1 if text else None)
     for row in rows:
         result.add_row(*(fmt(cell) for cell in row))
     return result
@@ -71,10 +78,34 @@ def plain_table(columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], *, title: str | None = None) -> None:
-    """A rich table on a terminal; plain fixed-width text otherwise."""
+def _fit(columns: list[str], rows: list[list[Any]], width: int, droppable: Iterable[str]) -> tuple[list[str], list[list[Any]]]:
+    """Drop the least important columns until the table fits ``width`` (text columns may still shrink)."""
+    text_width = 24  # what a shrinkable text column is allowed to keep
+    def natural() -> int:
+        widths = []
+        for index, name in enumerate(columns):
+            cells = [len(fmt(row[index])) for row in rows]
+            w = max([len(name), *cells])
+            widths.append(min(w, text_width) if name in TEXT_COLUMNS else w)
+        return sum(widths) + 2 * len(widths) + 2
+    for name in droppable:
+        if natural() <= width:
+            break
+        if name in columns:
+            index = columns.index(name)
+            columns = columns[:index] + columns[index + 1:]
+            rows = [row[:index] + row[index + 1:] for row in rows]
+    return columns, rows
+
+
+def print_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], *, title: str | None = None,
+                droppable: Iterable[str] = ()) -> None:
+    """A rich table on a terminal (dropping ``droppable`` columns, in order, until it fits);
+    plain fixed-width text with every column otherwise."""
     if sys.stdout.isatty():
-        out_console().print(table(title, columns, rows))
+        console = out_console()
+        names, body = _fit(list(columns), [list(row) for row in rows], console.width, droppable)
+        console.print(table(title, names, body))
     else:
         if title:
             sys.stdout.write(title + "\n")
