@@ -105,11 +105,14 @@ def read(path: Path, known_sha256: str | None = None) -> dict[str, Any]:
     except OSError as error:
         raise InvalidCheckpoint(f"{path.name}: unreadable ({error.strerror})") from None
     digest = hashlib.sha256(payload).hexdigest()
-    for expected, source in ((expected_digest(path), sidecar(path).name), (known_sha256, "the registry")):
-        if expected is not None and expected != digest:
-            raise InvalidCheckpoint(f"{path.name}: checksum mismatch against {source} (truncated or corrupted)")
-    if expected_digest(path) is None and known_sha256 is None:
+    # Either record is written by octlm only for bytes it wrote; a crash can leave one of them
+    # stale (between the checksum and checkpoint renames, or before the registry commit), so
+    # the bytes must match at least one, and a file that matches none is never trusted.
+    known = [d for d in (expected_digest(path), known_sha256) if d is not None]
+    if not known:
         raise InvalidCheckpoint(f"{path.name}: no checksum to verify it against ({sidecar(path).name} missing)")
+    if digest not in known:
+        raise InvalidCheckpoint(f"{path.name}: checksum mismatch (truncated or corrupted)")
     try:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as error:  # weights_only refuses pickled code with UnpicklingError

@@ -57,16 +57,22 @@ def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, 
         try:
             with np.load(path) as cached:
                 return cached["train"].astype(np.int64), cached["validation"].astype(np.int64)
-        except (OSError, ValueError, KeyError):
-            path.unlink(missing_ok=True)  # a damaged cache is only a cache
+        except Exception:  # EOFError, BadZipFile, ValueError...: a damaged cache is only a cache
+            path.unlink(missing_ok=True)
     train = tokenizer.encode_documents([d.text for d in corpus.train])
     validation = tokenizer.encode_documents([d.text for d in corpus.validation])
     if path is not None:
         dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
-        np.savez(temporary, train=train.astype(dtype), validation=validation.astype(dtype))
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "wb") as handle:
+                np.savez(handle, train=train.astype(dtype), validation=validation.astype(dtype))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        except OSError:
+            temporary.unlink(missing_ok=True)  # no room for the cache: train without it
     return train, validation
 
 

@@ -9,11 +9,13 @@ experiment from them (verdict history is the one thing only the registry held).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from . import checkpoint, experiments
-from .errors import OctlmError
+from .errors import OctlmError, Refused
 from .home import Home
+from .locking import ExperimentLock
 from .registry import Registry, effective_status, now
 
 
@@ -56,12 +58,24 @@ def _checkpoints(home: Home, registry: Registry, experiment_id: str, repair: boo
     problems = []
     folder = home.checkpoint_dir(experiment_id)
     on_disk = {str(p.relative_to(home.root)): (step, p) for step, p in checkpoint.listing(folder)}
-    rows = {row["path"]: row for row in registry.checkpoints(experiment_id)}
+    prefix = str(folder.relative_to(home.root))
+    rows = {row["path"]: row for row in registry.checkpoints(experiment_id)
+            if str(Path(row["path"]).parent) == prefix}  # overfit checkpoints live one folder down
     leftovers = [p for p in folder.iterdir() if p.name.endswith(".tmp")] if folder.is_dir() else []
+    if leftovers and repair:
+        try:
+            with ExperimentLock(folder, experiment_id):  # never pull a file from under a live write
+                for path in leftovers:
+                    path.unlink(missing_ok=True)
+        except Refused:
+            repair_leftovers = False
+        else:
+            repair_leftovers = True
+    else:
+        repair_leftovers = False
     for path in leftovers:
-        if repair:
-            path.unlink(missing_ok=True)
-        problems.append(_problem("leftover temporary file", str(path.relative_to(home.root)), "from an interrupted write", repair))
+        detail = "from an interrupted write" if repair_leftovers or not repair else "left alone: the experiment is running"
+        problems.append(_problem("leftover temporary file", str(path.relative_to(home.root)), detail, repair_leftovers))
     for relative, row in rows.items():
         if relative not in on_disk:
             if repair:

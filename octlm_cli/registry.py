@@ -102,15 +102,20 @@ class Registry:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction that takes the write lock up front (waits, never fails busy)."""
-        self._retry(lambda: self.conn.execute("BEGIN IMMEDIATE"))
         try:
-            yield self.conn
-        except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
+            self._retry(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield self.conn
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+        except sqlite3.IntegrityError:
             raise
-        else:
-            self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as error:
+            raise Refused(f"{self.path}: the registry cannot be written ({error}); nothing was recorded") from None
 
     def close(self) -> None:
         if self.conn is not None:

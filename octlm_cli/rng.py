@@ -22,6 +22,8 @@ def capture() -> dict[str, Any]:
     state: dict[str, Any] = {"python_rng": random.getstate(), "torch_rng": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        state["mps_rng"] = torch.mps.get_rng_state()  # dropout on Apple GPUs draws from it
     return state
 
 
@@ -31,6 +33,8 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch_rng"])
     if state.get("cuda_rng") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
+    if state.get("mps_rng") is not None and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(state["mps_rng"])
 
 
 def configure_determinism(device: torch.device) -> None:

@@ -116,9 +116,9 @@ def train(home: Home, experiment_id: str, *, restart: bool = False, until: int |
                     f"{experiment_id} already has checkpoints (newest: step {existing[-1][0]}): continue with "
                     f"`octlm resume {experiment_id}` or discard them with `octlm train {experiment_id} --restart`"
                 )
+            until = _check_until(until, config)  # bad input must not cost the user their checkpoints
             if restart:
                 _discard(home, registry, experiment_id, track)
-            until = _check_until(until, config)
             prepared = prepare(home, config)
             session = _session(home, registry, prepared, "train", track, reporter)
             state = TrainState.fresh(config, prepared.device, len(prepared.train_blocks))
@@ -135,6 +135,10 @@ def _discard(home: Home, registry: Registry, experiment_id: str, track: Track) -
         registry.remove_checkpoint(str(path.relative_to(home.root)))
         path.unlink(missing_ok=True)
         checkpoint.sidecar(path).unlink(missing_ok=True)
+    overfit = str((track.folder / "overfit").relative_to(home.root)) + "/"
+    for row in registry.checkpoints(experiment_id):
+        if row["path"].startswith(overfit):
+            registry.remove_checkpoint(row["path"])
     checkpoint.clean_leftovers(track.folder)
     (track.folder / "tokenizer.json").unlink(missing_ok=True)
     shutil.rmtree(track.folder / "overfit", ignore_errors=True)

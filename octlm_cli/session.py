@@ -178,6 +178,8 @@ class Session:
 
         self.start_step = state.step
         self.base_elapsed = state.elapsed
+        if resumed_from is not None:  # already durable: a stop before the first step rewrites nothing
+            self.saved_step, self.last_checkpoint = state.step, resumed_from
         runfile.cut(self.track.run_file, state.step)
         commit, dirty = git_state(self.home.root)
         environment = checkpoint.environment(state.device, self.config.training.precision, state.impl)
@@ -217,8 +219,11 @@ class Session:
             self.reporter.finish()
             status = "interrupted" if isinstance(error, (Interrupted, KeyboardInterrupt)) else "failed"
             message = str(error) or type(error).__name__
-            self.registry.finish_run(self.run_id, status, end_step=self.saved_step if self.saved_step is not None else self.start_step,
-                                     error=message, final_metrics=self.latest or None)
+            try:
+                self.registry.finish_run(self.run_id, status, end_step=self.saved_step if self.saved_step is not None else self.start_step,
+                                         error=message, final_metrics=self.latest or None)
+            except Exception:
+                pass  # the registry may be what failed; the run reads as crashed and doctor can fix it
             raise
         self.reporter.finish()
         if result.stopped:

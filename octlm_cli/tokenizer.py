@@ -62,7 +62,7 @@ class Tokenizer:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(path.name + ".tmp")
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         temporary.write_text(self.inner.to_str(pretty=True), encoding="utf-8")
         with open(temporary, "rb") as handle:
             os.fsync(handle.fileno())

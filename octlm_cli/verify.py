@@ -24,10 +24,14 @@ import yaml
 from . import checkpoint, experiments, runfile
 from .errors import BadInput, OctlmError
 from .home import Home
+from .locking import ExperimentLock
 from .loop import train_step
 from .registry import Registry
 from .runner import data_root, prepare, restore
 from .session import QuietReporter
+
+
+RNG_KEYS = ("python_rng", "torch_rng", "sampler_rng", "cuda_rng", "mps_rng")
 
 
 def parse_splits(text: str, until: int) -> list[int]:
@@ -112,14 +116,15 @@ def verify_resume(home: Home, experiment_id: str, split_text: str, until: int | 
                   keep_scratch: bool = False, progress: Any = None) -> dict[str, Any]:
     progress = progress or (lambda message: None)
     config = experiments.load(home, experiment_id)
-    final = until or config.training.steps
+    final = config.training.steps if until is None else until
     if not 0 < final <= config.training.steps:
         raise BadInput(f"--until {final}: must be between 1 and training.steps ({config.training.steps})")
     splits = parse_splits(split_text, final)
     registry = Registry(home.registry)
     experiments.register(home, registry, config)
     try:
-        prepared = prepare(home, config)  # trains the experiment's tokenizer once if it has none
+        with ExperimentLock(home.checkpoint_dir(experiment_id), experiment_id):
+            prepared = prepare(home, config)  # trains the experiment's tokenizer once if it has none
         tokenizer = home.checkpoint_dir(experiment_id) / "tokenizer.json"
         raw = config.to_dict() | {"checkpoint": {"interval": final, "keep": len(splits) + 1}}
         text = yaml.safe_dump(raw, sort_keys=False)
@@ -157,8 +162,7 @@ def _verdict(prepared: Any, loaded_a: checkpoint.Loaded, loaded_b: checkpoint.Lo
     checks = [
         _section("model", sa["model"], sb["model"]),
         _section("optimizer", sa["optimizer"], sb["optimizer"]),
-        _section("rng", {k: sa.get(k) for k in ("python_rng", "torch_rng", "sampler_rng", "cuda_rng")},
-                 {k: sb.get(k) for k in ("python_rng", "torch_rng", "sampler_rng", "cuda_rng")}),
+        _section("rng", {k: sa.get(k) for k in RNG_KEYS}, {k: sb.get(k) for k in RNG_KEYS}),
         _section("scaler", {"scaler": sa.get("scaler")}, {"scaler": sb.get("scaler")}),
     ]
     loss_a, loss_b = _next_loss(prepared, loaded_a), _next_loss(prepared, loaded_b)

@@ -210,6 +210,7 @@ def test_sixteen_processes_hammer_the_registry(tmp_path: Path) -> None:
         (None, ["sample", "EXP-\x00"], 2, "malformed experiment ID"),
         (None, ["verify-resume", "EXP-001", "--split-at", "0"], 2, "--split-at 0: must be above 0"),
         (None, ["verify-resume", "EXP-001", "--split-at", "x"], 2, "expected step numbers"),
+        (None, ["verify-resume", "EXP-001", "--split-at", "3", "--until", "0"], 2, "--until 0"),
         (None, ["train", "EXP-001", "--until", "99"], 2, "--until 99"),
         (None, ["sample", "EXP-001", "--temperature", "-1"], 2, "--temperature -1"),
     ],
@@ -286,3 +287,38 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(home: Path) -> Non
     assert [c["step"] for c in shown["checkpoints"]] == [4]
     assert shown["runs"][-1]["status"] == "failed"
     assert cli(home, "resume", "EXP-001", "-q").exit_code == 0
+
+
+def test_restart_with_bad_until_keeps_everything(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    before = sorted(p.name for p in (home / "checkpoints" / "EXP-001").iterdir())
+    result = cli(home, "train", "EXP-001", "--restart", "--until", "999", "-q")
+    assert result.exit_code == 2 and "--until 999" in result.stderr
+    assert sorted(p.name for p in (home / "checkpoints" / "EXP-001").iterdir()) == before
+
+
+def test_a_stale_registry_digest_does_not_hide_a_good_checkpoint(home: Path) -> None:
+    # Killed between the checkpoint's rename and the registry commit: the checksum file is
+    # right, the registry row is stale. The checkpoint is still good and must be used.
+    assert cli(home, "train", "EXP-001", "--until", "8", "-q").exit_code == 0
+    with sqlite3.connect(home / "registry.db") as conn:
+        conn.execute("update checkpoints set sha256 = 'stale' where step = 8")
+    result = cli(home, "resume", "EXP-001", "--json", "-q")
+    assert result.exit_code == 0 and json_out(result)["start_step"] == 8
+
+
+def test_a_damaged_token_cache_is_rebuilt(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    (cache,) = (home / "cache").glob("tokens-*.npz")
+    cache.write_bytes(b"PK\x03\x04 truncated")
+    result = cli(home, "resume", "EXP-001", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert cache.stat().st_size > 100
+
+
+def test_doctor_is_healthy_after_overfit_and_train(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    assert cli(home, "overfit", "EXP-001", "--steps", "5", "--max-loss", "100", "-q").exit_code == 0
+    report = cli(home, "doctor", "--json")
+    assert report.exit_code == 0, report.stdout
+    assert json_out(report)["problems"] == []

@@ -8,13 +8,14 @@ Torch and tokenizers are imported only inside the commands that train or sample,
 from __future__ import annotations
 
 import functools
+import sqlite3
 import sys
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
 from .. import __version__
-from ..errors import OctlmError
+from ..errors import REFUSED, OctlmError
 from ..home import Home
 from . import render
 
@@ -67,6 +68,13 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
             else:
                 render.error(str(exc))
             raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:  # a full disk, a vanished folder: one line, existing state untouched
+            where = f": {exc.filename}" if exc.filename else ""
+            render.error(f"{exc.strerror or exc}{where}; nothing already written was changed")
+            raise typer.Exit(REFUSED) from None
+        except sqlite3.Error as exc:
+            render.error(f"registry error: {exc}")
+            raise typer.Exit(REFUSED) from None
 
     return wrapper
 
