@@ -163,8 +163,9 @@ def _verdict(prepared: Any, loaded_a: checkpoint.Loaded, loaded_b: checkpoint.Lo
         _section("model", sa["model"], sb["model"]),
         _section("optimizer", sa["optimizer"], sb["optimizer"]),
         _section("rng", {k: sa.get(k) for k in RNG_KEYS}, {k: sb.get(k) for k in RNG_KEYS}),
-        _section("scaler", {"scaler": sa.get("scaler")}, {"scaler": sb.get("scaler")}),
     ]
+    if sa.get("scaler") or sb.get("scaler"):  # fp16 only
+        checks.append(_section("scaler", {"scaler": sa.get("scaler")}, {"scaler": sb.get("scaler")}))
     loss_a, loss_b = _next_loss(prepared, loaded_a), _next_loss(prepared, loaded_b)
     checks.append({"check": "next-batch loss", "compared": 1,
                    "differing": [] if loss_a == loss_b else [{"name": "loss", "max_abs_diff": abs(loss_a - loss_b)}],

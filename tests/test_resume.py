@@ -50,7 +50,7 @@ def test_resume_in_new_processes_chain_of_three(home: Path) -> None:
     verdict = json.loads(result.stdout)
     assert verdict["identical"] and verdict["split_at"] == [3, 6, 9]
     assert {c["check"] for c in verdict["checks"]} >= {"model", "optimizer", "rng", "next-batch loss", "run file"}
-    assert all(c["compared"] > 0 for c in verdict["checks"] if c["check"] != "scaler")
+    assert all(c["compared"] > 0 for c in verdict["checks"])
     assert not (home / "checkpoints" / "EXP-001" / "step-000012.pt").exists()  # scratch only
     shown = json_out(cli(home, "show", "EXP-001", "--json"))
     assert shown["verifications"][-1]["verdict"] == "pass"
@@ -143,3 +143,13 @@ def test_second_run_reads_tokens_from_the_cache(home: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(Tokenizer, "encode_documents", no_encoding)
     assert cli(home, "resume", "EXP-001", "-q").exit_code == 0
+
+
+def test_fp16_with_grad_scaler_resumes_exactly(home: Path) -> None:
+    write_experiment(home, "EXP-003", training={"precision": "fp16"})
+    result = octlm(home, "verify-resume", "EXP-003", "--split-at", "5", "--json")
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["identical"]
+    scaler = next(c for c in verdict["checks"] if c["check"] == "scaler")
+    assert scaler["compared"] > 0 and not scaler["differing"]

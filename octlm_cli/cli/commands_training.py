@@ -84,7 +84,8 @@ def verify_resume(
                          "identical" if not check["differing"] else f"DIFFERS (max |diff| {worst:.3g}) {detail}"))
         title = f"verify-resume {experiment_id}: split at {','.join(map(str, result['split_at']))}, until {result['until']}"
         render.print_table(("check", "compared", "identical", "verdict"), rows, title=title)
-        print(f"{experiment_id}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; next-batch loss {result['next_loss']:.6f}")
+        print(f"{experiment_id}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; "
+              f"next-batch loss {result['next_loss']:.6f}; (a) {result['seconds']['a']:.1f} s, (b) {result['seconds']['b']:.1f} s")
     if not result["identical"]:
         raise typer.Exit(1)
 
