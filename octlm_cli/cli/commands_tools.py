@@ -70,11 +70,11 @@ def bench(
         render.emit_json(report)
         return
     render.print_table(
-        ("precision", "ms/step", "tokens/s", "model GFLOP/s", "matmul peak GFLOP/s", "MFU", "ckpt MB", "save s", "load s",
+        ("precision", "ms/step", "tokens/s", "model GFLOP/s", "matmul peak GFLOP/s", "MFU", "ckpt MB", "save s", "load s", "ckpt cost %",
          "1st step fresh s", "1st step resumed s"),
         ((r["precision"], r["ms_per_step"], r["tokens_per_second"], r["model_flops_per_second"] / 1e9,
           r["matmul_peak_flops_per_second"] / 1e9, r["mfu"], r["checkpoint_bytes"] / 1e6, r["checkpoint_save_seconds"],
-          r["checkpoint_load_seconds"], r["first_step_fresh_seconds"], r["first_step_resumed_seconds"]) for r in report["results"]),
+          r["checkpoint_load_seconds"], 100 * r["checkpoint_cost_at_interval"], r["first_step_fresh_seconds"], r["first_step_resumed_seconds"]) for r in report["results"]),
         title=f"bench {config.id or config.preset}: {report['parameters']:,} parameters, {report['tokens_per_step']} tokens/step, "
               f"{report['machine']['threads']} threads, {report['machine']['device']}")
     if "bf16_over_fp32_tokens_per_second" in report:
