@@ -29,7 +29,7 @@ class ConsoleReporter:
                   f"{info['parameters']:,} parameters, {info['device']}, {info['precision']}")
         if self.interactive:
             self.progress = Progress(
-                TextColumn("[bold]{task.fields[id]}"), BarColumn(), TextColumn("step {task.completed}/{task.total}"),
+                TextColumn("[bold]{task.fields[id]}"), BarColumn(bar_width=12), TextColumn("{task.completed}/{task.total}"),
                 TextColumn("{task.fields[metrics]}"), TimeRemainingColumn(), console=self.console, transient=False)
             self.task = self.progress.add_task("train", total=info["until"], completed=info["start"], id=info["id"],
                                                metrics="")
@@ -41,11 +41,14 @@ class ConsoleReporter:
             self.progress.update(self.task, completed=step)
 
     def eval(self, record: dict[str, Any]) -> None:
+        if self.progress is not None:  # fits 80 columns beside the bar and the ETA
+            self.progress.update(self.task, metrics=(
+                f"loss {record['train_loss']:.3f} eval {record['eval_loss']:.3f} lr {record['lr']:.1e} "
+                f"{record['tokens_per_second'] / 1000:.1f}k tok/s"))
+            return
         text = (f"loss {record['train_loss']:.4f} eval {record['eval_loss']:.4f} "
                 f"lr {record['lr']:.2e} {record['tokens_per_second']:,.0f} tok/s")
-        if self.progress is not None:
-            self.progress.update(self.task, metrics=text)
-        elif not self.quiet:
+        if not self.quiet:
             render.info(f"step {record['step']}: {text} ppl {record['perplexity']:.2f} bpb {record['bits_per_byte']:.4f}")
 
     def checkpoint(self, step: int, path: Path) -> None:
