@@ -115,9 +115,9 @@ class TrainState:
 def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One step in the seed's order; returns (loss, gradient norm before clipping) as tensors."""
     training = state.config.training
-    batch = blocks.select(state.sampler.next())
-    inputs = batch.inputs.to(state.device, non_blocking=True)  # (B, T)
-    targets = batch.targets.to(state.device, non_blocking=True)  # (B, T)
+    index = state.sampler.next()  # byte lengths are for evaluation only: not gathered here
+    inputs = blocks.inputs[index].to(state.device, non_blocking=True)  # (B, T)
+    targets = blocks.targets[index].to(state.device, non_blocking=True)  # (B, T)
     with autocast(state.device, training.precision):
         logits = state.model(inputs)  # (B, T, V)
     loss = model_loss(logits, targets, pad_id)
