@@ -11,7 +11,7 @@ from typing import Any
 from .errors import ConfigError
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # The seed's Day 1: a ~1M-parameter model that trains on a laptop CPU in about a minute;
+    # The seed's Day 1: a ~1M-parameter model that trains on 2 CPU cores in about 15 seconds;
     # the experiment behind exact resume and overfitting one block (EXP-008).
     "day1": {
         "data": {"sources": ["builtin:docs"], "validation_fraction": 0.1, "max_bytes": 0},
@@ -37,8 +37,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         "checkpoint": {"interval": 500, "keep": 3},
     },
-    # Between the two: a ~3M-parameter model on the docs plus 8 MB of the standard library;
-    # about an hour on a CPU box. For trying an idea before committing a night to it.
+    # Between the two: a ~3.7M-parameter model on the docs plus 8 MB of the standard library;
+    # about half an hour on a CPU box. For trying an idea before committing a night to it.
     "day3": {
         "data": {"sources": ["builtin:docs", "builtin:stdlib"], "validation_fraction": 0.05, "max_bytes": 8_000_000},
         "tokenizer": {"vocab_size": 2048},
@@ -66,9 +66,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 DESCRIPTIONS = {
-    "day1": "~1M parameters, builtin:docs, 200 steps, fp32: the seed experiment; about a minute on a CPU",
+    "day1": "~1M parameters, builtin:docs, 200 steps, fp32: the seed experiment, ~15 s on 2 cores",
     "day2": "~12M parameters, builtin:stdlib, 10,000 steps, fp32: a CPU box overnight",
-    "day3": "~3M parameters, docs + 8 MB of stdlib, 2,000 steps: about an hour on a CPU",
+    "day3": "~3.7M parameters, docs + 8 MB of stdlib, 2,000 steps: ~30 min on 2 cores",
     "day4": "~91M parameters, builtin:stdlib, 24,000 steps, bf16: a GPU run",
 }
 

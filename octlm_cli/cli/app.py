@@ -80,10 +80,10 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # Options shared by several commands.
-SetOption = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config key: SECTION.KEY=VALUE (repeatable).", show_default=False)]
+SetOption = Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="Override a config key: SECTION.KEY=VALUE (repeatable).", show_default=False)]
 JsonOption = Annotated[bool, typer.Option("--json", help="Write machine-readable JSON on stdout.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output on stderr.")]
-UntilOption = Annotated[Optional[int], typer.Option("--until", help="Stop after this step (writing a checkpoint there); default: training.steps.", show_default=False)]
+UntilOption = Annotated[Optional[int], typer.Option("--until", metavar="N", help="Stop after this step (writing a checkpoint there); default: training.steps.", show_default=False)]
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from . import render
+from ..presets import DESCRIPTIONS
 from .app import JsonOption, SetOption, app, handled, state
 
 
@@ -15,10 +16,10 @@ from .app import JsonOption, SetOption, app, handled, state
 @handled
 def new(
     experiment_id: Annotated[Optional[str], typer.Argument(metavar="[ID]", help="EXP-<digits>; omitted: the next free EXP-NNN.", show_default=False)] = None,
-    preset: Annotated[Optional[str], typer.Option("--preset", help="day1 (default), day2, day3 or day4.", show_default=False)] = None,
-    from_id: Annotated[Optional[str], typer.Option("--from", help="Copy the config of an existing experiment.", show_default=False)] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help="Start from a preset (default day1). " + "; ".join(f"{name}: {text}" for name, text in DESCRIPTIONS.items()) + ".", show_default=False)] = None,
+    from_id: Annotated[Optional[str], typer.Option("--from", metavar="ID", help="Copy the config of an existing experiment.", show_default=False)] = None,
     overrides: SetOption = None,
-    description: Annotated[Optional[str], typer.Option("--description", help="One line saying what this experiment tries.", show_default=False)] = None,
+    description: Annotated[Optional[str], typer.Option("--description", metavar="TEXT", help="One line saying what this experiment tries.", show_default=False)] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Write experiments/<ID>.yaml and register it; print the ID on stdout."""
@@ -42,10 +43,10 @@ def show(
     ids: Annotated[Optional[list[str]], typer.Argument(metavar="[ID]...", help="One experiment: its detail; several: side by side; none: list all.", show_default=False)] = None,
     all_keys: Annotated[bool, typer.Option("--all-keys", help="Compare every config key, not only those that differ.")] = False,
     plot: Annotated[bool, typer.Option("--plot", help="Draw train/eval loss, learning rate and gradient norm from the run files.")] = False,
-    sort: Annotated[Optional[str], typer.Option("--sort", help="Sort the list by a column or config key; prefix - for descending.", show_default=False)] = None,
-    where: Annotated[Optional[list[str]], typer.Option("--where", help="Filter the list: KEY OP VALUE, e.g. 'eval_loss<2.5' or 'model.n_layers=4' (repeatable).", show_default=False)] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", help="Show at most N experiments.", show_default=False)] = None,
-    columns: Annotated[Optional[str], typer.Option("--columns", help="Comma-separated columns of the list (listing columns or config keys).", show_default=False)] = None,
+    sort: Annotated[Optional[str], typer.Option("--sort", metavar="KEY", help="Sort the list by a column or config key; prefix - for descending.", show_default=False)] = None,
+    where: Annotated[Optional[list[str]], typer.Option("--where", metavar="EXPR", help="Filter the list: KEY OP VALUE, e.g. 'eval_loss<2.5' or 'model.n_layers=4' (repeatable).", show_default=False)] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", metavar="N", help="Show at most N experiments.", show_default=False)] = None,
+    columns: Annotated[Optional[str], typer.Option("--columns", metavar="A,B,...", help="Comma-separated columns of the list (listing columns or config keys).", show_default=False)] = None,
     as_json: JsonOption = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Write CSV on stdout.")] = False,
 ) -> None:

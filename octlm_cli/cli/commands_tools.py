@@ -36,9 +36,9 @@ def doctor(
 @handled
 def bench(
     experiment_id: Annotated[Optional[str], typer.Argument(metavar="[ID]", help="Experiment whose model to time (default: EXP-008, else --preset).", show_default=False)] = None,
-    preset: Annotated[Optional[str], typer.Option("--preset", help="Time a preset's model instead (day1 ... day4).", show_default=False)] = None,
-    steps: Annotated[int, typer.Option("--steps", help="Training steps to time (after 2 warm-up steps).")] = 10,
-    precision: Annotated[Optional[str], typer.Option("--precision", help="fp32, bf16, fp16, or a list such as fp32,bf16 (default: the config's).", show_default=False)] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help="Time a preset's model instead (day1 ... day4).", show_default=False)] = None,
+    steps: Annotated[int, typer.Option("--steps", metavar="N", help="Training steps to time (after 2 warm-up steps).")] = 10,
+    precision: Annotated[Optional[str], typer.Option("--precision", metavar="P[,P2]", help="fp32, bf16, fp16, or a list such as fp32,bf16 (default: the config's).", show_default=False)] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Time training steps against this machine's measured matmul peak (MFU), checkpoints and resume."""

@@ -48,7 +48,7 @@ def train(
 @handled
 def resume(
     experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
-    step: Annotated[Optional[int], typer.Option("--step", help="Resume from the checkpoint at this step (default: the newest valid one).", show_default=False)] = None,
+    step: Annotated[Optional[int], typer.Option("--step", metavar="N", help="Resume from the checkpoint at this step (default: the newest valid one).", show_default=False)] = None,
     until: UntilOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -64,8 +64,8 @@ def resume(
 @handled
 def verify_resume(
     experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
-    split_at: Annotated[str, typer.Option("--split-at", help="Step(s) where run (b) stops and resumes in a new process: N or N1,N2,...")],
-    until: Annotated[Optional[int], typer.Option("--until", help="Final step M of both runs (default: training.steps).", show_default=False)] = None,
+    split_at: Annotated[str, typer.Option("--split-at", metavar="N[,N2,...]", help="Step(s) where run (b) stops and resumes in a new process: N or N1,N2,...")],
+    until: Annotated[Optional[int], typer.Option("--until", metavar="N", help="Final step M of both runs (default: training.steps).", show_default=False)] = None,
     keep_scratch: Annotated[bool, typer.Option("--keep-scratch", help="Keep the scratch folders for inspection.")] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -94,8 +94,8 @@ def verify_resume(
 @handled
 def overfit(
     experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps (default: training.steps).", show_default=False)] = None,
-    max_loss: Annotated[float, typer.Option("--max-loss", help="Pass when the final loss on the block is at most this.")] = 1.0,
+    steps: Annotated[Optional[int], typer.Option("--steps", metavar="N", help="Training steps (default: training.steps).", show_default=False)] = None,
+    max_loss: Annotated[float, typer.Option("--max-loss", metavar="X", help="Pass when the final loss on the block is at most this.")] = 1.0,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -125,12 +125,12 @@ def overfit(
 @handled
 def sample(
     experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
-    prompt: Annotated[str, typer.Option("--prompt", help="Text to continue.")] = "",
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate.")] = 200,
-    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature; 0 = greedy.")] = 1.0,
-    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Sample only from the k likeliest tokens.", show_default=False)] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling generator (never the training streams).")] = 0,
-    step: Annotated[Optional[int], typer.Option("--step", help="Use the checkpoint at this step (default: the newest).", show_default=False)] = None,
+    prompt: Annotated[str, typer.Option("--prompt", metavar="TEXT", help="Text to continue.")] = "",
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", metavar="N", help="Tokens to generate.")] = 200,
+    temperature: Annotated[float, typer.Option("--temperature", metavar="T", help="Sampling temperature; 0 = greedy.")] = 1.0,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", metavar="K", help="Sample only from the k likeliest tokens.", show_default=False)] = None,
+    seed: Annotated[int, typer.Option("--seed", metavar="S", help="Seed of the sampling generator (never the training streams).")] = 0,
+    step: Annotated[Optional[int], typer.Option("--step", metavar="N", help="Use the checkpoint at this step (default: the newest).", show_default=False)] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Generate text from an experiment's newest (or given) checkpoint; prints it on stdout."""
