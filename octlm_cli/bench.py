@@ -92,7 +92,7 @@ def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
     rates += matmul_peak(device, dtype, 0.5)
     peak = statistics.median(rates)
     parameters = state.model.parameter_count()
-    tokens_per_step = config.training.batch_size * config.model.context_length
+    tokens_per_step = state.tokens_per_step
     model_flops = flops_per_token(config, parameters) * tokens_per_step / seconds
     with tempfile.TemporaryDirectory() as folder:
         path = checkpoint.path_for(Path(folder), state.step)
@@ -111,6 +111,7 @@ def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
         first_resumed = time.perf_counter() - started + load_seconds
     return {
         "precision": precision,
+        "parameters": parameters,
         "ms_per_step": round(seconds * 1000, 2),
         "tokens_per_second": round(tokens_per_step / seconds, 1),
         "model_flops_per_second": model_flops,
@@ -128,9 +129,8 @@ def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
 
 def run(config: Config, precisions: list[str], steps: int) -> dict[str, Any]:
     results = [measure(config, precision, steps) for precision in precisions]
-    parameters = sum(p.numel() for p in __import__("octlm_cli.model", fromlist=["Decoder"]).Decoder(config).parameters())
     report = {
-        "experiment": config.id or None, "preset": config.preset or None, "parameters": parameters,
+        "experiment": config.id or None, "preset": config.preset or None, "parameters": results[0]["parameters"],
         "tokens_per_step": config.training.batch_size * config.model.context_length, "steps_timed": steps,
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "threads": torch.get_num_threads(), "torch": str(torch.__version__),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import platform
 import re
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import torch
 from . import __version__
 from .config import diff as config_diff
 from .errors import Refused
+from .fsutil import atomic_write
 
 FORMAT = "octlm-checkpoint-v1"
 NAME = re.compile(r"step-(\d{6,})\.pt")
@@ -48,27 +48,6 @@ def environment(device: torch.device, precision: str, optimizer_impl: str) -> di
     }
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(path: Path, payload: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
 def save(path: Path, state: dict[str, Any]) -> tuple[str, int]:
     """Write ``state`` durably and atomically; returns (sha256, size).
 
@@ -81,9 +60,8 @@ def save(path: Path, state: dict[str, Any]) -> tuple[str, int]:
     torch.save(state, buffer)
     payload = buffer.getvalue()
     digest = hashlib.sha256(payload).hexdigest()
-    _write_durably(sidecar(path), f"{digest}  {path.name}\n".encode())
-    _write_durably(path, payload)
-    _fsync_dir(path.parent)
+    atomic_write(sidecar(path), f"{digest}  {path.name}\n".encode())
+    atomic_write(path, payload, sync_dir=True)
     return digest, len(payload)
 
 
@@ -131,6 +109,12 @@ def _reason(error: Exception) -> str:
     return next((line[:200] for line in lines if line), type(error).__name__)
 
 
+def remove(path: Path) -> None:
+    """A checkpoint and its checksum file."""
+    path.unlink(missing_ok=True)
+    sidecar(path).unlink(missing_ok=True)
+
+
 def listing(folder: Path) -> list[tuple[int, Path]]:
     if not folder.is_dir():
         return []
@@ -142,17 +126,19 @@ def listing(folder: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def clean_leftovers(folder: Path) -> list[Path]:
-    """Remove temporary files and orphaned checksum files left by a crash."""
-    removed = []
+def leftovers(folder: Path) -> list[Path]:
+    """Temporary files and orphaned checksum files left by a crash."""
     if not folder.is_dir():
-        return removed
-    for path in folder.iterdir():
-        orphan = path.suffix == ".sha256" and not path.with_suffix(".pt").exists()
-        if path.name.endswith(".tmp") or orphan:
-            path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed
+        return []
+    return sorted(p for p in folder.iterdir() if p.name.endswith(".tmp")
+                  or (p.suffix == ".sha256" and not p.with_suffix(".pt").exists()))
+
+
+def clean_leftovers(folder: Path) -> list[Path]:
+    found = leftovers(folder)
+    for path in found:
+        path.unlink(missing_ok=True)
+    return found
 
 
 @dataclass(frozen=True)

@@ -272,6 +272,11 @@ def from_dict(raw: Any, origin: str = "<config>") -> Config:
                 top[key] = _coerce(raw[key], str, key)
             except ConfigError as error:
                 raise ConfigError(f"{origin}: {error}") from None
+    if top.get("preset"):
+        from .presets import PRESETS
+
+        if top["preset"] not in PRESETS:
+            raise ConfigError(f"{origin}: preset: unknown preset {top['preset']!r}; choose one of {', '.join(PRESETS)}")
     sections = {name: _section(cls, raw.get(name), name, origin) for name, cls in SECTIONS.items()}
     config = Config(**top, **sections)
     check(config, origin)

@@ -104,7 +104,10 @@ def _name(path: Path, root: Path) -> str:
 
 
 def _files(source: str, home: Path) -> list[Path]:
-    pattern = Path(source).expanduser()
+    try:
+        pattern = Path(source).expanduser()
+    except RuntimeError as error:  # "~nosuchuser/x"
+        raise BadInput(f"data.sources: {source!r}: {error}") from None
     if not pattern.is_absolute():
         pattern = home / pattern
     if glob.has_magic(str(pattern)):

@@ -11,7 +11,6 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -103,7 +102,3 @@ class Sampler:
 
 def bits_per_byte(total_nats: float, total_bytes: int) -> float:
     return float(total_nats / (math.log(2) * total_bytes)) if total_bytes else float("nan")
-
-
-def summary(blocks: TokenBlocks) -> dict[str, Any]:
-    return {"blocks": len(blocks), "tokens": int(blocks.targets.numel())}

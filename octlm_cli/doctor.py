@@ -25,9 +25,9 @@ def _problem(kind: str, where: str, detail: str, repaired: bool = False) -> dict
 
 def run(home: Home, repair: bool = False) -> dict[str, Any]:
     problems: list[dict[str, Any]] = []
-    registry = Registry(home.registry)
+    registry = Registry(home.registry, create=repair)  # checking never creates a registry
     try:
-        ids = sorted(p.stem for p in home.experiments.glob("EXP-*.yaml")) if home.experiments.is_dir() else []
+        ids = experiments.ids_on_disk(home)
         rows = {row["id"]: row for row in registry.query("select * from experiments")}
         for experiment_id in ids:
             try:
@@ -61,21 +61,18 @@ def _checkpoints(home: Home, registry: Registry, experiment_id: str, repair: boo
     prefix = str(folder.relative_to(home.root))
     rows = {row["path"]: row for row in registry.checkpoints(experiment_id)
             if str(Path(row["path"]).parent) == prefix}  # overfit checkpoints live one folder down
-    leftovers = [p for p in folder.iterdir() if p.name.endswith(".tmp")] if folder.is_dir() else []
+    leftovers = checkpoint.leftovers(folder)
+    cleaned = False
     if leftovers and repair:
         try:
             with ExperimentLock(folder, experiment_id):  # never pull a file from under a live write
-                for path in leftovers:
-                    path.unlink(missing_ok=True)
+                checkpoint.clean_leftovers(folder)
+                cleaned = True
         except Refused:
-            repair_leftovers = False
-        else:
-            repair_leftovers = True
-    else:
-        repair_leftovers = False
+            pass
     for path in leftovers:
-        detail = "from an interrupted write" if repair_leftovers or not repair else "left alone: the experiment is running"
-        problems.append(_problem("leftover temporary file", str(path.relative_to(home.root)), detail, repair_leftovers))
+        detail = "left alone: the experiment is running" if repair and not cleaned else "from an interrupted write"
+        problems.append(_problem("leftover temporary file", str(path.relative_to(home.root)), detail, cleaned))
     for relative, row in rows.items():
         if relative not in on_disk:
             if repair:

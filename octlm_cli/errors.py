@@ -6,14 +6,14 @@ on stderr and exits with its code, never with a traceback.
 
 from __future__ import annotations
 
-OK = 0
 CHECK_FAILED = 1
 BAD_INPUT = 2
 REFUSED = 3
 
 
 class OctlmError(Exception):
-    """An expected failure with a one-line, user-facing message."""
+    """An expected failure with a one-line, user-facing message. (A check that ran and failed
+    is not an error: its command reports the verdict and exits CHECK_FAILED.)"""
 
     exit_code = CHECK_FAILED
 
@@ -33,8 +33,3 @@ class Refused(OctlmError):
 
     exit_code = REFUSED
 
-
-class CheckFailed(OctlmError):
-    """A verification ran and did not pass."""
-
-    exit_code = CHECK_FAILED

@@ -72,7 +72,7 @@ def create(home: Home, experiment_id: str | None, config: cfg.Config) -> cfg.Con
                 raise BadInput(f"experiment {experiment_id} already exists: choose another ID or omit it")
             candidates = iter([experiment_id])
         else:
-            taken = [id_number(p.stem) for p in home.experiments.glob("EXP-*.yaml") if _is_id(p.stem)]
+            taken = [id_number(i) for i in ids_on_disk(home)]
             taken += [id_number(i) for i in registry.experiment_ids() if _is_id(i)]
             start = max(taken, default=0) + 1
             candidates = (f"EXP-{n:03d}" for n in range(start, start + 100_000))
@@ -117,7 +117,12 @@ def _publish(path: Path, text: str) -> bool:
         os.unlink(temporary)
 
 
-def unregistered_files(home: Home, known: set[str]) -> list[str]:
+def ids_on_disk(home: Home) -> list[str]:
+    """IDs of the well-formed ``experiments/EXP-*.yaml`` files."""
     if not home.experiments.is_dir():
         return []
-    return sorted(p.stem for p in home.experiments.glob("EXP-*.yaml") if _is_id(p.stem) and p.stem not in known)
+    return sorted(p.stem for p in home.experiments.glob("EXP-*.yaml") if _is_id(p.stem))
+
+
+def unregistered_files(home: Home, known: set[str]) -> list[str]:
+    return [experiment_id for experiment_id in ids_on_disk(home) if experiment_id not in known]

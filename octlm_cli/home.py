@@ -34,7 +34,10 @@ def find_home(explicit: str | os.PathLike | None = None, start: Path | None = No
     ``experiments/`` or ``registry.db``; else ``start`` itself."""
     chosen = explicit if explicit not in (None, "") else os.environ.get("OCTLM_HOME") or None
     if chosen is not None:
-        path = Path(chosen).expanduser()
+        try:
+            path = Path(chosen).expanduser()
+        except RuntimeError as error:  # "~nosuchuser/x"
+            raise BadInput(f"home {chosen!r}: {error}") from None
         if path.exists() and not path.is_dir():
             raise BadInput(f"home {path} is not a folder: pass --home with a folder")
         return path.resolve()

@@ -86,8 +86,12 @@ class TrainState:
         return cls(config, device, model, optimizer, sampler, scaler, impl)
 
     @property
+    def tokens_per_step(self) -> int:
+        return self.sampler.batch_size * self.config.model.context_length
+
+    @property
     def tokens(self) -> int:
-        return self.step * self.sampler.batch_size * self.config.model.context_length
+        return self.step * self.tokens_per_step
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -201,12 +201,10 @@ class Registry:
         return [effective_status(row) for row in rows]
 
     def _mark_crashed(self, conn: sqlite3.Connection, experiment_id: str) -> None:
-        host = socket.gethostname()
         for row in conn.execute(
-            "select id, pid from runs where experiment_id = ? and status = 'running' and host = ?",
-            (experiment_id, host),
+            "select id, pid, host, status from runs where experiment_id = ? and status = 'running'", (experiment_id,)
         ).fetchall():
-            if row["pid"] != os.getpid() and not pid_alive(row["pid"]):
+            if effective_status(dict(row))["status"] == "crashed":
                 conn.execute(
                     "update runs set status = 'crashed', ended = ?, updated = ? where id = ?",
                     (now(), now(), row["id"]),
@@ -233,6 +231,10 @@ class Registry:
 
     def checkpoints(self, experiment_id: str) -> list[dict[str, Any]]:
         return self.query("select * from checkpoints where experiment_id = ? order by step", (experiment_id,))
+
+    def digests(self, root: Path, experiment_id: str) -> dict[str, str]:
+        """{absolute checkpoint path: sha256} as registered, for verifying files before loading."""
+        return {str(root / row["path"]): row["sha256"] for row in self.checkpoints(experiment_id)}
 
     # ------------------------------------------------------------------ verdicts
 

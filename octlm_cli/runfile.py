@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .fsutil import atomic_write
+
 TIMING_FIELDS = ("elapsed_seconds", "tokens_per_second")
 
 
@@ -27,12 +29,7 @@ def cut(path: Path, step: int) -> None:
     """Keep only the records at or before ``step`` (atomically)."""
     kept = [r for r in read(path) if isinstance(r, dict) and r.get("step", 0) <= step]
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(record) + "\n" for record in kept)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    atomic_write(path, "".join(json.dumps(record) + "\n" for record in kept).encode("utf-8"))
 
 
 def append(path: Path, record: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ CLI commands call exactly one of these and render what comes back.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import torch
 
 from . import checkpoint, corpus, data, experiments, rng, runfile
 from .config import Config
-from .errors import BadInput, CheckFailed, Refused
+from .errors import BadInput, Refused
 from .home import Home
 from .locking import ExperimentLock
 from .loop import TrainState, evaluate
@@ -133,8 +134,7 @@ def _discard(home: Home, registry: Registry, experiment_id: str, track: Track) -
     """``--restart``: checkpoints, tokenizer and run file go; registry rows of old runs stay as history."""
     for _, path in checkpoint.listing(track.folder):
         registry.remove_checkpoint(str(path.relative_to(home.root)))
-        path.unlink(missing_ok=True)
-        checkpoint.sidecar(path).unlink(missing_ok=True)
+        checkpoint.remove(path)
     overfit = str((track.folder / "overfit").relative_to(home.root)) + "/"
     for row in registry.checkpoints(experiment_id):
         if row["path"].startswith(overfit):
@@ -145,12 +145,11 @@ def _discard(home: Home, registry: Registry, experiment_id: str, track: Track) -
     track.run_file.unlink(missing_ok=True)
 
 
-def restore(prepared: Prepared, loaded: checkpoint.Loaded, reporter: Reporter, batch_size: int | None = None,
-            num_blocks: int | None = None) -> TrainState:
+def restore(prepared: Prepared, loaded: checkpoint.Loaded, reporter: Reporter) -> TrainState:
     """Rebuild the training state from a verified checkpoint, refusing one from another setup."""
     checkpoint.check_fingerprints(loaded.state, config=prepared.config, data_hash=prepared.data_hash,
                                   tokenizer_hash=prepared.tokenizer.fingerprint, path=loaded.path)
-    state = TrainState.fresh(prepared.config, prepared.device, num_blocks or len(prepared.train_blocks), batch_size)
+    state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks))
     for message in checkpoint.environment_warnings(
             loaded.state.get("environment", {}),
             checkpoint.environment(state.device, prepared.config.training.precision, state.impl)):
@@ -168,8 +167,7 @@ def resume(home: Home, experiment_id: str, *, step: int | None = None, until: in
         with ExperimentLock(track.folder, experiment_id):
             for leftover in checkpoint.clean_leftovers(track.folder):
                 reporter.note(f"removed leftover {leftover.name}")
-            known = {str(home.root / row["path"]): row["sha256"] for row in registry.checkpoints(experiment_id)}
-            loaded = checkpoint.newest_valid(track.folder, known, step)
+            loaded = checkpoint.newest_valid(track.folder, registry.digests(home.root, experiment_id), step)
             if loaded is not None:
                 for reason in loaded.skipped:
                     reporter.warn(f"skipped an invalid checkpoint: {reason}; falling back to {loaded.path.name}")
@@ -178,6 +176,7 @@ def resume(home: Home, experiment_id: str, *, step: int | None = None, until: in
                     return {"id": experiment_id, "kind": "resume", "status": "complete", "start_step": loaded.state["step"],
                             "end_step": loaded.state["step"], "steps": config.training.steps,
                             "checkpoint": str(loaded.path), "metrics": loaded.state.get("metrics") or {}}
+            until = _check_until(until, config, loaded.state["step"] if loaded else 0)  # before any slow work
             prepared = prepare(home, config)
             session = _session(home, registry, prepared, "resume", track, reporter)
             if loaded is None:
@@ -186,7 +185,6 @@ def resume(home: Home, experiment_id: str, *, step: int | None = None, until: in
             else:
                 state = restore(prepared, loaded, reporter)
                 session.latest = loaded.state.get("metrics") or {}
-            until = _check_until(until, config, state.step)
             session.drive(state, until=until, train_blocks=prepared.train_blocks, eval_blocks=prepared.eval_blocks,
                           pad_id=prepared.tokenizer.pad_id, resumed_from=loaded.path if loaded else None)
             return session.summary(state)
@@ -205,7 +203,7 @@ def overfit(home: Home, experiment_id: str, *, steps: int | None = None, max_los
         if steps <= 0:
             raise BadInput(f"--steps {steps}: must be positive")
         warmup = config.training.warmup_steps if config.training.warmup_steps < steps else steps // 10
-        config = config.replace(training=_replace(config.training, steps=steps, warmup_steps=warmup))
+        config = config.replace(training=dataclasses.replace(config.training, steps=steps, warmup_steps=warmup))
     track = Track(home.checkpoint_dir(experiment_id) / "overfit", home.run_file(experiment_id, "-overfit"))
     try:
         with ExperimentLock(home.checkpoint_dir(experiment_id), experiment_id):
@@ -245,12 +243,6 @@ def overfit(home: Home, experiment_id: str, *, steps: int | None = None, max_los
         registry.close()
 
 
-def _replace(section: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(section, **changes)
-
-
 def sample(home: Home, experiment_id: str, *, prompt: str = "", max_new_tokens: int = 200,
            temperature: float = 1.0, top_k: int | None = None, seed: int = 0, step: int | None = None) -> dict[str, Any]:
     from . import generate
@@ -267,7 +259,7 @@ def sample(home: Home, experiment_id: str, *, prompt: str = "", max_new_tokens: 
     folder = home.checkpoint_dir(experiment_id)
     registry = Registry(home.registry, create=False)
     try:
-        known = {str(home.root / r["path"]): r["sha256"] for r in registry.checkpoints(experiment_id)} if registry.conn else {}
+        known = registry.digests(home.root, experiment_id)
     finally:
         registry.close()
     loaded = checkpoint.newest_valid(folder, known, step)
@@ -291,5 +283,3 @@ def sample(home: Home, experiment_id: str, *, prompt: str = "", max_new_tokens: 
     return {"id": experiment_id, "step": loaded.state["step"], "checkpoint": str(loaded.path), "prompt": prompt,
             "text": tokenizer.decode(produced[1:]), "tokens": len(produced) - len(context), "seed": seed}
 
-
-__all__ = ["train", "resume", "overfit", "sample", "prepare", "restore", "select_device", "CheckFailed"]

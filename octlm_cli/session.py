@@ -163,12 +163,7 @@ class Session:
         for step, path in found:
             if step not in keep:
                 self.registry.remove_checkpoint(str(path.relative_to(self.home.root)))
-                path.unlink(missing_ok=True)
-                checkpoint.sidecar(path).unlink(missing_ok=True)
-
-    def known_digests(self) -> dict[str, str]:
-        rows = self.registry.checkpoints(self.config.id)
-        return {str(self.home.root / row["path"]): row["sha256"] for row in rows}
+                checkpoint.remove(path)
 
     # ------------------------------------------------------------------ the run
 
@@ -194,7 +189,7 @@ class Session:
         self.reporter.start({"id": self.config.id, "kind": self.kind, "start": state.step, "until": until,
                              "parameters": state.model.parameter_count(), "device": str(state.device),
                              "precision": self.config.training.precision})
-        tokens_per_step = state.sampler.batch_size * self.config.model.context_length
+        tokens_per_step = state.tokens_per_step
 
         def on_eval(record: dict[str, Any]) -> None:
             elapsed = time.perf_counter() - self.started
@@ -238,7 +233,7 @@ class Session:
 
     def summary(self, state: TrainState) -> dict[str, Any]:
         elapsed = time.perf_counter() - self.started
-        tokens = (state.step - self.start_step) * state.sampler.batch_size * self.config.model.context_length
+        tokens = (state.step - self.start_step) * state.tokens_per_step
         return {
             "id": self.config.id, "kind": self.kind, "status": "completed", "run_id": self.run_id,
             "start_step": self.start_step, "end_step": state.step, "steps": self.config.training.steps,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Iterable
 
@@ -17,6 +16,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from .errors import Refused
+from .fsutil import atomic_write
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIALS = (BOS, EOS, PAD)
@@ -62,11 +62,7 @@ class Tokenizer:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(self.inner.to_str(pretty=True), encoding="utf-8")
-        with open(temporary, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        atomic_write(path, self.inner.to_str(pretty=True).encode("utf-8"))
 
     def token_bytes(self, token_id: int) -> int:
         return int(self.byte_lengths[token_id])

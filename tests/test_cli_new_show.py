@@ -42,6 +42,7 @@ def test_new_json_and_from_and_overrides(tmp_path: Path) -> None:
         (["new", "--preset", "day9"], "unknown preset 'day9'"),
         (["new", "--set", "training.warmup_steps=999"], "training.warmup_steps: must be below"),
         (["new", "--set", "nonsense"], "expected KEY=VALUE"),
+        (["new", "--set", "preset=day9"], "unknown preset 'day9'"),
         (["new", "--from", "EXP-404"], "unknown experiment EXP-404"),
         (["show", "EXP-404"], "unknown experiment EXP-404"),
         (["show", "EXP-abc"], "malformed experiment ID"),

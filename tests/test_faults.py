@@ -242,6 +242,8 @@ def test_unwritable_home_is_one_line(tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     result = cli(blocker / "home", "new")
     assert result.exit_code == 2 and "cannot be created" in result.stderr
+    odd = cli(Path("~no-such-user-octlm/x"), "show")
+    assert odd.exit_code == 2 and odd.stderr.count("\n") == 1
 
 
 def test_doctor_rebuilds_a_deleted_registry(home: Path) -> None:
@@ -251,6 +253,7 @@ def test_doctor_rebuilds_a_deleted_registry(home: Path) -> None:
         path.unlink()
     checked = cli(home, "doctor")
     assert checked.exit_code == 1 and "problems found" in checked.stdout
+    assert not (home / "registry.db").exists()  # checking alone writes nothing
     repaired = json_out(cli(home, "doctor", "--repair", "--json"))
     kinds = {p["kind"] for p in repaired["problems"]}
     assert {"experiment without row", "orphaned checkpoint", "checkpoints without a run"} <= kinds

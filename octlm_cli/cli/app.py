@@ -8,6 +8,7 @@ Torch and tokenizers are imported only inside the commands that train or sample,
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
 import sys
 from typing import Annotated, Any, Callable, Optional
@@ -68,6 +69,17 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
             else:
                 render.error(str(exc))
             raise typer.Exit(exc.exit_code) from None
+        except BrokenPipeError:  # `octlm show | head`: the reader left; say nothing more
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
+        except MemoryError:
+            render.error("out of memory: lower training.batch_size, model.context_length or the model's size")
+            raise typer.Exit(REFUSED) from None
+        except RuntimeError as exc:  # torch reports running out of device memory as a RuntimeError
+            if "out of memory" not in str(exc).lower():
+                raise
+            render.error("out of memory on the device: lower training.batch_size, model.context_length or the model's size")
+            raise typer.Exit(REFUSED) from None
         except OSError as exc:  # a full disk, a vanished folder: one line, existing state untouched
             where = f": {exc.filename}" if exc.filename else ""
             render.error(f"{exc.strerror or exc}{where}; nothing already written was changed")

@@ -64,16 +64,15 @@ def show(
     if plot:
         from .. import compare
 
-        for experiment_id in ids:
-            shows.detail(home, experiment_id)  # unknown IDs: exit 2 before drawing
-        width = min(render.out_console().width, 120) if sys.stdout.isatty() else 80
-        text = compare.plots(home, ids, width=width)
         if as_json:
             from .. import runfile
 
+            for experiment_id in ids:
+                shows.detail(home, experiment_id)  # unknown IDs: exit 2
             render.emit_json({"schema_version": shows.SCHEMA_VERSION, "runs": {i: runfile.read(home.run_file(i)) for i in ids}})
         else:
-            sys.stdout.write(text)
+            width = min(render.out_console().width, 120) if sys.stdout.isatty() else 80
+            sys.stdout.write(compare.plots(home, ids, width=width))  # unknown IDs: exit 2 before drawing
         return
     if len(ids) > 1:
         _show_compare(home, ids, all_keys, as_json, as_csv)

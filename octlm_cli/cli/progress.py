@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,8 @@ class ConsoleReporter:
         self.interactive = self.console.is_terminal and not quiet
         self.progress: Progress | None = None
         self.task = None
-        self.last_line = 0.0
-        self.start_step = 0
-        self.until = 0
-        self.tokens_per_step = 0
 
     def start(self, info: dict[str, Any]) -> None:
-        self.start_step, self.until = info["start"], info["until"]
         self.note(f"{info['kind']} {info['id']}: steps {info['start']} -> {info['until']}, "
                   f"{info['parameters']:,} parameters, {info['device']}, {info['precision']}")
         if self.interactive:
@@ -34,7 +28,6 @@ class ConsoleReporter:
             self.task = self.progress.add_task("train", total=info["until"], completed=info["start"], id=info["id"],
                                                metrics="")
             self.progress.start()
-        self.started = time.perf_counter()
 
     def step(self, step: int) -> None:
         if self.progress is not None:
