@@ -71,6 +71,7 @@ class TrainingConfig:
     seed: int = _doc("seed of model initialisation and of the batch sampler", default=1337)
     precision: str = _doc("fp32, bf16 or fp16 (autocast)", default="fp32", meta={"choices": PRECISIONS})
     device: str = _doc("auto, cpu, cuda or mps", default="auto", meta={"choices": DEVICES})
+    compile: bool = _doc("train through torch.compile (needs a C++ compiler on CPU, Triton on GPU)", default=False)
     eval_interval: int = _doc("evaluate and log every N steps (and at the end)", default=20)
     eval_blocks: int = _doc("validation blocks per evaluation (fixed, no randomness)", default=16)
 
@@ -104,6 +105,10 @@ BOOKKEEPING = frozenset(
     }
 )
 
+# Keys added after the first release, left out of the fingerprint while they hold these values,
+# so that adding a key never changes the fingerprint of an existing experiment.
+ADDED_LATER = {"training.compile": False}
+
 
 @dataclass(frozen=True)
 class Config:
@@ -126,7 +131,8 @@ class Config:
 
     def trajectory_dict(self) -> dict[str, Any]:
         """The fingerprinted part: everything but ``BOOKKEEPING``."""
-        return {k: v for k, v in flatten(self.to_dict()).items() if k not in BOOKKEEPING}
+        return {k: v for k, v in flatten(self.to_dict()).items()
+                if k not in BOOKKEEPING and not (k in ADDED_LATER and v == ADDED_LATER[k])}
 
     @property
     def fingerprint(self) -> str:

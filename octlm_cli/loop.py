@@ -18,6 +18,7 @@ from torch import nn
 from . import rng
 from .config import Config
 from .data import Sampler, TokenBlocks, bits_per_byte
+from .errors import ConfigError
 from .model import Decoder, loss as model_loss, loss_sums
 from .schedule import for_config
 
@@ -61,6 +62,44 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=AUTOCAST[precision])
 
 
+def compile_problem(device: torch.device) -> str | None:
+    """Why ``torch.compile`` cannot run here, or None. Checked before a run starts, so a missing
+    compiler is one clear line instead of a traceback at the first step."""
+    import shutil
+
+    if device.type == "cpu" and not any(shutil.which(name) for name in ("c++", "g++", "clang++")):
+        return "torch.compile needs a C++ compiler (c++, g++ or clang++) on PATH on a CPU"
+    if device.type == "cuda":
+        import importlib.util
+
+        if importlib.util.find_spec("triton") is None:
+            return "torch.compile needs Triton on a GPU (pip install triton)"
+    if device.type not in ("cpu", "cuda"):
+        return f"torch.compile is not supported by octlm on {device.type}"
+    return None
+
+
+def make_objective(model: Decoder, device: torch.device, precision: str, compile: bool) -> Callable[..., torch.Tensor]:
+    """The training loss as a function of (inputs, targets, pad_id), compiled when asked.
+
+    Compiled, the same graph is generated in every process, so a compiled run resumes exactly
+    (``verify-resume`` checks it); its numbers differ from an eager run's, which is why
+    ``training.compile`` is part of the fingerprint. Evaluation and generation stay eager.
+    """
+
+    def objective(inputs: torch.Tensor, targets: torch.Tensor, pad_id: int) -> torch.Tensor:
+        with autocast(device, precision):
+            logits = model(inputs)  # (B, T, V)
+        return model_loss(logits, targets, pad_id)
+
+    if not compile:
+        return objective
+    problem = compile_problem(device)
+    if problem:
+        raise ConfigError(f"training.compile: {problem}; or set training.compile: false")
+    return torch.compile(objective, dynamic=False)
+
+
 @dataclass
 class TrainState:
     """Everything that carries training progress, with ``state_dict`` / ``load_state_dict``."""
@@ -72,6 +111,7 @@ class TrainState:
     sampler: Sampler
     scaler: torch.amp.GradScaler | None
     impl: str
+    objective: Callable[..., torch.Tensor]
     step: int = 0
     elapsed: float = 0.0  # seconds of training before this process, for the run file
 
@@ -83,7 +123,8 @@ class TrainState:
         optimizer = build_optimizer(model, config, impl)
         sampler = Sampler(num_blocks, batch_size or config.training.batch_size, config.training.seed)
         scaler = torch.amp.GradScaler(device.type) if config.training.precision == "fp16" else None
-        return cls(config, device, model, optimizer, sampler, scaler, impl)
+        objective = make_objective(model, device, config.training.precision, config.training.compile)
+        return cls(config, device, model, optimizer, sampler, scaler, impl, objective)
 
     @property
     def tokens_per_step(self) -> int:
@@ -122,9 +163,7 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float, pad
     index = state.sampler.next()  # byte lengths are for evaluation only: not gathered here
     inputs = blocks.inputs[index].to(state.device, non_blocking=True)  # (B, T)
     targets = blocks.targets[index].to(state.device, non_blocking=True)  # (B, T)
-    with autocast(state.device, training.precision):
-        logits = state.model(inputs)  # (B, T, V)
-    loss = model_loss(logits, targets, pad_id)
+    loss = state.objective(inputs, targets, pad_id)
     if state.scaler is not None:
         state.scaler.scale(loss).backward()
         state.scaler.unscale_(state.optimizer)

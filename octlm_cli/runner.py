@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, corpus, data, experiments, rng, runfile
+from . import allocator, checkpoint, corpus, data, experiments, rng, runfile
 from .config import Config
-from .errors import BadInput, Refused
+from .errors import BadInput, ConfigError, Refused
 from .home import Home
 from .locking import ExperimentLock
-from .loop import TrainState, evaluate
+from .loop import TrainState, compile_problem, evaluate
 from .registry import Registry
 from .session import QuietReporter, Reporter, Session, Track, argv as current_argv
 from .tokenizer import Tokenizer, load_or_train
@@ -56,10 +56,19 @@ class Prepared:
     notes: tuple[str, ...]
 
 
+def device_for(config: Config) -> torch.device:
+    """The device a run will use; refuses what cannot run here before anything is changed."""
+    device = select_device(config.training.device)
+    if config.training.compile and (problem := compile_problem(device)):
+        raise ConfigError(f"training.compile: {problem}; or set training.compile: false")
+    return device
+
+
 def prepare(home: Home, config: Config, tokenizer_path: Path | None = None) -> Prepared:
     """Corpus, tokenizer (trained once, then reused), cached token streams and blocks."""
-    device = select_device(config.training.device)
+    device = device_for(config)
     rng.configure_determinism(device)
+    allocator.keep_freed_memory()
     found = corpus.load(config.data.sources, data_root(home), config.data.validation_fraction, config.data.max_bytes)
     path = tokenizer_path or home.checkpoint_dir(config.id) / "tokenizer.json"
     tokenizer, trained = load_or_train(path, [d.text for d in found.train], config.tokenizer.vocab_size)
@@ -118,6 +127,7 @@ def train(home: Home, experiment_id: str, *, restart: bool = False, until: int |
                     f"`octlm resume {experiment_id}` or discard them with `octlm train {experiment_id} --restart`"
                 )
             until = _check_until(until, config)  # bad input must not cost the user their checkpoints
+            device_for(config)
             if restart:
                 _discard(home, registry, experiment_id, track)
             prepared = prepare(home, config)

@@ -9,7 +9,7 @@ import yaml
 
 from octlm_cli import checkpoint, runfile
 
-from conftest import cli, json_out, octlm, write_experiment
+from conftest import cli, json_out, octlm, tiny_config, write_experiment
 
 
 def final_state(home: Path, step: int = 12, experiment: str = "EXP-001") -> dict:
@@ -153,3 +153,36 @@ def test_fp16_with_grad_scaler_resumes_exactly(home: Path) -> None:
     assert verdict["identical"]
     scaler = next(c for c in verdict["checks"] if c["check"] == "scaler")
     assert scaler["compared"] > 0 and not scaler["differing"]
+
+
+def test_compiled_training_with_dropout_resumes_exactly(home: Path) -> None:
+    # torch.compile generates the same code in every process, and dropout inside the compiled
+    # graph draws its seeds from the checkpointed generator: the split run must be bit-identical.
+    write_experiment(home, "EXP-004", training={"compile": True}, model={"dropout": 0.1})
+    result = octlm(home, "verify-resume", "EXP-004", "--split-at", "5", "--json", timeout=900)
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["identical"] and verdict["checks"][0]["compared"] > 0
+
+
+def test_compiled_and_eager_runs_are_different_experiments(home: Path) -> None:
+    from octlm_cli import config as cfg
+
+    eager = cfg.from_dict(tiny_config())
+    compiled = cfg.from_dict(tiny_config(training={"compile": True}))
+    assert eager.fingerprint != compiled.fingerprint
+    # A key added later leaves the fingerprint of configs that do not use it unchanged.
+    assert "training.compile" not in eager.trajectory_dict()
+    assert compiled.trajectory_dict()["training.compile"] is True
+
+
+def test_compile_without_a_compiler_is_one_line_and_keeps_checkpoints(home: Path, tmp_path: Path) -> None:
+    write_experiment(home, "EXP-005", training={"compile": False})
+    assert octlm(home, "train", "EXP-005", "--until", "4", "-q").returncode == 0
+    write_experiment(home, "EXP-005", training={"compile": True})
+    empty = tmp_path / "no-compilers"
+    empty.mkdir()
+    result = octlm(home, "train", "EXP-005", "--restart", "-q", env={"PATH": str(empty)})
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "training.compile" in result.stderr and "C++ compiler" in result.stderr
+    assert (home / "checkpoints" / "EXP-005" / "step-000004.pt").exists()  # --restart did not discard them

@@ -39,6 +39,7 @@ def bench(
     preset: Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help="Time a preset's model instead (day1 ... day4).", show_default=False)] = None,
     steps: Annotated[int, typer.Option("--steps", metavar="N", help="Training steps to time (after 2 warm-up steps).")] = 10,
     precision: Annotated[Optional[str], typer.Option("--precision", metavar="P[,P2]", help="fp32, bf16, fp16, or a list such as fp32,bf16 (default: the config's).", show_default=False)] = None,
+    compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="Time with or without torch.compile (default: the config's training.compile).", show_default=False)] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Time training steps against this machine's measured matmul peak (MFU), checkpoints and resume."""
@@ -65,7 +66,7 @@ def bench(
     for item in precisions:
         if item not in cfg.PRECISIONS:
             raise BadInput(f"--precision {item}: must be one of {', '.join(cfg.PRECISIONS)}")
-    report = benches.run(config, precisions, steps)
+    report = benches.run(config, precisions, steps, compile)
     if as_json:
         render.emit_json(report)
         return
@@ -76,6 +77,7 @@ def bench(
           r["matmul_peak_flops_per_second"] / 1e9, r["mfu"], r["checkpoint_bytes"] / 1e6, r["checkpoint_save_seconds"],
           r["checkpoint_load_seconds"], 100 * r["checkpoint_cost_at_interval"], r["first_step_fresh_seconds"], r["first_step_resumed_seconds"]) for r in report["results"]),
         title=f"bench {config.id or config.preset}: {report['parameters']:,} parameters, {report['tokens_per_step']} tokens/step, "
+              f"{'compiled' if report['compile'] else 'eager'}, "
               f"{report['machine']['threads']} threads, {report['machine']['device']}")
     if "bf16_over_fp32_tokens_per_second" in report:
         print(f"bf16 / fp32 tokens/s: {report['bf16_over_fp32_tokens_per_second']}x "
