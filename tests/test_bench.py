@@ -17,5 +17,9 @@ def test_bench_json_reports_every_figure(home: Path) -> None:
                     "first_step_fresh_seconds", "first_step_resumed_seconds", "resume_to_fresh_ratio"):
             assert row[key] > 0, key
         assert 0 < row["mfu"] < 1.5
+        # The peak is the best of several square sizes, never one size alone.
+        assert len(row["matmul_peak_by_size"]) >= 2
+        assert row["matmul_peak_flops_per_second"] == max(row["matmul_peak_by_size"].values())
+    assert report["compile"] is False
     assert report["bf16_over_fp32_tokens_per_second"] > 0
     assert cli(home, "bench", "EXP-001", "--precision", "fp64").exit_code == 2
