@@ -5,13 +5,13 @@ unmaps it on ``free``, so a training step that builds and frees the same large a
 page-faults through all of them again on every step. Measured on the day2 preset (fp32, 2 vCPUs):
 75,000-140,000 minor page faults and 0.25-0.45 s of system time per step without this, under
 8,000 and 0.05-0.09 s with it. The price: the heap never shrinks, so resident memory stays at its
-peak, which a training process reaches on its first step anyway. Numerics are untouched.
+peak, which a training process reaches in its first steps anyway (a full ``octlm train EXP-008``
+peaked at 456 MB against 445 MB without this). Numerics are untouched.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -32,8 +32,7 @@ def keep_freed_memory() -> bool:
     if sys.platform != "linux" or os.environ.get("OCTLM_SYSTEM_MALLOC") == "1":
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int

@@ -63,9 +63,15 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=AUTOCAST[precision])
 
 
-def compile_problem(device: torch.device) -> str | None:
-    """Why ``torch.compile`` cannot run here, or None. Checked before a run starts, so a missing
-    compiler is one clear line instead of a traceback at the first step."""
+def require_compile(device: torch.device) -> None:
+    """Refuse ``training.compile`` where ``torch.compile`` cannot run. Checked before a run starts,
+    so a missing compiler is one clear line (exit 2) instead of a traceback at the first step."""
+    problem = _compile_problem(device)
+    if problem:
+        raise ConfigError(f"training.compile: {problem}; or set training.compile: false")
+
+
+def _compile_problem(device: torch.device) -> str | None:
     import shutil
 
     if device.type == "cpu" and not any(shutil.which(name) for name in ("c++", "g++", "clang++")):
@@ -95,9 +101,7 @@ def make_objective(model: Decoder, device: torch.device, precision: str, compile
 
     if not compile:
         return objective
-    problem = compile_problem(device)
-    if problem:
-        raise ConfigError(f"training.compile: {problem}; or set training.compile: false")
+    require_compile(device)
     # The rotary complex multiply runs as the eager kernel inside the compiled graph; measured on
     # day2, a real-valued rotary that Inductor can fuse was no faster, so the warning is noise.
     warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex operators")

@@ -16,10 +16,10 @@ import torch
 
 from . import allocator, checkpoint, corpus, data, experiments, rng, runfile
 from .config import Config
-from .errors import BadInput, ConfigError, Refused
+from .errors import BadInput, Refused
 from .home import Home
 from .locking import ExperimentLock
-from .loop import TrainState, compile_problem, evaluate
+from .loop import TrainState, evaluate, require_compile
 from .registry import Registry
 from .session import QuietReporter, Reporter, Session, Track, argv as current_argv
 from .tokenizer import Tokenizer, load_or_train
@@ -59,8 +59,8 @@ class Prepared:
 def device_for(config: Config) -> torch.device:
     """The device a run will use; refuses what cannot run here before anything is changed."""
     device = select_device(config.training.device)
-    if config.training.compile and (problem := compile_problem(device)):
-        raise ConfigError(f"training.compile: {problem}; or set training.compile: false")
+    if config.training.compile:
+        require_compile(device)
     return device
 
 
