@@ -1,7 +1,9 @@
 """Find the documents of a corpus and split them into training and validation.
 
 Sources (``data.sources``):
-  builtin:docs    octlm's own Markdown docs and Python sources (package data)
+  builtin:docs    a frozen snapshot of octlm's own Markdown docs and Python sources (corpus
+                  version docs-v1, package data checked against ``BUILTIN_DOCS_SHA256``), so no
+                  later change to octlm's code moves an experiment's dataset hash
   builtin:stdlib  the running Python's standard-library ``.py`` files
   PATH or GLOB    ``.txt`` / ``.md`` files (whole file = one document), ``.jsonl`` files with a
                   ``"text"`` field per line, or folders of them; relative to the data root
@@ -18,7 +20,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BadInput
+from .errors import BadInput, Refused
 
 SUFFIXES = (".txt", ".md", ".jsonl")
 PACKAGE = Path(__file__).resolve().parent
@@ -48,11 +50,19 @@ class Corpus:
         return digest.hexdigest()
 
 
+# The frozen builtin:docs corpus: octlm's docs and sources as of corpus version docs-v1, one JSON
+# object per line ({"name", "text"}), in the order the split and the token stream follow. A new
+# snapshot gets a new file, constant and source name; this one never changes.
+BUILTIN_DOCS_FILE = PACKAGE / "corpora" / "docs-v1.jsonl"
+BUILTIN_DOCS_SHA256 = "0df360b04e3854c1a3125905fd5dc60022639f55bc2e250287883772ba65cc04"
+
+
 def builtin_docs() -> list[Document]:
-    files = sorted(PACKAGE.glob("builtin_docs/*.md")) + sorted(
-        p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts
-    )
-    return [Document(f"builtin:docs/{p.relative_to(PACKAGE).as_posix()}", p.read_text("utf-8")) for p in files]
+    payload = BUILTIN_DOCS_FILE.read_bytes()
+    if hashlib.sha256(payload).hexdigest() != BUILTIN_DOCS_SHA256:
+        raise Refused(f"{BUILTIN_DOCS_FILE}: the builtin:docs snapshot does not match its checksum; reinstall octlm")
+    records = [json.loads(line) for line in payload.decode("utf-8").splitlines()]
+    return [Document(record["name"], record["text"]) for record in records]
 
 
 def builtin_stdlib() -> list[Document]:

@@ -116,3 +116,26 @@ def test_corpus_sources_and_their_errors(tmp_path: Path) -> None:
         with pytest.raises(BadInput, match=None) as caught:
             corpus.documents(sources, tmp_path)
         assert fragment in str(caught.value), (sources, str(caught.value))
+
+
+def test_builtin_docs_is_a_frozen_snapshot(tmp_path: Path) -> None:
+    """builtin:docs never follows octlm's code: its bytes, names and content hash are pinned."""
+    import hashlib
+
+    payload = corpus.BUILTIN_DOCS_FILE.read_bytes()
+    assert hashlib.sha256(payload).hexdigest() == corpus.BUILTIN_DOCS_SHA256
+    assert corpus.BUILTIN_DOCS_SHA256 == "0df360b04e3854c1a3125905fd5dc60022639f55bc2e250287883772ba65cc04"
+    found = corpus.load(("builtin:docs",), tmp_path, 0.1)
+    assert found.content_hash == "9c716d3bc64b7355379899ecc74ede04c0ad85e0749864779d44578f14d935cd"
+    # The seed's property: the first training block opens with the notebook's title.
+    assert found.train[0].text.startswith("# Miniature modern LLM stack from first principles\n")
+
+
+def test_a_damaged_builtin_snapshot_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from octlm_cli.errors import Refused
+
+    damaged = tmp_path / "docs-v1.jsonl"
+    damaged.write_bytes(corpus.BUILTIN_DOCS_FILE.read_bytes().replace(b"Miniature", b"Miniscule", 1))
+    monkeypatch.setattr(corpus, "BUILTIN_DOCS_FILE", damaged)
+    with pytest.raises(Refused, match="does not match its checksum"):
+        corpus.documents(("builtin:docs",), tmp_path)
