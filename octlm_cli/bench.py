@@ -18,8 +18,12 @@ from typing import Any
 
 import torch
 
-from . import allocator, checkpoint, rng
+from . import allocator, checkpoint, experiments, rng
+from . import config as cfg
 from .config import Config
+from .errors import BadInput
+from .home import Home
+from .presets import preset as preset_raw
 from .data import TokenBlocks
 from .loop import TrainState, train_step
 from .runner import select_device
@@ -33,6 +37,7 @@ def _sync(device: torch.device) -> None:
 # Square sizes whose product rates are sampled; the peak is the best size's median. On this
 # project's 2-vCPU machine 2048 beats 1024 by about 20% in interleaved runs, and 3072 or 4096 by
 # nothing; measuring one size alone would understate the peak and so overstate MFU.
+DEFAULT_EXPERIMENT = "EXP-008"  # the shipped experiment, timed when no ID or preset is given
 PEAK_SIZES = {"cuda": (4096, 8192), "mps": (2048, 4096)}
 CPU_PEAK_SIZES = (1024, 2048)
 
@@ -148,6 +153,31 @@ def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
         "first_step_resumed_seconds": round(first_resumed, 4),
         "resume_to_fresh_ratio": round(first_resumed / first_fresh, 3),
     }
+
+
+def resolve_config(home: Home, experiment_id: str | None, preset: str | None) -> Config:
+    """The config to time: an experiment's, a preset's, or (with neither) EXP-008's when the home has it, else day1."""
+    if preset and experiment_id:
+        raise BadInput("give an experiment ID or --preset, not both")
+    if preset:
+        return cfg.from_dict(preset_raw(preset), f"preset {preset}")
+    if experiment_id is not None:
+        return experiments.load(home, experiment_id)
+    if home.config_path(DEFAULT_EXPERIMENT).exists():
+        return experiments.load(home, DEFAULT_EXPERIMENT)
+    return cfg.from_dict(preset_raw("day1"), "preset day1")
+
+
+def parse_precisions(text: str | None, config: Config) -> list[str]:
+    """``--precision fp32,bf16`` (default: the config's), each checked; never empty."""
+    source = config.training.precision if text is None else text
+    precisions = [item.strip() for item in source.split(",") if item.strip()]
+    if not precisions:
+        raise BadInput(f"--precision {source!r}: give one or more of {', '.join(cfg.PRECISIONS)}, separated by commas")
+    for item in precisions:
+        if item not in cfg.PRECISIONS:
+            raise BadInput(f"--precision {item}: must be one of {', '.join(cfg.PRECISIONS)}")
+    return precisions
 
 
 def run(config: Config, precisions: list[str], steps: int, compile: bool | None = None) -> dict[str, Any]:

@@ -121,6 +121,12 @@ class Registry:
         if self.conn is not None:
             self.conn.close()
 
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def query(self, sql: str, params: tuple | list = ()) -> list[dict[str, Any]]:
         if self.conn is None:
             return []
