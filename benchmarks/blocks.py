@@ -28,7 +28,10 @@ def main() -> None:
     started = time.perf_counter()
     found = corpus.load(("builtin:stdlib",), Path.cwd(), 0.02, args.max_bytes)
     size = sum(len(d.text.encode()) for d in found.train)
-    print(f"corpus: {len(found.train)} training documents, {size / 1e6:.1f} MB ({time.perf_counter() - started:.1f} s to read)")
+    print(
+        f"corpus: {len(found.train)} training documents, {size / 1e6:.1f} MB "
+        f"({time.perf_counter() - started:.1f} s to read)"
+    )
     started = time.perf_counter()
     tokenizer = Tokenizer.train([d.text for d in found.train], args.vocab_size)
     print(f"tokenizer: {tokenizer.vocab_size} tokens trained in {time.perf_counter() - started:.1f} s")
@@ -49,8 +52,10 @@ def main() -> None:
     seed_per_token = seed / prefix.numel()
     print(f"octlm make_blocks: {tokens:,} target tokens in {ours:.3f} s ({tokens / ours / 1e6:.1f} M tokens/s)")
     print(f"seed per-token loop: {prefix.numel():,} tokens in {seed:.3f} s ({1 / seed_per_token / 1e6:.2f} M tokens/s)")
-    print(f"speed-up: {seed_per_token * tokens / ours:.0f}x (seed loop extrapolated to the whole corpus: "
-          f"{seed_per_token * tokens:.1f} s)")
+    print(
+        f"speed-up: {seed_per_token * tokens / ours:.0f}x (seed loop extrapolated to the whole corpus: "
+        f"{seed_per_token * tokens:.1f} s)"
+    )
 
 
 if __name__ == "__main__":

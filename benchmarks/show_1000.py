@@ -1,6 +1,6 @@
 """`octlm show` with 1,000 experiments in the registry, against `python -c "import torch"`.
 
-    python benchmarks/show_1000.py [--runs 5]
+python benchmarks/show_1000.py [--runs 5]
 """
 
 from __future__ import annotations
@@ -41,15 +41,35 @@ def main() -> None:
         for n in range(1, args.experiments + 1):
             experiment_id = f"EXP-{n:04d}"
             (home / "experiments" / f"{experiment_id}.yaml").write_text("preset: day1\n")
-            registry.add_experiment(experiment_id, description=f"experiment {n}", preset="day1",
-                                    yaml_path=f"experiments/{experiment_id}.yaml", config_json=config.canonical_json(),
-                                    config_hash=config.fingerprint)
+            registry.add_experiment(
+                experiment_id,
+                description=f"experiment {n}",
+                preset="day1",
+                yaml_path=f"experiments/{experiment_id}.yaml",
+                config_json=config.canonical_json(),
+                config_hash=config.fingerprint,
+            )
             run = registry.start_run(experiment_id, "train", start_step=0, pid=1)
-            registry.finish_run(run, "completed", end_step=200, latest_metrics={
-                "step": 200, "tokens": 204800, "train_loss": 5.0, "eval_loss": 5.1, "perplexity": 164.0, "bits_per_byte": 2.6})
+            registry.finish_run(
+                run,
+                "completed",
+                end_step=200,
+                latest_metrics={
+                    "step": 200,
+                    "tokens": 204800,
+                    "train_loss": 5.0,
+                    "eval_loss": 5.1,
+                    "perplexity": 164.0,
+                    "bits_per_byte": 2.6,
+                },
+            )
         registry.close()
         octlm = [sys.executable, "-m", "octlm_cli", "--home", str(home)]
-        rows = len(json.loads(subprocess.run([*octlm, "show", "--json"], capture_output=True, check=True).stdout)["experiments"])
+        rows = len(
+            json.loads(subprocess.run([*octlm, "show", "--json"], capture_output=True, check=True).stdout)[
+                "experiments"
+            ]
+        )
         show = wall([*octlm, "show"], args.runs)
         show_json = wall([*octlm, "show", "--json"], args.runs)
         torch_import = wall([sys.executable, "-c", "import torch"], args.runs)

@@ -8,7 +8,6 @@ against that of a fresh start.
 
 from __future__ import annotations
 
-import dataclasses
 import platform
 import statistics
 import tempfile
@@ -18,15 +17,16 @@ from typing import Any
 
 import torch
 
-from . import allocator, checkpoint, experiments, rng
+from . import checkpoint, experiments, runtime
 from . import config as cfg
+from .artifacts import load_record, record_of
+from .checkpoint import Fingerprints
 from .config import Config
+from .data import TokenBlocks
 from .errors import BadInput
 from .home import Home
-from .presets import preset as preset_raw
-from .data import TokenBlocks
 from .loop import TrainState, train_step
-from .runner import select_device
+from .presets import preset as preset_raw
 
 
 def _sync(device: torch.device) -> None:
@@ -38,6 +38,7 @@ def _sync(device: torch.device) -> None:
 # project's 2-vCPU machine 2048 beats 1024 by about 20% in interleaved runs, and 3072 or 4096 by
 # nothing; measuring one size alone would understate the peak and so overstate MFU.
 DEFAULT_EXPERIMENT = "EXP-008"  # the shipped experiment, timed when no ID or preset is given
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PEAK_SIZES = {"cuda": (4096, 8192), "mps": (2048, 4096)}
 CPU_PEAK_SIZES = (1024, 2048)
 
@@ -48,8 +49,10 @@ class MatmulPeak:
 
     def __init__(self, device: torch.device, dtype: torch.dtype, seconds_per_size: float = 0.12):
         self.device, self.seconds = device, seconds_per_size
-        self.operands = {size: (torch.randn(size, size, device=device).to(dtype), torch.randn(size, size, device=device).to(dtype))
-                         for size in PEAK_SIZES.get(device.type, CPU_PEAK_SIZES)}
+        self.operands = {
+            size: (torch.randn(size, size, device=device).to(dtype), torch.randn(size, size, device=device).to(dtype))
+            for size in PEAK_SIZES.get(device.type, CPU_PEAK_SIZES)
+        }
         self.rates: dict[int, list[float]] = {size: [] for size in self.operands}
         for a, b in self.operands.values():  # warm-up: kernel selection, page faults
             torch.mm(a, b)
@@ -82,21 +85,24 @@ def flops_per_token(config: Config, parameters: int) -> float:
 
 def _blocks(config: Config, count: int = 64) -> TokenBlocks:
     generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(3, config.tokenizer.vocab_size, (count, config.model.context_length + 1), generator=generator)
-    return TokenBlocks(tokens[:, :-1], tokens[:, 1:], torch.ones(count, config.model.context_length, dtype=torch.int64))
+    tokens = torch.randint(
+        3, config.tokenizer.vocab_size, (count, config.model.context_length + 1), generator=generator
+    )
+    byte_lengths = torch.ones(count, config.model.context_length, dtype=torch.int64)
+    return TokenBlocks(tokens[:, :-1], tokens[:, 1:], byte_lengths, pad_id=-1)  # no padding to leave out
 
 
 def _time_steps(state: TrainState, blocks: TokenBlocks, steps: int, peak: MatmulPeak) -> list[float]:
     """Seconds of each step, with a burst of the matmul peak after each (synchronised per step:
     on a CPU the step is synchronous anyway)."""
     for _ in range(2):  # warm-up: allocator, kernels, optimizer state
-        train_step(state, blocks, 1e-4, pad_id=-1)
+        train_step(state, blocks, 1e-4)
     _sync(state.device)
     peak.burst()
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        train_step(state, blocks, 1e-4, pad_id=-1)
+        train_step(state, blocks, 1e-4)
         _sync(state.device)
         times.append(time.perf_counter() - start)
         peak.burst()
@@ -104,55 +110,57 @@ def _time_steps(state: TrainState, blocks: TokenBlocks, steps: int, peak: Matmul
 
 
 def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
-    config = dataclasses.replace(config, training=dataclasses.replace(config.training, precision=precision))
-    device = select_device(config.training.device)
-    rng.configure_determinism(device)
-    allocator.keep_freed_memory()  # as training does
+    config = config.with_keys({"training.precision": precision}, "--precision")
+    device = runtime.prepare_process(config)  # as training does: determinism, the allocator
     blocks = _blocks(config)
     started = time.perf_counter()
     state = TrainState.fresh(config, device, len(blocks))
-    train_step(state, blocks, 1e-4, pad_id=-1)
+    train_step(state, blocks, 1e-4)
     _sync(device)
     first_fresh = time.perf_counter() - started
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    peaks = MatmulPeak(device, dtype)
+    peaks = MatmulPeak(device, DTYPES[precision])
     seconds = statistics.median(_time_steps(state, blocks, steps, peaks))
     peak = peaks.peak()
-    parameters = state.model.parameter_count()
-    tokens_per_step = state.tokens_per_step
-    model_flops = flops_per_token(config, parameters) * tokens_per_step / seconds
-    with tempfile.TemporaryDirectory() as folder:
-        path = checkpoint.path_for(Path(folder), state.step)
-        payload = {"format": checkpoint.FORMAT, **state.state_dict()}
-        start = time.perf_counter()
-        _, size = checkpoint.save(path, payload)
-        save_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        loaded = checkpoint.read(path)
-        load_seconds = time.perf_counter() - start
-        started = time.perf_counter()
-        resumed = TrainState.fresh(config, device, len(blocks))
-        resumed.load_state_dict(loaded)
-        train_step(resumed, blocks, 1e-4, pad_id=-1)
-        _sync(device)
-        first_resumed = time.perf_counter() - started + load_seconds
+    model_flops = flops_per_token(config, state.model.parameter_count()) * state.tokens_per_step / seconds
+    costs = _checkpoint_costs(state, blocks)
     return {
         "precision": precision,
-        "parameters": parameters,
+        "parameters": state.model.parameter_count(),
         "ms_per_step": round(seconds * 1000, 2),
-        "tokens_per_second": round(tokens_per_step / seconds, 1),
+        "tokens_per_second": round(state.tokens_per_step / seconds, 1),
         "model_flops_per_second": model_flops,
         "matmul_peak_flops_per_second": peak,
         "matmul_peak_by_size": {str(size): rate for size, rate in peaks.by_size().items()},
         "mfu": round(model_flops / peak, 4),
-        "checkpoint_bytes": size,
-        "checkpoint_save_seconds": round(save_seconds, 4),
-        "checkpoint_load_seconds": round(load_seconds, 4),
-        "checkpoint_cost_at_interval": round(save_seconds / (seconds * config.checkpoint.interval), 5),
+        "checkpoint_bytes": costs["bytes"],
+        "checkpoint_save_seconds": round(costs["save"], 4),
+        "checkpoint_load_seconds": round(costs["load"], 4),
+        "checkpoint_cost_at_interval": round(costs["save"] / (seconds * config.checkpoint.interval), 5),
         "first_step_fresh_seconds": round(first_fresh, 4),
-        "first_step_resumed_seconds": round(first_resumed, 4),
-        "resume_to_fresh_ratio": round(first_resumed / first_fresh, 3),
+        "first_step_resumed_seconds": round(costs["first_resumed"], 4),
+        "resume_to_fresh_ratio": round(costs["first_resumed"] / first_fresh, 3),
     }
+
+
+def _checkpoint_costs(state: TrainState, blocks: TokenBlocks) -> dict[str, float]:
+    """Save and load a whole checkpoint record, then time the first step of a state resumed from it."""
+    fingerprints = Fingerprints(state.config.fingerprint, "synthetic", "synthetic")
+    record = record_of(state, experiment=state.config.id, kind="bench", fingerprints=fingerprints, metrics={})
+    with tempfile.TemporaryDirectory() as folder:
+        path = checkpoint.path_for(Path(folder), state.step)
+        start = time.perf_counter()
+        _, size = checkpoint.save(path, record)
+        save_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        loaded = checkpoint.read(path)
+        load_seconds = time.perf_counter() - start
+    started = time.perf_counter()
+    resumed = TrainState.fresh(state.config, state.device, len(blocks))
+    load_record(resumed, loaded)
+    train_step(resumed, blocks, 1e-4)
+    _sync(state.device)
+    first_resumed = time.perf_counter() - started + load_seconds
+    return {"bytes": size, "save": save_seconds, "load": load_seconds, "first_resumed": first_resumed}
 
 
 def resolve_config(home: Home, experiment_id: str | None, preset: str | None) -> Config:
@@ -182,19 +190,30 @@ def parse_precisions(text: str | None, config: Config) -> list[str]:
 
 def run(config: Config, precisions: list[str], steps: int, compile: bool | None = None) -> dict[str, Any]:
     if compile is not None:
-        config = dataclasses.replace(config, training=dataclasses.replace(config.training, compile=compile))
+        config = config.with_keys({"training.compile": compile}, "--compile")
     results = [measure(config, precision, steps) for precision in precisions]
     report = {
-        "experiment": config.id or None, "preset": config.preset or None, "parameters": results[0]["parameters"],
-        "tokens_per_step": config.training.batch_size * config.model.context_length, "steps_timed": steps,
+        "experiment": config.id or None,
+        "preset": config.preset or None,
+        "parameters": results[0]["parameters"],
+        "tokens_per_step": config.training.batch_size * config.model.context_length,
+        "steps_timed": steps,
         "compile": config.training.compile,
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "threads": torch.get_num_threads(), "torch": str(torch.__version__),
-                    "device": str(select_device(config.training.device))},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "torch": str(torch.__version__),
+            "device": str(runtime.select_device(config.training.device)),
+        },
         "results": results,
     }
     by = {r["precision"]: r for r in results}
     if "fp32" in by and "bf16" in by:
-        report["bf16_over_fp32_tokens_per_second"] = round(by["bf16"]["tokens_per_second"] / by["fp32"]["tokens_per_second"], 3)
-        report["bf16_over_fp32_matmul_peak"] = round(by["bf16"]["matmul_peak_flops_per_second"] / by["fp32"]["matmul_peak_flops_per_second"], 3)
+        report["bf16_over_fp32_tokens_per_second"] = round(
+            by["bf16"]["tokens_per_second"] / by["fp32"]["tokens_per_second"], 3
+        )
+        report["bf16_over_fp32_matmul_peak"] = round(
+            by["bf16"]["matmul_peak_flops_per_second"] / by["fp32"]["matmul_peak_flops_per_second"], 3
+        )
     return report

@@ -1,9 +1,10 @@
-"""Checkpoint files: durable atomic writes, checksums, validated loads and explained refusals.
+"""Checkpoints: the typed record of training progress, and its files.
 
-Format ``octlm-checkpoint-v1``: a dict of named top-level keys, loadable with
-``torch.load(path, weights_only=True)``. Beside each ``step-NNNNNN.pt`` lies
-``step-NNNNNN.sha256``, written before the checkpoint is renamed into place, so a
-checkpoint's bytes are checked before anything in it is trusted.
+``Record`` is the one place that knows a checkpoint's keys: ``to_payload`` and ``from_payload``
+translate it to and from the dict that ``torch.save`` writes (format ``octlm-checkpoint-v2``,
+loadable with ``torch.load(path, weights_only=True)``; ``octlm-checkpoint-v1`` files are still
+read). Beside each ``step-NNNNNN.pt`` lies ``step-NNNNNN.sha256``, written before the checkpoint is
+renamed into place, so a checkpoint's bytes are checked before anything in it is trusted.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import hashlib
 import io
 import platform
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +21,147 @@ import torch
 
 from . import __version__
 from .config import diff as config_diff
+from .config import flatten
 from .errors import Refused
 from .fsutil import atomic_write
 
-FORMAT = "octlm-checkpoint-v1"
+FORMAT = "octlm-checkpoint-v2"
+FORMAT_V1 = "octlm-checkpoint-v1"  # RNG states at the top level; read, never written
 NAME = re.compile(r"step-(\d{6,})\.pt")
 
 
-def path_for(folder: Path, step: int) -> Path:
-    return folder / f"step-{step:06d}.pt"
+class InvalidCheckpoint(Exception):
+    """A checkpoint file that must not be loaded; the message says why."""
 
 
-def sidecar(path: Path) -> Path:
-    return path.with_suffix(".sha256")
+@dataclass(frozen=True)
+class Fingerprints:
+    """What a checkpoint was trained under: config fingerprint, dataset hash, tokenizer hash."""
+
+    config: str
+    data: str
+    tokenizer: str
+
+
+@dataclass
+class Record:
+    """Everything a checkpoint holds. ``rng`` has one entry per rank (one today)."""
+
+    experiment: str
+    kind: str  # train | overfit | bench: which track wrote it
+    step: int
+    tokens: int
+    elapsed_seconds: float
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    sampler: torch.Tensor
+    scaler: dict[str, Any]
+    rng: list[dict[str, Any]]
+    fingerprints: Fingerprints
+    config: dict[str, Any]
+    environment: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "experiment": self.experiment,
+            "kind": self.kind,
+            "step": self.step,
+            "tokens": self.tokens,
+            "elapsed_seconds": self.elapsed_seconds,
+            "model": self.model,
+            "optimizer": self.optimizer,
+            "sampler": self.sampler,
+            "scaler": self.scaler,
+            "rng": self.rng,
+            "fingerprints": {
+                "config": self.fingerprints.config,
+                "data": self.fingerprints.data,
+                "tokenizer": self.fingerprints.tokenizer,
+            },
+            "config": self.config,
+            "environment": self.environment,
+            "metrics": self.metrics,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Any, name: str) -> Record:
+        """Check and translate a loaded payload (v2 or v1); ``InvalidCheckpoint`` names what is wrong."""
+        if not isinstance(payload, dict) or payload.get("format") not in (FORMAT, FORMAT_V1):
+            raise InvalidCheckpoint(f"{name}: not an {FORMAT} file")
+        flat = _v2_keys(payload, name) if payload["format"] == FORMAT_V1 else payload
+        for key, kinds in REQUIRED.items():
+            if key not in flat:
+                raise InvalidCheckpoint(f"{name}: missing the key {key!r}")
+            if not isinstance(flat[key], kinds):
+                raise InvalidCheckpoint(f"{name}: {key!r} has the wrong type ({type(flat[key]).__name__})")
+        prints = flat["fingerprints"]
+        if not all(isinstance(prints.get(k), str) for k in ("config", "data", "tokenizer")):
+            raise InvalidCheckpoint(f"{name}: 'fingerprints' must hold config, data and tokenizer hashes")
+        return cls(
+            experiment=str(flat.get("experiment") or ""),
+            kind=str(flat.get("kind") or "train"),
+            step=flat["step"],
+            tokens=flat["tokens"],
+            elapsed_seconds=float(flat.get("elapsed_seconds") or 0.0),
+            model=flat["model"],
+            optimizer=flat["optimizer"],
+            sampler=flat["sampler"],
+            scaler=flat["scaler"],
+            rng=flat["rng"],
+            fingerprints=Fingerprints(prints["config"], prints["data"], prints["tokenizer"]),
+            config=flat["config"],
+            environment=flat.get("environment") or {},
+            metrics=flat.get("metrics") or {},
+        )
+
+
+REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "step": int,
+    "tokens": int,
+    "model": dict,
+    "optimizer": dict,
+    "sampler": torch.Tensor,
+    "scaler": dict,
+    "rng": list,
+    "fingerprints": dict,
+    "config": dict,
+}
+_V1_RNG = {"python_rng": "python", "torch_rng": "torch", "cuda_rng": "cuda", "mps_rng": "mps"}
+
+
+_V1_REQUIRED = (
+    "python_rng",
+    "torch_rng",
+    "sampler_rng",
+    "tokens_processed",
+    "config_hash",
+    "data_hash",
+    "tokenizer_hash",
+)
+
+
+def _v2_keys(payload: dict[str, Any], name: str) -> dict[str, Any]:
+    """A v1 payload under v2's names."""
+    for key in _V1_REQUIRED:
+        if key not in payload:
+            raise InvalidCheckpoint(f"{name}: missing the key {key!r}")
+    out = {k: v for k, v in payload.items() if k not in _V1_RNG}
+    renames = {"sampler_rng": "sampler", "tokens_processed": "tokens"}
+    for old, new in renames.items():
+        if old in out:
+            out[new] = out.pop(old)
+    out["rng"] = [{new: payload[old] for old, new in _V1_RNG.items() if payload.get(old) is not None}]
+    hashes = {"config": "config_hash", "data": "data_hash", "tokenizer": "tokenizer_hash"}
+    out["fingerprints"] = {new: out.pop(old) for new, old in hashes.items()}
+    if out.get("kind") == "resume":  # v1 named the command; v2 names the track (train or overfit)
+        out["kind"] = "train"
+    return out
 
 
 def environment(device: torch.device, precision: str, optimizer_impl: str) -> dict[str, Any]:
+    """What a checkpoint records of the process that wrote it (compared on resume)."""
     return {
         "octlm": __version__,
         "torch": str(torch.__version__),
@@ -48,8 +174,19 @@ def environment(device: torch.device, precision: str, optimizer_impl: str) -> di
     }
 
 
-def save(path: Path, state: dict[str, Any]) -> tuple[str, int]:
-    """Write ``state`` durably and atomically; returns (sha256, size).
+# ---------------------------------------------------------------- files
+
+
+def path_for(folder: Path, step: int) -> Path:
+    return folder / f"step-{step:06d}.pt"
+
+
+def sidecar(path: Path) -> Path:
+    return path.with_suffix(".sha256")
+
+
+def save(path: Path, record: Record) -> tuple[str, int]:
+    """Write ``record`` durably and atomically; returns (sha256, size).
 
     Order: checksum file, then the checkpoint, each through temporary file, flush, fsync and
     rename, then an fsync of the folder. A crash at any point leaves the previous
@@ -57,16 +194,12 @@ def save(path: Path, state: dict[str, Any]) -> tuple[str, int]:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
-    torch.save(state, buffer)
+    torch.save(record.to_payload(), buffer)
     payload = buffer.getvalue()
     digest = hashlib.sha256(payload).hexdigest()
     atomic_write(sidecar(path), f"{digest}  {path.name}\n".encode())
     atomic_write(path, payload, sync_dir=True)
     return digest, len(payload)
-
-
-class InvalidCheckpoint(Exception):
-    """A checkpoint file that must not be loaded; the message says why."""
 
 
 def expected_digest(path: Path) -> str | None:
@@ -76,7 +209,7 @@ def expected_digest(path: Path) -> str | None:
         return None
 
 
-def read(path: Path, known_sha256: str | None = None) -> dict[str, Any]:
+def read(path: Path, known_sha256: str | None = None) -> Record:
     """Verify and load a checkpoint; raise ``InvalidCheckpoint`` for anything not to be trusted."""
     try:
         payload = path.read_bytes()
@@ -95,9 +228,7 @@ def read(path: Path, known_sha256: str | None = None) -> dict[str, Any]:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as error:  # weights_only refuses pickled code with UnpicklingError
         raise InvalidCheckpoint(f"{path.name}: refused by the safe loader ({_reason(error)})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise InvalidCheckpoint(f"{path.name}: not an {FORMAT} file")
-    return state
+    return Record.from_payload(state, path.name)
 
 
 def _reason(error: Exception) -> str:
@@ -130,8 +261,11 @@ def leftovers(folder: Path) -> list[Path]:
     """Temporary files and orphaned checksum files left by a crash."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.name.endswith(".tmp")
-                  or (p.suffix == ".sha256" and not p.with_suffix(".pt").exists()))
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.name.endswith(".tmp") or (p.suffix == ".sha256" and not p.with_suffix(".pt").exists())
+    )
 
 
 def clean_leftovers(folder: Path) -> list[Path]:
@@ -144,14 +278,14 @@ def clean_leftovers(folder: Path) -> list[Path]:
 @dataclass(frozen=True)
 class Loaded:
     path: Path
-    state: dict[str, Any]
+    record: Record
     skipped: tuple[str, ...]  # why newer checkpoints were passed over
 
 
 def newest_valid(folder: Path, known: dict[str, str] | None = None, step: int | None = None) -> Loaded | None:
     """The newest checkpoint that verifies (or the one at ``step``); invalid ones are skipped with a reason."""
     known = known or {}
-    skipped = []
+    skipped: list[str] = []
     for found_step, path in reversed(listing(folder)):
         if step is not None and found_step != step:
             continue
@@ -168,23 +302,23 @@ def newest_valid(folder: Path, known: dict[str, str] | None = None, step: int | 
     return None
 
 
-def check_fingerprints(state: dict[str, Any], *, config: Any, data_hash: str, tokenizer_hash: str,
-                       path: Path) -> None:
-    """Refuse a checkpoint made under another config, dataset or tokenizer, saying what changed."""
-    problems = []
-    if state["config_hash"] != config.fingerprint:
-        saved = state.get("config") or {}
-        from .config import flatten
+# ---------------------------------------------------------------- refusals and warnings
 
-        current = config.trajectory_dict()
-        lines = [line for line in config_diff(
-            {k: v for k, v in flatten(saved).items() if k in current}, current)]
+
+def check_fingerprints(record: Record, *, config: Any, current: Fingerprints, path: Path) -> None:
+    """Refuse a checkpoint made under another config, dataset or tokenizer, saying what changed."""
+    saved, problems = record.fingerprints, []
+    if saved.config != current.config:
+        trajectory = config.trajectory_dict()
+        old = {k: v for k, v in flatten(record.config).items() if k in trajectory}
+        lines = config_diff(old, trajectory)
         problems.append("config changed: " + ("; ".join(lines) if lines else "fingerprint differs"))
-    if state["tokenizer_hash"] != tokenizer_hash:
-        problems.append(f"tokenizer changed (tokenizer hash {state['tokenizer_hash'][:12]} -> {tokenizer_hash[:12]})")
-    if state["data_hash"] != data_hash:
+    if saved.tokenizer != current.tokenizer:
+        problems.append(f"tokenizer changed (tokenizer hash {saved.tokenizer[:12]} -> {current.tokenizer[:12]})")
+    if saved.data != current.data:
         problems.append(
-            f"dataset changed (data hash {state['data_hash'][:12]} -> {data_hash[:12]}): the corpus, its split or the tokenizer differs"
+            f"dataset changed (data hash {saved.data[:12]} -> {current.data[:12]}): "
+            "the corpus, its split or the tokenizer differs"
         )
     if problems:
         raise Refused(

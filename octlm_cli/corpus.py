@@ -84,7 +84,10 @@ def _read_text(path: Path) -> str:
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:
-        raise BadInput(f"{path}: not UTF-8 text (undecodable byte at offset {error.start}); convert it or drop it from data.sources") from None
+        raise BadInput(
+            f"{path}: not UTF-8 text (undecodable byte at offset {error.start}); "
+            "convert it or drop it from data.sources"
+        ) from None
     except OSError as error:
         raise BadInput(f"{path}: cannot be read: {error.strerror}") from None
 
@@ -153,7 +156,8 @@ def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[
                 found += _jsonl(path, name) if path.suffix == ".jsonl" else [Document(name, _read_text(path))]
     found = [d for d in found if d.text]
     if max_bytes:
-        kept, total = [], 0
+        kept: list[Document] = []
+        total = 0
         for document in found:
             size = len(document.text.encode("utf-8"))
             if kept and total + size > max_bytes:

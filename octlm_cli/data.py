@@ -24,12 +24,13 @@ class TokenBlocks:
     inputs: torch.Tensor  # (N, T) int64
     targets: torch.Tensor  # (N, T) int64, inputs shifted by one
     byte_lengths: torch.Tensor  # (N, T) int64, bytes each target decodes to (0 for special tokens)
+    pad_id: int  # targets equal to it are left out of the loss
 
     def __len__(self) -> int:
         return self.inputs.shape[0]
 
-    def select(self, index: torch.Tensor | slice) -> "TokenBlocks":
-        return TokenBlocks(self.inputs[index], self.targets[index], self.byte_lengths[index])
+    def select(self, index: torch.Tensor | slice) -> TokenBlocks:
+        return TokenBlocks(self.inputs[index], self.targets[index], self.byte_lengths[index], self.pad_id)
 
 
 def make_blocks(stream: np.ndarray | torch.Tensor, tokenizer: Tokenizer, context_length: int) -> TokenBlocks:
@@ -41,7 +42,7 @@ def make_blocks(stream: np.ndarray | torch.Tensor, tokenizer: Tokenizer, context
     blocks = tokens[: count * width].view(count, width)  # (N, T+1)
     targets = blocks[:, 1:]
     table = torch.from_numpy(tokenizer.byte_lengths)
-    return TokenBlocks(blocks[:, :-1], targets, table[targets])
+    return TokenBlocks(blocks[:, :-1], targets, table[targets], tokenizer.pad_id)
 
 
 def dataset_hash(corpus: Corpus, tokenizer: Tokenizer) -> str:
@@ -49,7 +50,9 @@ def dataset_hash(corpus: Corpus, tokenizer: Tokenizer) -> str:
     return hashlib.sha256(f"octlm-data-v1:{corpus.content_hash}:{tokenizer.fingerprint}".encode()).hexdigest()
 
 
-def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, key: str) -> tuple[np.ndarray, np.ndarray]:
+def token_streams(
+    corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, key: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Encode both splits, or read them from ``cache_dir/tokens-<key>.npz`` when cached."""
     path = cache_dir / f"tokens-{key}.npz" if cache_dir is not None else None
     if path is not None and path.exists():

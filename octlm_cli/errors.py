@@ -33,3 +33,10 @@ class Refused(OctlmError):
 
     exit_code = REFUSED
 
+
+class Interrupted(OctlmError):
+    """Stopped by SIGINT or SIGTERM after a checkpoint; exit 130 or 143."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import config as cfg
@@ -40,8 +41,9 @@ def register(home: Home, registry: Registry, config: cfg.Config) -> None:
     )
 
 
-def build(*, preset: str | None, from_config: cfg.Config | None, overrides: list[str],
-          description: str | None) -> cfg.Config:
+def build(
+    *, preset: str | None, from_config: cfg.Config | None, overrides: list[str], description: str | None
+) -> cfg.Config:
     """Resolve a new experiment's config (without its ID) from a preset or another experiment."""
     if preset and from_config is not None:
         raise BadInput("--preset and --from cannot be used together: choose one")
@@ -64,32 +66,40 @@ def create(home: Home, experiment_id: str | None, config: cfg.Config) -> cfg.Con
     """
     home.ensure_writable()
     home.experiments.mkdir(exist_ok=True)
-    registry = Registry(home.registry)
-    try:
-        if experiment_id is not None:
-            validate_id(experiment_id)
-            if registry.experiment(experiment_id) is not None or home.config_path(experiment_id).exists():
-                raise BadInput(f"experiment {experiment_id} already exists: choose another ID or omit it")
-            candidates = iter([experiment_id])
-        else:
-            taken = [id_number(i) for i in ids_on_disk(home)]
-            taken += [id_number(i) for i in registry.experiment_ids() if _is_id(i)]
-            start = max(taken, default=0) + 1
-            candidates = (f"EXP-{n:03d}" for n in range(start, start + 100_000))
-        for candidate in candidates:
-            final = config.replace(id=candidate)
-            if _publish(home.config_path(candidate), cfg.to_yaml(final)):
-                break
-            if experiment_id is not None:
-                raise BadInput(f"experiment {experiment_id} already exists: choose another ID or omit it")
+    with Registry(home.registry) as registry:
+        final = _publish_first(home, _candidates(home, registry, experiment_id), config, experiment_id)
         try:
             register(home, registry, final)
         except BaseException:
             home.config_path(final.id).unlink(missing_ok=True)
             raise
         return final
-    finally:
-        registry.close()
+
+
+def _candidates(home: Home, registry: Registry, experiment_id: str | None) -> Iterator[str]:
+    """The IDs to try: the one asked for (if free), else EXP-NNN after the highest taken."""
+    if experiment_id is not None:
+        validate_id(experiment_id)
+        if registry.experiment(experiment_id) is not None or home.config_path(experiment_id).exists():
+            raise BadInput(f"experiment {experiment_id} already exists: choose another ID or omit it")
+        return iter([experiment_id])
+    taken = [id_number(i) for i in ids_on_disk(home)]
+    taken += [id_number(i) for i in registry.experiment_ids() if _is_id(i)]
+    start = max(taken, default=0) + 1
+    return (f"EXP-{n:03d}" for n in range(start, start + 100_000))
+
+
+def _publish_first(home: Home, candidates: Iterator[str], config: cfg.Config, asked: str | None) -> cfg.Config:
+    """Write the config under the first candidate ID whose file does not exist yet."""
+    for candidate in candidates:
+        final = config.replace(id=candidate)
+        if _publish(home.config_path(candidate), cfg.to_yaml(final)):
+            return final
+        if asked is not None:
+            break
+    if asked is None:
+        raise BadInput("no free experiment ID left after the highest EXP-NNN: give one")
+    raise BadInput(f"experiment {asked} already exists: choose another ID or omit it")
 
 
 def _is_id(text: str) -> bool:

@@ -7,19 +7,21 @@ generating text in the middle of an experiment changes nothing about its traject
 from __future__ import annotations
 
 import torch
-from torch import nn
+
+from .model import Decoder
 
 
 @torch.no_grad()
-def _next_logits(model: nn.Module, ids: list[int], device: torch.device) -> torch.Tensor:
-    window = ids[-model.context_length:]
+def _next_logits(model: Decoder, ids: list[int], device: torch.device) -> torch.Tensor:
+    window = ids[-model.context_length :]
     logits = model(torch.tensor([window], device=device))  # (1, t, V)
     return logits[0, -1].float()  # (V,)
 
 
 @torch.no_grad()
-def greedy(model: nn.Module, ids: list[int], max_new_tokens: int, device: torch.device,
-           stop_id: int | None = None) -> list[int]:
+def greedy(
+    model: Decoder, ids: list[int], max_new_tokens: int, device: torch.device, stop_id: int | None = None
+) -> list[int]:
     was_training = model.training
     model.eval()
     out = list(ids)
@@ -33,8 +35,17 @@ def greedy(model: nn.Module, ids: list[int], max_new_tokens: int, device: torch.
 
 
 @torch.no_grad()
-def sample(model: nn.Module, ids: list[int], max_new_tokens: int, device: torch.device, *,
-           temperature: float = 1.0, top_k: int | None = None, seed: int = 0, stop_id: int | None = None) -> list[int]:
+def sample(
+    model: Decoder,
+    ids: list[int],
+    max_new_tokens: int,
+    device: torch.device,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    stop_id: int | None = None,
+) -> list[int]:
     generator = torch.Generator(device="cpu")
     generator.manual_seed(seed)
     was_training = model.training

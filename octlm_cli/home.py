@@ -48,29 +48,28 @@ def find_home(explicit: str | os.PathLike | None = None, start: Path | None = No
     return here
 
 
+class _Under:
+    """A path in the home: ``home.registry`` is ``home.root / "registry.db"``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, home: Home, owner: type) -> Path:
+        return home.root / self.name
+
+
 @dataclass(frozen=True)
 class Home:
     root: Path
 
     @classmethod
-    def locate(cls, explicit: str | os.PathLike | None = None) -> "Home":
+    def locate(cls, explicit: str | os.PathLike | None = None) -> Home:
         return cls(find_home(explicit))
 
-    @property
-    def experiments(self) -> Path:
-        return self.root / "experiments"
-
-    @property
-    def registry(self) -> Path:
-        return self.root / "registry.db"
-
-    @property
-    def runs(self) -> Path:
-        return self.root / "runs"
-
-    @property
-    def cache(self) -> Path:
-        return self.root / "cache"
+    experiments = _Under("experiments")
+    registry = _Under("registry.db")
+    runs = _Under("runs")
+    cache = _Under("cache")
 
     def config_path(self, experiment_id: str) -> Path:
         return self.experiments / f"{validate_id(experiment_id)}.yaml"

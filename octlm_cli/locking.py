@@ -10,6 +10,7 @@ import fcntl
 import os
 import socket
 from pathlib import Path
+from typing import IO
 
 from .errors import Refused
 
@@ -18,9 +19,9 @@ class ExperimentLock:
     def __init__(self, folder: Path, experiment_id: str):
         self.path = folder / "lock"
         self.experiment_id = experiment_id
-        self.handle = None
+        self.handle: IO[str] | None = None
 
-    def __enter__(self) -> "ExperimentLock":
+    def __enter__(self) -> ExperimentLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")
         try:

@@ -10,17 +10,18 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from . import rng
+from . import rng, runtime
 from .config import Config
 from .data import Sampler, TokenBlocks, bits_per_byte
-from .errors import ConfigError
-from .model import Decoder, loss as model_loss, loss_sums
+from .model import Decoder, loss_sums
+from .model import loss as model_loss
 from .schedule import for_config
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -37,7 +38,8 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     Built in ``named_parameters`` order (never from a set), so optimizer state lines up
     with the same parameters in every process.
     """
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
             continue
@@ -63,29 +65,6 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=AUTOCAST[precision])
 
 
-def require_compile(device: torch.device) -> None:
-    """Refuse ``training.compile`` where ``torch.compile`` cannot run. Checked before a run starts,
-    so a missing compiler is one clear line (exit 2) instead of a traceback at the first step."""
-    problem = _compile_problem(device)
-    if problem:
-        raise ConfigError(f"training.compile: {problem}; or set training.compile: false")
-
-
-def _compile_problem(device: torch.device) -> str | None:
-    import shutil
-
-    if device.type == "cpu" and not any(shutil.which(name) for name in ("c++", "g++", "clang++")):
-        return "torch.compile needs a C++ compiler (c++, g++ or clang++) on PATH on a CPU"
-    if device.type == "cuda":
-        import importlib.util
-
-        if importlib.util.find_spec("triton") is None:
-            return "torch.compile needs Triton on a GPU (pip install triton)"
-    if device.type not in ("cpu", "cuda"):
-        return f"torch.compile is not supported by octlm on {device.type}"
-    return None
-
-
 def make_objective(model: Decoder, device: torch.device, precision: str, compile: bool) -> Callable[..., torch.Tensor]:
     """The training loss as a function of (inputs, targets, pad_id), compiled when asked.
 
@@ -101,7 +80,7 @@ def make_objective(model: Decoder, device: torch.device, precision: str, compile
 
     if not compile:
         return objective
-    require_compile(device)
+    runtime.require_compile(device)
     # The rotary complex multiply runs as the eager kernel inside the compiled graph; measured on
     # day2, a real-valued rotary that Inductor can fuse was no faster, so the warning is noise.
     warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex operators")
@@ -118,13 +97,13 @@ class TrainState:
     optimizer: torch.optim.AdamW
     sampler: Sampler
     scaler: torch.amp.GradScaler | None
-    impl: str
+    optimizer_impl: str  # "fused" or "foreach": part of the environment a checkpoint records
     objective: Callable[..., torch.Tensor]
     step: int = 0
     elapsed: float = 0.0  # seconds of training before this process, for the run file
 
     @classmethod
-    def fresh(cls, config: Config, device: torch.device, num_blocks: int, batch_size: int | None = None) -> "TrainState":
+    def fresh(cls, config: Config, device: torch.device, num_blocks: int, batch_size: int | None = None) -> TrainState:
         rng.seed_all(config.training.seed)
         model = Decoder(config).to(device)  # initialisation draws from the global generator
         impl = optimizer_impl(device)
@@ -142,36 +121,35 @@ class TrainState:
     def tokens(self) -> int:
         return self.step * self.tokens_per_step
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "sampler_rng": self.sampler.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler else {},
-            "step": self.step,
-            "tokens_processed": self.tokens,
-            "elapsed_seconds": self.elapsed,
-            **rng.capture(),
-        }
+    def load(
+        self,
+        *,
+        model: dict[str, Any],
+        optimizer: dict[str, Any],
+        sampler: torch.Tensor,
+        scaler: dict[str, Any],
+        step: int,
+        elapsed_seconds: float,
+        rng_state: dict[str, Any],
+    ) -> None:
+        """Continue from saved progress (a checkpoint's parts)."""
+        self.model.load_state_dict(model)
+        self.optimizer.load_state_dict(optimizer)
+        self.sampler.load_state_dict(sampler)
+        if self.scaler is not None and scaler:
+            self.scaler.load_state_dict(scaler)
+        self.step = int(step)
+        self.elapsed = float(elapsed_seconds)
+        rng.restore(rng_state)  # last: after the model and optimizer are built, right before the first batch
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.sampler.load_state_dict(state["sampler_rng"])
-        if self.scaler is not None and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        self.step = int(state["step"])
-        self.elapsed = float(state.get("elapsed_seconds", 0.0))
-        rng.restore(state)  # last: after the model and optimizer are built, right before the first batch
 
-
-def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> tuple[torch.Tensor, torch.Tensor]:
     """One step in the seed's order; returns (loss, gradient norm before clipping) as tensors."""
     training = state.config.training
     index = state.sampler.next()  # byte lengths are for evaluation only: not gathered here
     inputs = blocks.inputs[index].to(state.device, non_blocking=True)  # (B, T)
     targets = blocks.targets[index].to(state.device, non_blocking=True)  # (B, T)
-    loss = state.objective(inputs, targets, pad_id)
+    loss = state.objective(inputs, targets, blocks.pad_id)
     if state.scaler is not None:
         state.scaler.scale(loss).backward()
         state.scaler.unscale_(state.optimizer)
@@ -192,8 +170,9 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float, pad
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, blocks: TokenBlocks, pad_id: int, device: torch.device, precision: str,
-             batch_size: int) -> dict[str, float]:
+def evaluate(
+    model: nn.Module, blocks: TokenBlocks, device: torch.device, precision: str, batch_size: int
+) -> dict[str, float]:
     """Loss, perplexity and bits per byte over fixed blocks; draws from no random stream."""
     was_training = model.training
     model.eval()
@@ -205,7 +184,7 @@ def evaluate(model: nn.Module, blocks: TokenBlocks, pad_id: int, device: torch.d
         targets = batch.targets.to(device)
         with autocast(device, precision):
             logits = model(batch.inputs.to(device))
-        batch_nats, batch_count = loss_sums(logits, targets, pad_id)
+        batch_nats, batch_count = loss_sums(logits, targets, blocks.pad_id)
         nats += batch_nats.double()
         count += batch_count
         total_bytes += int(batch.byte_lengths.sum())
@@ -229,43 +208,50 @@ class LoopHooks:
     should_stop: Callable[[], bool] = lambda: False
 
 
-@dataclass
-class LoopResult:
-    step: int
-    stopped: bool  # True when ``should_stop`` ended the loop early
-    last: dict[str, Any] = field(default_factory=dict)
-
-
-def run(state: TrainState, *, until: int, train_blocks: TokenBlocks, eval_blocks: TokenBlocks, pad_id: int,
-        eval_interval: int, checkpoint_interval: int, hooks: LoopHooks) -> LoopResult:
-    """Train from ``state.step`` to ``until``.
+def train_until(
+    state: TrainState,
+    *,
+    until: int,
+    train_blocks: TokenBlocks,
+    eval_blocks: TokenBlocks,
+    eval_interval: int,
+    checkpoint_interval: int,
+    hooks: LoopHooks,
+) -> bool:
+    """Train from ``state.step`` to ``until``; True when ``should_stop`` ended the loop early.
 
     Evaluates at multiples of ``eval_interval`` and at the config's last step, never elsewhere,
     so where a run is split does not change its run file. Checkpoints at multiples of
     ``checkpoint_interval``, at ``until`` and when stopped. Cadence never touches a random stream.
     """
-    config = state.config
-    schedule = for_config(config.training)
-    last: dict[str, Any] = {}
+    schedule = for_config(state.config.training)
     state.model.train()
     while state.step < until:
         if hooks.should_stop():
             hooks.on_checkpoint(state)
-            return LoopResult(state.step, True, last)
+            return True
         learning_rate = schedule(state.step)
-        loss, norm = train_step(state, train_blocks, learning_rate, pad_id)
+        loss, norm = train_step(state, train_blocks, learning_rate)
         hooks.on_step(state.step)
-        if state.step % eval_interval == 0 or state.step == config.training.steps:
-            last = {
-                "step": state.step,
-                "tokens": state.tokens,
-                "lr": learning_rate,
-                "train_loss": loss.item(),
-                **evaluate(state.model, eval_blocks, pad_id, state.device, config.training.precision,
-                           state.sampler.batch_size),
-                "gradient_norm": norm.item(),
-            }
-            hooks.on_eval(last)
+        if state.step % eval_interval == 0 or state.step == state.config.training.steps:
+            hooks.on_eval(_record(state, eval_blocks, learning_rate, loss, norm))
         if state.step % checkpoint_interval == 0 or state.step == until:
             hooks.on_checkpoint(state)
-    return LoopResult(state.step, False, last)
+    return False
+
+
+def _record(
+    state: TrainState, eval_blocks: TokenBlocks, learning_rate: float, loss: torch.Tensor, norm: torch.Tensor
+) -> dict[str, Any]:
+    """One run-file record: the logged step's loss and norm (the only host syncs), and an evaluation."""
+    evaluation = evaluate(
+        state.model, eval_blocks, state.device, state.config.training.precision, state.sampler.batch_size
+    )
+    return {
+        "step": state.step,
+        "tokens": state.tokens,
+        "lr": learning_rate,
+        "train_loss": loss.item(),
+        **evaluation,
+        "gradient_norm": norm.item(),
+    }

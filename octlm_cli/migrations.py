@@ -12,90 +12,82 @@ SET_NAME = "octlm"
 migrations = Migrations(SET_NAME)
 
 
+# The tables of m001 as created then; part of a shipped migration, so never change them.
+EXPERIMENTS_V1: dict[str, type] = {
+    "id": str,
+    "description": str,
+    "preset": str,
+    "created": str,
+    "updated": str,
+    "yaml_path": str,
+    "config_json": str,
+    "config_hash": str,
+}
+RUNS_V1: dict[str, type] = {
+    "id": int,
+    "experiment_id": str,
+    "kind": str,  # train | resume | verify-resume | overfit
+    "status": str,  # running | completed | failed | interrupted | crashed
+    "start_step": int,
+    "end_step": int,
+    "target_step": int,
+    "started": str,
+    "ended": str,
+    "updated": str,
+    "host": str,
+    "pid": int,
+    "argv": str,
+    "octlm_version": str,
+    "python_version": str,
+    "torch_version": str,
+    "device": str,
+    "dtype": str,
+    "threads": int,
+    "git_commit": str,
+    "git_dirty": int,
+    "config_hash": str,
+    "data_hash": str,
+    "tokenizer_hash": str,
+    "resumed_from": str,
+    "latest_metrics": str,
+    "final_metrics": str,
+    "error": str,
+}
+CHECKPOINTS_V1: dict[str, type] = {
+    "id": int,
+    "experiment_id": str,
+    "run_id": int,
+    "step": int,
+    "path": str,
+    "sha256": str,
+    "size": int,
+    "tokens": int,
+    "created": str,
+    "config_hash": str,
+    "data_hash": str,
+    "tokenizer_hash": str,
+    "metrics": str,
+}
+VERIFICATIONS_V1: dict[str, type] = {
+    "id": int,
+    "experiment_id": str,
+    "run_id": int,
+    "kind": str,  # verify-resume | overfit
+    "verdict": str,  # pass | fail
+    "created": str,
+    "details": str,
+}
+
+
 @migrations()
 def m001_initial(db: Database) -> None:
-    db["experiments"].create(
-        {
-            "id": str,
-            "description": str,
-            "preset": str,
-            "created": str,
-            "updated": str,
-            "yaml_path": str,
-            "config_json": str,
-            "config_hash": str,
-        },
-        pk="id",
-    )
-    db["runs"].create(
-        {
-            "id": int,
-            "experiment_id": str,
-            "kind": str,  # train | resume | verify-resume | overfit
-            "status": str,  # running | completed | failed | interrupted | crashed
-            "start_step": int,
-            "end_step": int,
-            "target_step": int,
-            "started": str,
-            "ended": str,
-            "updated": str,
-            "host": str,
-            "pid": int,
-            "argv": str,
-            "octlm_version": str,
-            "python_version": str,
-            "torch_version": str,
-            "device": str,
-            "dtype": str,
-            "threads": int,
-            "git_commit": str,
-            "git_dirty": int,
-            "config_hash": str,
-            "data_hash": str,
-            "tokenizer_hash": str,
-            "resumed_from": str,
-            "latest_metrics": str,
-            "final_metrics": str,
-            "error": str,
-        },
-        pk="id",
-        foreign_keys=[("experiment_id", "experiments", "id")],
-    )
-    db["runs"].create_index(["experiment_id"])
-    db["checkpoints"].create(
-        {
-            "id": int,
-            "experiment_id": str,
-            "run_id": int,
-            "step": int,
-            "path": str,
-            "sha256": str,
-            "size": int,
-            "tokens": int,
-            "created": str,
-            "config_hash": str,
-            "data_hash": str,
-            "tokenizer_hash": str,
-            "metrics": str,
-        },
-        pk="id",
-        foreign_keys=[("experiment_id", "experiments", "id")],
-    )
-    db["checkpoints"].create_index(["path"], unique=True)
-    db["checkpoints"].create_index(["experiment_id", "step"])
-    db["verifications"].create(
-        {
-            "id": int,
-            "experiment_id": str,
-            "run_id": int,
-            "kind": str,  # verify-resume | overfit
-            "verdict": str,  # pass | fail
-            "created": str,
-            "details": str,
-        },
-        pk="id",
-        foreign_keys=[("experiment_id", "experiments", "id")],
-    )
+    db.table("experiments").create(EXPERIMENTS_V1, pk="id")
+    db.table("runs").create(RUNS_V1, pk="id", foreign_keys=[("experiment_id", "experiments", "id")])
+    db.table("runs").create_index(["experiment_id"])
+    db.table("checkpoints").create(CHECKPOINTS_V1, pk="id", foreign_keys=[("experiment_id", "experiments", "id")])
+    db.table("checkpoints").create_index(["path"], unique=True)
+    db.table("checkpoints").create_index(["experiment_id", "step"])
+    db.table("verifications").create(VERIFICATIONS_V1, pk="id", foreign_keys=[("experiment_id", "experiments", "id")])
 
 
 @migrations()

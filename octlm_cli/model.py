@@ -43,7 +43,6 @@ class Attention(nn.Module):
         self.k = nn.Linear(model.d_model, model.d_model, bias=False)
         self.v = nn.Linear(model.d_model, model.d_model, bias=False)
         self.proj = nn.Linear(model.d_model, model.d_model, bias=False)
-        self.proj.residual = True  # scaled at initialisation
 
     def forward(self, x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape  # (B, T, C)
@@ -61,7 +60,6 @@ class SwiGLU(nn.Module):
         self.gate = nn.Linear(d_model, hidden, bias=False)
         self.up = nn.Linear(d_model, hidden, bias=False)
         self.down = nn.Linear(hidden, d_model, bias=False)
-        self.down.residual = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))  # (B, T, hidden) -> (B, T, C)
@@ -98,9 +96,11 @@ class Decoder(nn.Module):
         # GPT-2 style: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers) so the
         # residual stream's variance does not grow with depth. Module order is fixed, so the
         # global generator is consumed in the same order on every run.
+        residual = {m.proj for m in self.modules() if isinstance(m, Attention)}
+        residual |= {m.down for m in self.modules() if isinstance(m, SwiGLU)}
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                std = 0.02 / math.sqrt(2 * n_layers) if getattr(module, "residual", False) else 0.02
+                std = 0.02 / math.sqrt(2 * n_layers) if module in residual else 0.02
                 nn.init.normal_(module.weight, mean=0.0, std=std)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)

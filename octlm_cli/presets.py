@@ -10,61 +10,50 @@ from typing import Any
 
 from .errors import ConfigError
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # The seed's Day 1: a ~1M-parameter model that trains on 2 CPU cores in about 15 seconds;
-    # the experiment behind exact resume and overfitting one block (EXP-008).
-    "day1": {
-        "data": {"sources": ["builtin:docs"], "validation_fraction": 0.1, "max_bytes": 0},
-        "tokenizer": {"vocab_size": 1024},
-        "model": {"context_length": 128, "d_model": 128, "n_layers": 4, "n_heads": 4},
-        "training": {
-            "steps": 200, "warmup_steps": 20, "learning_rate": 3e-4, "min_learning_rate": 3e-5,
-            "batch_size": 8, "weight_decay": 0.1, "grad_clip": 1.0, "precision": "fp32",
-            "eval_interval": 20,
-        },
-        "checkpoint": {"interval": 100, "keep": 3},
-    },
-    # A ~12M-parameter model (the "about 10M") on the Python standard library (tens of MB of real text),
-    # sized for a CPU box overnight. Compiled: ~10% faster per step for ~25 s of compilation per process
-    # (a few seconds once Inductor's cache is warm), which a run of hours repays many times over.
-    "day2": {
-        "data": {"sources": ["builtin:stdlib"], "validation_fraction": 0.02, "max_bytes": 0},
-        "tokenizer": {"vocab_size": 4096},
-        "model": {"context_length": 256, "d_model": 384, "n_layers": 6, "n_heads": 6},
-        "training": {
-            "steps": 10000, "warmup_steps": 200, "learning_rate": 6e-4, "min_learning_rate": 6e-5,
-            "batch_size": 16, "weight_decay": 0.1, "grad_clip": 1.0, "precision": "fp32",
-            "compile": True, "eval_interval": 250,
-        },
-        "checkpoint": {"interval": 500, "keep": 3},
-    },
-    # Between the two: a ~3.7M-parameter model on the docs plus 8 MB of the standard library;
-    # about half an hour on a CPU box. For trying an idea before committing a night to it. Compiled, as day2.
-    "day3": {
-        "data": {"sources": ["builtin:docs", "builtin:stdlib"], "validation_fraction": 0.05, "max_bytes": 8_000_000},
-        "tokenizer": {"vocab_size": 2048},
-        "model": {"context_length": 256, "d_model": 256, "n_layers": 4, "n_heads": 4},
-        "training": {
-            "steps": 2000, "warmup_steps": 100, "learning_rate": 5e-4, "min_learning_rate": 5e-5,
-            "batch_size": 16, "weight_decay": 0.1, "grad_clip": 1.0, "precision": "fp32",
-            "compile": True, "eval_interval": 100,
-        },
-        "checkpoint": {"interval": 250, "keep": 3},
-    },
-    # The seed's Day 4: 24,000 steps with 500 warmup and bf16 mixed precision, a GPU-sized
-    # (~91M-parameter) model.
-    "day4": {
-        "data": {"sources": ["builtin:stdlib"], "validation_fraction": 0.02, "max_bytes": 0},
-        "tokenizer": {"vocab_size": 8192},
-        "model": {"context_length": 1024, "d_model": 768, "n_layers": 12, "n_heads": 12},
-        "training": {
-            "steps": 24000, "warmup_steps": 500, "learning_rate": 6e-4, "min_learning_rate": 6e-5,
-            "batch_size": 32, "weight_decay": 0.1, "grad_clip": 1.0, "precision": "bf16",
-            "device": "auto", "eval_interval": 500,
-        },
-        "checkpoint": {"interval": 1000, "keep": 3},
-    },
+# One row per preset. day1: the seed's Day 1, the experiment behind exact resume and overfitting one block
+# (EXP-008), ~15 s on 2 cores. day2: a real small model on the standard library for a CPU box overnight,
+# compiled (~10% faster per step for ~25 s of compilation per process, which hours of training repay).
+# day3: between the two, ~30 min on a CPU box, for trying an idea before a night. day4: the seed's Day 4,
+# a GPU-sized model in bf16. Every preset keeps the floor at 10% of the peak, decay 0.1, clipping at 1.0
+# and the newest 3 checkpoints.
+_ROWS: tuple[tuple[Any, ...], ...] = (
+    # name, sources, validation, max_bytes, vocab, (T, d, layers, heads), steps, warmup, peak, batch, eval, checkpoint
+    ("day1", ["builtin:docs"], 0.1, 0, 1024, (128, 128, 4, 4), 200, 20, 3e-4, 8, 20, 100),
+    ("day2", ["builtin:stdlib"], 0.02, 0, 4096, (256, 384, 6, 6), 10000, 200, 6e-4, 16, 250, 500),
+    ("day3", ["builtin:docs", "builtin:stdlib"], 0.05, 8000000, 2048, (256, 256, 4, 4), 2000, 100, 5e-4, 16, 100, 250),
+    ("day4", ["builtin:stdlib"], 0.02, 0, 8192, (1024, 768, 12, 12), 24000, 500, 6e-4, 32, 500, 1000),
+)
+_EXTRA: dict[str, dict[str, Any]] = {
+    "day2": {"compile": True},
+    "day3": {"compile": True},
+    "day4": {"precision": "bf16", "device": "auto"},
 }
+
+
+def _preset(row: tuple[Any, ...]) -> dict[str, Any]:
+    name, sources, validation, max_bytes, vocab, shape, steps, warmup, peak, batch, evals, every = row
+    context, d_model, layers, heads = shape
+    training = {
+        "steps": steps,
+        "warmup_steps": warmup,
+        "learning_rate": peak,
+        "min_learning_rate": round(peak / 10, 12),
+        "batch_size": batch,
+        "weight_decay": 0.1,
+        "grad_clip": 1.0,
+        "precision": "fp32",
+        "eval_interval": evals,
+    }
+    return {
+        "data": {"sources": sources, "validation_fraction": validation, "max_bytes": max_bytes},
+        "tokenizer": {"vocab_size": vocab},
+        "model": {"context_length": context, "d_model": d_model, "n_layers": layers, "n_heads": heads},
+        "training": training | _EXTRA.get(name, {}),
+        "checkpoint": {"interval": every, "keep": 3},
+    }
+
+
+PRESETS: dict[str, dict[str, Any]] = {row[0]: _preset(row) for row in _ROWS}
 
 DESCRIPTIONS = {
     "day1": "~1M parameters, builtin:docs, 200 steps, fp32: the seed experiment, ~15 s on 2 cores",

@@ -1,10 +1,15 @@
-"""The SQLite run registry: experiments, runs, checkpoints and verdicts.
+"""The SQLite run registry: experiments, runs, checkpoints and verdicts. All of octlm's SQL lives here
+(and the schema in ``migrations.py``).
 
 Reads and writes go through the standard ``sqlite3`` module with WAL and a busy
 timeout, writes inside ``BEGIN IMMEDIATE`` transactions, so many octlm processes
 on one box never fail with "database is locked". The schema is owned by
 ``migrations.py`` (sqlite-utils), imported only when a migration is pending, so
 ``octlm show`` stays light. This module never imports torch.
+
+Reads return plain dicts with the JSON columns decoded (``argv``, ``latest_metrics``,
+``final_metrics``, checkpoint ``metrics``, verification ``details``); a cell that is not valid
+JSON reads as ``None``. Writes accept only the known columns of their table.
 """
 
 from __future__ import annotations
@@ -15,18 +20,43 @@ import os
 import socket
 import sqlite3
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, TypeVar
 
 from .errors import BadInput, Refused
 
 BUSY_TIMEOUT_S = 60.0
 KNOWN_MIGRATIONS = ("m001_initial", "m002_summary_view")  # mirrors migrations.NAMES (a test checks)
 
+# The writable columns of each table ("id" is the database's); they mirror migrations.py (a test checks).
+EXPERIMENT_COLUMNS = ("description", "preset", "created", "updated", "yaml_path", "config_json", "config_hash")
+RUN_COLUMNS = (
+    "experiment_id", "kind", "status", "start_step", "end_step", "target_step", "started", "ended", "updated",
+    "host", "pid", "argv", "octlm_version", "python_version", "torch_version", "device", "dtype", "threads",
+    "git_commit", "git_dirty", "config_hash", "data_hash", "tokenizer_hash", "resumed_from", "latest_metrics",
+    "final_metrics", "error",
+)  # fmt: skip
+CHECKPOINT_COLUMNS = (
+    "experiment_id", "run_id", "step", "path", "sha256", "size", "tokens", "created", "config_hash",
+    "data_hash", "tokenizer_hash", "metrics",
+)  # fmt: skip
+VERIFICATION_COLUMNS = ("experiment_id", "run_id", "kind", "verdict", "created", "details")
+JSON_COLUMNS = frozenset({"argv", "latest_metrics", "final_metrics", "metrics", "details"})
+TRAINING_KINDS = ("train", "resume")
+SYNC_EXPERIMENT = (  # keeps ``updated`` when neither the config nor the description changed
+    " on conflict(id) do update set description=excluded.description, preset=excluded.preset,"
+    " yaml_path=excluded.yaml_path, config_json=excluded.config_json, config_hash=excluded.config_hash,"
+    " updated=case when experiments.config_hash is excluded.config_hash"
+    " and experiments.description is excluded.description then experiments.updated else excluded.updated end"
+)
+
+T = TypeVar("T")
+
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def pid_alive(pid: int) -> bool:
@@ -39,19 +69,56 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def effective_status(row: dict[str, Any]) -> dict[str, Any]:
+    """A run left ``running`` by a process that is gone (same host) reads as ``crashed``."""
+    pid = row.get("pid")
+    if row.get("status") == "running" and row.get("host") == socket.gethostname():
+        if pid and pid != os.getpid() and not pid_alive(int(pid)):
+            row = {**row, "status": "crashed"}
+    return row
+
+
+def _checked(table: str, fields: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+    """``fields`` with its JSON columns encoded; ValueError naming the first key that is not a column."""
+    for key in fields:
+        if key not in allowed:
+            raise ValueError(f"{table}: unknown column {key!r}")
+    return {k: json.dumps(v) if k in JSON_COLUMNS and not isinstance(v, str) else v for k, v in fields.items()}
+
+
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its JSON columns decoded; a malformed cell reads as None."""
+    for key in JSON_COLUMNS.intersection(row):
+        if isinstance(row[key], str):
+            try:
+                row[key] = json.loads(row[key])
+            except ValueError:
+                row[key] = None
+    return row
+
+
+def _config(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 class Registry:
     def __init__(self, path: Path, *, create: bool = True):
         self.path = path
+        self.conn: sqlite3.Connection | None = None
         if not create and not path.exists():
-            self.conn = None
-            return
+            return  # every read answers empty; nothing is created
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            self.conn.row_factory = sqlite3.Row
-            self._retry(lambda: self.conn.execute("PRAGMA journal_mode=WAL"))
-            self.conn.execute("PRAGMA foreign_keys=ON")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
+            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self.conn = conn
+            conn.row_factory = sqlite3.Row
+            self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
         except sqlite3.DatabaseError as error:
             raise Refused(f"{path}: cannot be opened as an octlm registry: {error}") from None
@@ -60,7 +127,7 @@ class Registry:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _retry(self, fn: Any) -> Any:
+    def _retry(self, fn: Callable[[], T]) -> T:
         # journal_mode changes ignore the busy handler on a fresh file; retry briefly.
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         while True:
@@ -71,16 +138,22 @@ class Registry:
                     raise
                 time.sleep(0.02)
 
-    def _applied(self) -> list[str]:
-        exists = self.conn.execute(
-            "select 1 from sqlite_master where type='table' and name='_sqlite_migrations'"
-        ).fetchone()
-        if not exists:
+    def _connection(self) -> sqlite3.Connection:
+        if self.conn is None:
+            raise Refused(f"{self.path}: there is no registry here to write to")
+        return self.conn
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        if self.conn is None:
             return []
-        rows = self.conn.execute(
-            "select name from _sqlite_migrations where migration_set='octlm' order by id"
-        ).fetchall()
-        return [row[0] for row in rows]
+        return [_decoded(dict(row)) for row in self.conn.execute(sql, params).fetchall()]
+
+    def _applied(self) -> list[str]:
+        sql = "select 1 from sqlite_master where type='table' and name='_sqlite_migrations'"
+        if not self._rows(sql):
+            return []
+        rows = self._rows("select name from _sqlite_migrations where migration_set='octlm' order by id")
+        return [row["name"] for row in rows]
 
     def _migrate(self) -> None:
         applied = self._applied()
@@ -92,26 +165,28 @@ class Registry:
             )
         if len(applied) == len(KNOWN_MIGRATIONS):
             return
+        # Imported only here: sqlite_utils stays out of `octlm show` and `octlm new` once migrated.
         from sqlite_utils import Database
 
         from .migrations import migrations
 
-        with self.transaction():
-            migrations.apply(Database(self.conn))
+        with self._transaction() as conn:
+            migrations.apply(Database(conn))
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction that takes the write lock up front (waits, never fails busy)."""
+        conn = self._connection()
         try:
-            self._retry(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
             try:
-                yield self.conn
+                yield conn
             except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
             else:
-                self.conn.execute("COMMIT")
+                conn.execute("COMMIT")
         except sqlite3.IntegrityError:
             raise
         except sqlite3.OperationalError as error:
@@ -127,116 +202,113 @@ class Registry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def query(self, sql: str, params: tuple | list = ()) -> list[dict[str, Any]]:
-        if self.conn is None:
-            return []
-        return [dict(row) for row in self.conn.execute(sql, params).fetchall()]
-
     # ------------------------------------------------------------------ experiments
 
-    def add_experiment(self, experiment_id: str, *, description: str, preset: str, yaml_path: str,
-                       config_json: str, config_hash: str) -> None:
+    def add_experiment(
+        self, experiment_id: str, *, description: str, preset: str, yaml_path: str, config_json: str, config_hash: str
+    ) -> None:
+        fields = dict(description=description, preset=preset, yaml_path=yaml_path, config_json=config_json)
+        self._put_experiment(experiment_id, {**fields, "config_hash": config_hash}, "")
+
+    def sync_experiment(
+        self, experiment_id: str, *, description: str, preset: str, yaml_path: str, config_json: str, config_hash: str
+    ) -> None:
+        """Insert the experiment, or bring its row in line with its YAML file."""
+        fields = dict(description=description, preset=preset, yaml_path=yaml_path, config_json=config_json)
+        self._put_experiment(experiment_id, {**fields, "config_hash": config_hash}, SYNC_EXPERIMENT)
+
+    def _put_experiment(self, experiment_id: str, fields: dict[str, Any], on_conflict: str) -> None:
         stamp = now()
-        with self.transaction() as conn:
+        row = _checked("experiments", {"created": stamp, "updated": stamp, **fields}, EXPERIMENT_COLUMNS)
+        columns, marks = ", ".join(row), ", ".join("?" for _ in row)
+        with self._transaction() as conn:
             conn.execute(
-                "insert into experiments (id, description, preset, created, updated, yaml_path, "
-                "config_json, config_hash) values (?, ?, ?, ?, ?, ?, ?, ?)",
-                (experiment_id, description, preset, stamp, stamp, yaml_path, config_json, config_hash),
+                f"insert into experiments (id, {columns}) values (?, {marks}){on_conflict}",
+                (experiment_id, *row.values()),
             )
 
-    def sync_experiment(self, experiment_id: str, *, description: str, preset: str, yaml_path: str,
-                        config_json: str, config_hash: str) -> None:
-        """Insert the experiment, or bring its row in line with its YAML file."""
-        stamp = now()
-        with self.transaction() as conn:
-            conn.execute(
-                "insert into experiments (id, description, preset, created, updated, yaml_path, "
-                "config_json, config_hash) values (?, ?, ?, ?, ?, ?, ?, ?) "
-                "on conflict(id) do update set description=excluded.description, preset=excluded.preset, "
-                "yaml_path=excluded.yaml_path, config_json=excluded.config_json, "
-                "config_hash=excluded.config_hash, "
-                "updated=case when experiments.config_hash is excluded.config_hash "
-                "and experiments.description is excluded.description then experiments.updated "
-                "else excluded.updated end",
-                (experiment_id, description, preset, stamp, stamp, yaml_path, config_json, config_hash),
-            )
+    def experiments(self) -> list[dict[str, Any]]:
+        """Every experiment row, by ID (``config_json`` as stored; ``configs()`` decodes it)."""
+        return self._rows("select * from experiments order by id")
 
     def experiment(self, experiment_id: str) -> dict[str, Any] | None:
-        rows = self.query("select * from experiments where id = ?", (experiment_id,))
+        rows = self._rows("select * from experiments where id = ?", (experiment_id,))
         return rows[0] if rows else None
 
     def experiment_ids(self) -> list[str]:
-        return [row["id"] for row in self.query("select id from experiments")]
+        return [row["id"] for row in self._rows("select id from experiments order by id")]
 
-    def summaries(self) -> list[dict[str, Any]]:
-        return self.query("select * from experiment_summary")
+    def configs(self) -> dict[str, dict[str, Any]]:
+        """{experiment ID: its resolved config as registered}; a malformed config reads as {}."""
+        return {row["id"]: _config(row["config_json"]) for row in self._rows("select id, config_json from experiments")}
+
+    def summary_rows(self) -> list[dict[str, Any]]:
+        """The ``experiment_summary`` view: one row per experiment with its latest training run and verdict."""
+        return self._rows("select * from experiment_summary order by id")
 
     # ------------------------------------------------------------------ runs
 
     def start_run(self, experiment_id: str, kind: str, **fields: Any) -> int:
         stamp = now()
-        row = {
-            "experiment_id": experiment_id, "kind": kind, "status": "running",
-            "started": stamp, "updated": stamp, "host": socket.gethostname(), "pid": os.getpid(),
-            **fields,
-        }
-        for key in ("argv", "latest_metrics", "final_metrics"):
-            if key in row and not isinstance(row[key], str):
-                row[key] = json.dumps(row[key])
-        columns = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        with self.transaction() as conn:
+        defaults = {"status": "running", "started": stamp, "updated": stamp, "host": socket.gethostname()}
+        fields = {"experiment_id": experiment_id, "kind": kind, **defaults, "pid": os.getpid(), **fields}
+        row = _checked("runs", fields, RUN_COLUMNS)
+        columns, marks = ", ".join(row), ", ".join("?" for _ in row)
+        with self._transaction() as conn:
             self._mark_crashed(conn, experiment_id)
             cursor = conn.execute(f"insert into runs ({columns}) values ({marks})", tuple(row.values()))
-            return int(cursor.lastrowid)
+            return int(cursor.lastrowid or 0)
 
     def update_run(self, run_id: int, **fields: Any) -> None:
-        fields["updated"] = now()
-        for key in ("latest_metrics", "final_metrics"):
-            if key in fields and not isinstance(fields[key], str):
-                fields[key] = json.dumps(fields[key])
-        assignments = ", ".join(f"{key} = ?" for key in fields)  # keys are ours, never user text
-        with self.transaction() as conn:
-            conn.execute(f"update runs set {assignments} where id = ?", (*fields.values(), run_id))
+        row = _checked("runs", {**fields, "updated": now()}, RUN_COLUMNS)
+        assignments = ", ".join(f"{key} = ?" for key in row)  # keys are checked columns, never user text
+        with self._transaction() as conn:
+            conn.execute(f"update runs set {assignments} where id = ?", (*row.values(), run_id))
 
     def finish_run(self, run_id: int, status: str, **fields: Any) -> None:
         self.update_run(run_id, status=status, ended=now(), **fields)
 
     def runs(self, experiment_id: str) -> list[dict[str, Any]]:
-        rows = self.query("select * from runs where experiment_id = ? order by id", (experiment_id,))
+        """The runs of an experiment, oldest first, each with its effective status."""
+        rows = self._rows("select * from runs where experiment_id = ? order by id", (experiment_id,))
         return [effective_status(row) for row in rows]
 
+    def running_runs(self) -> list[dict[str, Any]]:
+        """Runs recorded as ``running``, each with its effective status (a dead process reads ``crashed``)."""
+        return [effective_status(row) for row in self._rows("select * from runs where status = 'running' order by id")]
+
+    def has_training_run(self, experiment_id: str) -> bool:
+        sql = "select 1 from runs where experiment_id = ? and kind in (?, ?) limit 1"
+        return bool(self._rows(sql, (experiment_id, *TRAINING_KINDS)))
+
     def _mark_crashed(self, conn: sqlite3.Connection, experiment_id: str) -> None:
-        for row in conn.execute(
-            "select id, pid, host, status from runs where experiment_id = ? and status = 'running'", (experiment_id,)
-        ).fetchall():
+        sql = "select id, pid, host, status from runs where experiment_id = ? and status = 'running'"
+        for row in conn.execute(sql, (experiment_id,)).fetchall():
             if effective_status(dict(row))["status"] == "crashed":
+                stamp = now()
                 conn.execute(
-                    "update runs set status = 'crashed', ended = ?, updated = ? where id = ?",
-                    (now(), now(), row["id"]),
+                    "update runs set status = 'crashed', ended = ?, updated = ? where id = ?", (stamp, stamp, row["id"])
                 )
 
     # ------------------------------------------------------------------ checkpoints
 
     def add_checkpoint(self, **row: Any) -> None:
-        row.setdefault("created", now())
-        if "metrics" in row and not isinstance(row["metrics"], str):
-            row["metrics"] = json.dumps(row["metrics"])
-        columns = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        updates = ", ".join(f"{key} = excluded.{key}" for key in row if key != "path")
-        with self.transaction() as conn:
+        """Register a checkpoint file (or replace the row of the same ``path``)."""
+        fields = _checked("checkpoints", {"created": now(), **row}, CHECKPOINT_COLUMNS)
+        columns, marks = ", ".join(fields), ", ".join("?" for _ in fields)
+        updates = ", ".join(f"{key} = excluded.{key}" for key in fields if key != "path")
+        with self._transaction() as conn:
             conn.execute(
                 f"insert into checkpoints ({columns}) values ({marks}) on conflict(path) do update set {updates}",
-                tuple(row.values()),
+                tuple(fields.values()),
             )
 
     def remove_checkpoint(self, path: str) -> None:
-        with self.transaction() as conn:
+        with self._transaction() as conn:
             conn.execute("delete from checkpoints where path = ?", (path,))
 
     def checkpoints(self, experiment_id: str) -> list[dict[str, Any]]:
-        return self.query("select * from checkpoints where experiment_id = ? order by step", (experiment_id,))
+        return self._rows("select * from checkpoints where experiment_id = ? order by step", (experiment_id,))
 
     def digests(self, root: Path, experiment_id: str) -> dict[str, str]:
         """{absolute checkpoint path: sha256} as registered, for verifying files before loading."""
@@ -244,23 +316,16 @@ class Registry:
 
     # ------------------------------------------------------------------ verdicts
 
-    def add_verification(self, experiment_id: str, kind: str, verdict: str, details: dict[str, Any],
-                         run_id: int | None = None) -> None:
-        with self.transaction() as conn:
-            conn.execute(
-                "insert into verifications (experiment_id, run_id, kind, verdict, created, details) "
-                "values (?, ?, ?, ?, ?, ?)",
-                (experiment_id, run_id, kind, verdict, now(), json.dumps(details)),
-            )
+    def add_verification(
+        self, experiment_id: str, kind: str, verdict: str, details: dict[str, Any], run_id: int | None = None
+    ) -> None:
+        fields = {"experiment_id": experiment_id, "run_id": run_id, "kind": kind, "verdict": verdict}
+        row = _checked("verifications", {**fields, "created": now(), "details": details}, VERIFICATION_COLUMNS)
+        columns, marks = ", ".join(row), ", ".join("?" for _ in row)
+        with self._transaction() as conn:
+            conn.execute(f"insert into verifications ({columns}) values ({marks})", tuple(row.values()))
 
     def verifications(self, experiment_id: str) -> list[dict[str, Any]]:
-        return self.query("select * from verifications where experiment_id = ? order by id", (experiment_id,))
-
-
-def effective_status(row: dict[str, Any]) -> dict[str, Any]:
-    """A run left ``running`` by a process that is gone (same host) reads as ``crashed``."""
-    if row.get("status") == "running" and row.get("host") == socket.gethostname():
-        pid = row.get("pid")
-        if pid and pid != os.getpid() and not pid_alive(int(pid)):
-            row = {**row, "status": "crashed"}
-    return row
+        """Verdicts of an experiment, oldest first; ``details`` is a dict ({} when absent or unreadable)."""
+        rows = self._rows("select * from verifications where experiment_id = ? order by id", (experiment_id,))
+        return [{**row, "details": row["details"] if isinstance(row["details"], dict) else {}} for row in rows]

@@ -18,33 +18,26 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+def _mps() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
 def capture() -> dict[str, Any]:
-    state: dict[str, Any] = {"python_rng": random.getstate(), "torch_rng": torch.get_rng_state()}
+    """This process's generators: ``python`` and ``torch``, plus ``cuda`` / ``mps`` where in use."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda_rng"] = torch.cuda.get_rng_state_all()
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        state["mps_rng"] = torch.mps.get_rng_state()  # dropout on Apple GPUs draws from it
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if _mps():
+        state["mps"] = torch.mps.get_rng_state()  # dropout on Apple GPUs draws from it
     return state
 
 
 def restore(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python_rng"]
+    """The inverse of ``capture``; call it last, right before the first batch."""
+    version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch_rng"])
-    if state.get("cuda_rng") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
-    if state.get("mps_rng") is not None and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        torch.mps.set_rng_state(state["mps_rng"])
-
-
-def configure_determinism(device: torch.device) -> None:
-    """Deterministic kernels everywhere; on CUDA also what that requires."""
-    if device.type == "cuda":
-        import os
-
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-    torch.use_deterministic_algorithms(True)
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if state.get("mps") is not None and _mps():
+        torch.mps.set_rng_state(state["mps"])

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+
+from .config import TrainingConfig
 
 
 def learning_rate(step: int, *, peak: float, floor: float, warmup_steps: int, total_steps: int) -> float:
@@ -14,7 +17,7 @@ def learning_rate(step: int, *, peak: float, floor: float, warmup_steps: int, to
     return floor + cosine * (peak - floor)
 
 
-def for_config(training) -> "callable":
+def for_config(training: TrainingConfig) -> Callable[[int], float]:
     """The schedule of a ``TrainingConfig`` as a one-argument function."""
     return lambda step: learning_rate(
         step,

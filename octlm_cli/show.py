@@ -1,86 +1,93 @@
-"""What ``octlm show`` reports: the experiment list and one experiment in detail, as plain data.
-
-Torch-free; the CLI renders these dicts as rich tables or JSON.
+"""What ``octlm show`` reports, as plain data: the list, one experiment in detail, several side by side,
+or their curves. Torch-free; the CLI only writes what ``run`` returns (JSON, CSV or a table).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import experiments
+from . import compare, listing, plots
+from .details import SCHEMA_VERSION, detail, flat
 from .errors import BadInput
-from .home import Home, validate_id
-from .registry import Registry, effective_status
+from .home import Home
 
-SCHEMA_VERSION = 1
-LIST_COLUMNS = (
-    "id", "description", "status", "step", "steps", "train_loss", "eval_loss",
-    "perplexity", "bits_per_byte", "tokens", "last_verdict", "updated",
-)
+__all__ = ["SCHEMA_VERSION", "Request", "Shown", "detail", "run"]
 
 
-def listing(home: Home) -> list[dict[str, Any]]:
-    registry = Registry(home.registry, create=False)
-    try:
-        rows = registry.summaries() if registry.conn is not None else []
-        running = {
-            row["experiment_id"]: row
-            for row in registry.query("select * from runs where status = 'running'")
-        }
-    finally:
-        registry.close()
-    out = []
-    for row in rows:
-        status = row["status"] or "new"
-        if row["id"] in running:
-            status = effective_status(running[row["id"]])["status"]
-        out.append({key: row.get(key) for key in LIST_COLUMNS} | {"status": status})
-    for missing in experiments.unregistered_files(home, {row["id"] for row in rows}):
-        out.append({key: None for key in LIST_COLUMNS} | {"id": missing, "status": "new"})
-    out.sort(key=lambda row: row["id"])
-    return out
+@dataclass(frozen=True)
+class Request:
+    """The options of ``octlm show``."""
+
+    ids: tuple[str, ...] = ()
+    all_keys: bool = False
+    plot: bool = False
+    sort: str | None = None
+    where: tuple[str, ...] = ()
+    limit: int | None = None
+    columns: str | None = None
+    as_json: bool = False
+    as_csv: bool = False
+    width: int = 80  # of the --plot charts
+
+    @property
+    def mode(self) -> str:
+        """``list`` (no ID), ``plot`` (--plot), ``detail`` (one ID) or ``compare`` (several)."""
+        if not self.ids:
+            return "list"
+        if self.plot:
+            return "plot"
+        return "compare" if len(self.ids) > 1 else "detail"
 
 
-def detail(home: Home, experiment_id: str) -> dict[str, Any]:
-    validate_id(experiment_id)
-    registry = Registry(home.registry, create=False)
-    try:
-        row = registry.experiment(experiment_id)
-        if row is None and not home.config_path(experiment_id).exists():
-            raise BadInput(f"unknown experiment {experiment_id}: not in {home.registry.name} and no {home.config_path(experiment_id)}")
-        if home.config_path(experiment_id).exists():
-            config = experiments.load(home, experiment_id)
-            resolved, fingerprint = config.to_dict(), config.fingerprint
-        else:
-            resolved, fingerprint = json.loads(row["config_json"]), row["config_hash"]
-        runs = registry.runs(experiment_id) if row else []
-        checkpoints = registry.checkpoints(experiment_id) if row else []
-        verdicts = registry.verifications(experiment_id) if row else []
-    finally:
-        registry.close()
-    for run in runs:
-        for key in ("argv", "latest_metrics", "final_metrics"):
-            if run.get(key):
-                run[key] = json.loads(run[key])
-    for item in checkpoints:
-        if item.get("metrics"):
-            item["metrics"] = json.loads(item["metrics"])
-    for item in verdicts:
-        item["details"] = json.loads(item["details"]) if item.get("details") else {}
-    training = [run for run in runs if run["kind"] in ("train", "resume")]
-    last = training[-1] if training else None
-    data_hash = next((run["data_hash"] for run in reversed(runs) if run.get("data_hash")), None)
-    tokenizer_hash = next((run["tokenizer_hash"] for run in reversed(runs) if run.get("tokenizer_hash")), None)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "id": experiment_id,
-        "description": resolved.get("description", ""),
-        "status": last["status"] if last else "new",
-        "step": last["end_step"] if last else None,
-        "fingerprints": {"config": fingerprint, "data": data_hash, "tokenizer": tokenizer_hash},
-        "config": resolved,
-        "runs": runs,
-        "checkpoints": checkpoints,
-        "verifications": verdicts,
-    }
+@dataclass(frozen=True)
+class Shown:
+    """What ``octlm show`` writes: ``document`` with --json; ``header`` and ``rows`` with --csv
+    (and for the text tables); ``text``, when set, as it is."""
+
+    mode: str
+    document: dict[str, Any]
+    header: list[str] = field(default_factory=list)
+    rows: list[list[Any]] = field(default_factory=list)
+    text: str | None = None
+
+
+def run(home: Home, request: Request) -> Shown:
+    """Answer ``octlm show``; BadInput for conflicting options, unknown IDs, columns or filters."""
+    if request.as_json and request.as_csv:
+        raise BadInput("--json and --csv cannot be used together: choose one")
+    return VIEWS[request.mode](home, request)
+
+
+def _list(home: Home, request: Request) -> Shown:
+    columns = listing.parse_columns(request.columns)
+    found = listing.select(home, where=list(request.where), sort=request.sort, limit=request.limit, columns=columns)
+    header = listing.header(columns)
+    document = {"schema_version": SCHEMA_VERSION, "home": str(home.root), "experiments": found}
+    return Shown("list", document, header, [[row.get(column) for column in header] for row in found])
+
+
+def _detail(home: Home, request: Request) -> Shown:
+    item = detail(home, request.ids[0])
+    return Shown("detail", item, ["key", "value"], [[key, value] for key, value in flat(item).items()])
+
+
+def _compare(home: Home, request: Request) -> Shown:
+    result = compare.compare(home, list(request.ids), request.all_keys)
+    rows = [[name, *values] for name, values in compare.table_rows(result)]
+    return Shown("compare", result, ["field", *request.ids], rows)
+
+
+def _plot(home: Home, request: Request) -> Shown:
+    if request.as_json:
+        return Shown("plot", plots.plot_data(home, list(request.ids)))
+    return Shown("plot", {}, text=plots.plots(home, list(request.ids), width=request.width))
+
+
+VIEWS: dict[str, Callable[[Home, Request], Shown]] = {
+    "list": _list,
+    "detail": _detail,
+    "compare": _compare,
+    "plot": _plot,
+}

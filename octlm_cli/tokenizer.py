@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
@@ -25,9 +25,13 @@ SPECIALS = (BOS, EOS, PAD)
 class Tokenizer:
     def __init__(self, inner: HFTokenizer):
         self.inner = inner
-        self.bos_id, self.eos_id, self.pad_id = (inner.token_to_id(t) for t in SPECIALS)
-        if None in (self.bos_id, self.eos_id, self.pad_id):
-            raise Refused("tokenizer.json lacks the special tokens <|bos|>, <|eos|>, <|pad|>: it was not made by octlm")
+        ids: list[int] = []
+        for token in SPECIALS:
+            index = inner.token_to_id(token)
+            if index is None:
+                raise Refused(f"tokenizer.json lacks the special token {token}: it was not made by octlm")
+            ids.append(index)
+        self.bos_id, self.eos_id, self.pad_id = ids
         self.vocab_size = inner.get_vocab_size()
         self.fingerprint = hashlib.sha256(
             json.dumps(json.loads(inner.to_str()), sort_keys=True, separators=(",", ":")).encode()
@@ -40,7 +44,7 @@ class Tokenizer:
                 self.byte_lengths[index] = len(token)
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int) -> "Tokenizer":
+    def train(cls, texts: Iterable[str], vocab_size: int) -> Tokenizer:
         inner = HFTokenizer(models.BPE())
         inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         inner.decoder = decoders.ByteLevel()
@@ -54,11 +58,13 @@ class Tokenizer:
         return cls(inner)
 
     @classmethod
-    def load(cls, path: Path) -> "Tokenizer":
+    def load(cls, path: Path) -> Tokenizer:
         try:
             return cls(HFTokenizer.from_file(str(path)))
         except Exception as error:  # tokenizers raises a bare Exception on a bad file
-            raise Refused(f"{path}: not a readable tokenizer ({str(error).splitlines()[0]}); delete it to retrain") from None
+            raise Refused(
+                f"{path}: not a readable tokenizer ({str(error).splitlines()[0]}); delete it to retrain"
+            ) from None
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

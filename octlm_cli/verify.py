@@ -15,23 +15,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from . import checkpoint, experiments, runfile
+from .artifacts import ExperimentFiles, restore
+from .config import to_yaml
 from .errors import BadInput, OctlmError
 from .home import Home
-from .locking import ExperimentLock
 from .loop import train_step
+from .prepare import PreparedData, data_root, prepare
 from .registry import Registry
-from .runner import data_root, prepare, restore
-from .session import QuietReporter
-
-
-RNG_KEYS = ("python_rng", "torch_rng", "sampler_rng", "cuda_rng", "mps_rng")
+from .reporting import QuietReporter
 
 
 def parse_splits(text: str, until: int) -> list[int]:
@@ -47,22 +46,25 @@ def parse_splits(text: str, until: int) -> list[int]:
     return splits
 
 
-def _scratch_home(root: Path, config_text: str, experiment_id: str, tokenizer: Path, cache: Path) -> Home:
-    root.mkdir(parents=True)
-    (root / "experiments").mkdir()
-    (root / "experiments" / f"{experiment_id}.yaml").write_text(config_text)
-    folder = root / "checkpoints" / experiment_id
-    folder.mkdir(parents=True)
-    shutil.copy2(tokenizer, folder / "tokenizer.json")
-    cache.mkdir(parents=True, exist_ok=True)
-    (root / "cache").symlink_to(cache, target_is_directory=True)
-    return Home(root)
+def _scratch_home(root: Path, plan: Plan) -> Home:
+    """A home with the experiment's config (checkpoint cadence adjusted), its tokenizer and the shared cache."""
+    home = Home(root)
+    home.experiments.mkdir(parents=True)
+    home.config_path(plan.experiment_id).write_text(plan.config_text)
+    files = ExperimentFiles(home, plan.experiment_id)
+    files.folder.mkdir(parents=True)
+    shutil.copy2(plan.tokenizer, files.tokenizer)
+    plan.cache.mkdir(parents=True, exist_ok=True)
+    home.cache.symlink_to(plan.cache, target_is_directory=True)
+    return home
 
 
 def _segment(home: Home, args: list[str], data_root: Path) -> float:
     command = [sys.executable, "-m", "octlm_cli", "--home", str(home.root), *args]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(data_root)})
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(data_root)}
+    )
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise OctlmError(f"segment `octlm {' '.join(args)}` failed with exit {done.returncode}: {tail}")
@@ -106,79 +108,132 @@ def _section(name: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {"check": name, "compared": len(set(left) | set(right)), "differing": differing}
 
 
-def _next_loss(prepared: Any, loaded: checkpoint.Loaded) -> float:
+def _next_loss(prepared: PreparedData, loaded: checkpoint.Loaded) -> float:
     state = restore(prepared, loaded, QuietReporter())
-    loss, _ = train_step(state, prepared.train_blocks, 0.0, prepared.tokenizer.pad_id)
+    loss, _ = train_step(state, prepared.train_blocks, 0.0)
     return float(loss)
 
 
-def verify_resume(home: Home, experiment_id: str, split_text: str, until: int | None = None,
-                  keep_scratch: bool = False, progress: Any = None) -> dict[str, Any]:
-    progress = progress or (lambda message: None)
+def verify_resume(
+    home: Home,
+    experiment_id: str,
+    split_text: str,
+    until: int | None = None,
+    keep_scratch: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    report = progress or (lambda message: None)
     config = experiments.load(home, experiment_id)
     final = config.training.steps if until is None else until
     if not 0 < final <= config.training.steps:
         raise BadInput(f"--until {final}: must be between 1 and training.steps ({config.training.steps})")
     splits = parse_splits(split_text, final)
-    registry = Registry(home.registry)
-    experiments.register(home, registry, config)
-    try:
-        with ExperimentLock(home.checkpoint_dir(experiment_id), experiment_id):
-            prepared = prepare(home, config)  # trains the experiment's tokenizer once if it has none
-        tokenizer = home.checkpoint_dir(experiment_id) / "tokenizer.json"
-        raw = config.to_dict() | {"checkpoint": {"interval": final, "keep": len(splits) + 1}}
-        text = yaml.safe_dump(raw, sort_keys=False)
-        scratch = Path(tempfile.mkdtemp(prefix=f"octlm-verify-{experiment_id}-"))
-        try:
-            a = _scratch_home(scratch / "a", text, experiment_id, tokenizer, home.cache)
-            b = _scratch_home(scratch / "b", text, experiment_id, tokenizer, home.cache)
-            progress(f"(a) one process: steps 0 -> {final}")
-            root = data_root(home)
-            seconds = {"a": _segment(a, ["train", experiment_id, "--until", str(final)], root)}
-            bounds = [*splits, final]
-            progress(f"(b) {len(bounds)} processes: steps 0 -> {' -> '.join(map(str, bounds))}")
-            seconds["b"] = _segment(b, ["train", experiment_id, "--until", str(bounds[0])], root)
-            for stop in bounds[1:]:
-                seconds["b"] += _segment(b, ["resume", experiment_id, "--until", str(stop)], root)
-            loaded_a = checkpoint.newest_valid(a.checkpoint_dir(experiment_id), step=final)
-            loaded_b = checkpoint.newest_valid(b.checkpoint_dir(experiment_id), step=final)
-            result = _verdict(prepared, loaded_a, loaded_b, a, b, experiment_id)
-        finally:
-            if keep_scratch:
-                progress(f"scratch kept at {scratch}")
-            else:
-                shutil.rmtree(scratch, ignore_errors=True)
-        result.update({"id": experiment_id, "split_at": splits, "until": final,
-                       "seconds": {k: round(v, 2) for k, v in seconds.items()}})
+    files = ExperimentFiles(home, experiment_id)
+    home.ensure_writable()
+    with Registry(home.registry) as registry:
+        experiments.register(home, registry, config)
+        with files.lock():
+            prepared = prepare(home, config, files.tokenizer)  # trains the experiment's tokenizer once if it has none
+        # Both runs checkpoint only where they must: at the splits (by --until) and at the end.
+        scratch = config.with_keys({"checkpoint.interval": final, "checkpoint.keep": len(splits) + 1})
+        plan = Plan(experiment_id, to_yaml(scratch), files.tokenizer, splits, final, data_root(home), home.cache)
+        result = _in_scratch(plan, prepared, keep_scratch, report)
+        result.update({"id": experiment_id, "split_at": splits, "until": final})
         registry.add_verification(experiment_id, "verify-resume", result["verdict"], result)
         return result
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The two runs to compare: (a) 0 -> until in one process; (b) split at ``splits``."""
+
+    experiment_id: str
+    config_text: str
+    tokenizer: Path
+    splits: list[int]
+    until: int
+    data_root: Path
+    cache: Path
+
+
+def _in_scratch(
+    plan: Plan, prepared: PreparedData, keep_scratch: bool, report: Callable[[str], None]
+) -> dict[str, Any]:
+    scratch = Path(tempfile.mkdtemp(prefix=f"octlm-verify-{plan.experiment_id}-"))
+    try:
+        a = _scratch_home(scratch / "a", plan)
+        b = _scratch_home(scratch / "b", plan)
+        report(f"(a) one process: steps 0 -> {plan.until}")
+        seconds = {"a": _segment(a, ["train", plan.experiment_id, "--until", str(plan.until)], plan.data_root)}
+        bounds = [*plan.splits, plan.until]
+        report(f"(b) {len(bounds)} processes: steps 0 -> {' -> '.join(map(str, bounds))}")
+        seconds["b"] = _segment(b, ["train", plan.experiment_id, "--until", str(bounds[0])], plan.data_root)
+        for stop in bounds[1:]:
+            seconds["b"] += _segment(b, ["resume", plan.experiment_id, "--until", str(stop)], plan.data_root)
+        result = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
     finally:
-        registry.close()
+        if keep_scratch:
+            report(f"scratch kept at {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    result["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+    return result
 
 
-def _verdict(prepared: Any, loaded_a: checkpoint.Loaded, loaded_b: checkpoint.Loaded, a: Home, b: Home,
-             experiment_id: str) -> dict[str, Any]:
-    sa, sb = loaded_a.state, loaded_b.state
+def _final(home: Home, plan: Plan) -> checkpoint.Loaded:
+    loaded = checkpoint.newest_valid(ExperimentFiles(home, plan.experiment_id).folder, step=plan.until)
+    assert loaded is not None  # newest_valid refuses rather than return None when a step is given
+    return loaded
+
+
+def _verdict(
+    prepared: PreparedData,
+    loaded_a: checkpoint.Loaded,
+    loaded_b: checkpoint.Loaded,
+    a: Home,
+    b: Home,
+    experiment_id: str,
+) -> dict[str, Any]:
+    ra, rb = loaded_a.record, loaded_b.record
     checks = [
-        _section("model", sa["model"], sb["model"]),
-        _section("optimizer", sa["optimizer"], sb["optimizer"]),
-        _section("rng", {k: sa.get(k) for k in RNG_KEYS}, {k: sb.get(k) for k in RNG_KEYS}),
+        _section("model", ra.model, rb.model),
+        _section("optimizer", ra.optimizer, rb.optimizer),
+        _section("rng", {"sampler": ra.sampler, "ranks": ra.rng}, {"sampler": rb.sampler, "ranks": rb.rng}),
     ]
-    if sa.get("scaler") or sb.get("scaler"):  # fp16 only
-        checks.append(_section("scaler", {"scaler": sa.get("scaler")}, {"scaler": sb.get("scaler")}))
-    loss_a, loss_b = _next_loss(prepared, loaded_a), _next_loss(prepared, loaded_b)
-    checks.append({"check": "next-batch loss", "compared": 1,
-                   "differing": [] if loss_a == loss_b else [{"name": "loss", "max_abs_diff": abs(loss_a - loss_b)}],
-                   "values": [loss_a, loss_b]})
-    records_a = runfile.without_timings(runfile.read(a.run_file(experiment_id)))
-    records_b = runfile.without_timings(runfile.read(b.run_file(experiment_id)))
-    first_step = next((ra.get("step") for ra, rb in zip(records_a, records_b) if ra != rb), None)
-    if first_step is None and len(records_a) != len(records_b):
-        first_step = "length differs"
-    checks.append({"check": "run file", "compared": max(len(records_a), len(records_b)),
-                   "differing": [] if first_step is None else [{"name": f"first differing step: {first_step}", "max_abs_diff": None}]})
+    if ra.scaler or rb.scaler:  # fp16 only
+        checks.append(_section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
+    loss_check = _loss_check(prepared, loaded_a, loaded_b)
+    run_file_check, first_step = _run_file_check(a, b, experiment_id)
+    checks += [loss_check, run_file_check]
     identical = all(not check["differing"] for check in checks)
     summary = ("identical: " if identical else "DIFFERENT: ") + ", ".join(
-        f"{c['check']} {c['compared'] - len(c['differing'])}/{c['compared']}" for c in checks)
-    return {"verdict": "pass" if identical else "fail", "identical": identical, "checks": checks,
-            "next_loss": loss_a, "first_differing_step": first_step, "summary": summary}
+        f"{c['check']} {c['compared'] - len(c['differing'])}/{c['compared']}" for c in checks
+    )
+    return {
+        "verdict": "pass" if identical else "fail",
+        "identical": identical,
+        "checks": checks,
+        "next_loss": loss_check["values"][0],
+        "first_differing_step": first_step,
+        "summary": summary,
+    }
+
+
+def _loss_check(prepared: PreparedData, loaded_a: checkpoint.Loaded, loaded_b: checkpoint.Loaded) -> dict[str, Any]:
+    """The loss of the batch after the last step, from each final checkpoint."""
+    loss_a, loss_b = _next_loss(prepared, loaded_a), _next_loss(prepared, loaded_b)
+    differing = [] if loss_a == loss_b else [{"name": "loss", "max_abs_diff": abs(loss_a - loss_b)}]
+    return {"check": "next-batch loss", "compared": 1, "differing": differing, "values": [loss_a, loss_b]}
+
+
+def _run_file_check(a: Home, b: Home, experiment_id: str) -> tuple[dict[str, Any], Any]:
+    """The two run files, timings aside, and the first step where they differ (None when equal)."""
+    records_a = runfile.without_timings(runfile.read(a.run_file(experiment_id)))
+    records_b = runfile.without_timings(runfile.read(b.run_file(experiment_id)))
+    pairs = zip(records_a, records_b, strict=False)
+    first_step = next((left.get("step") for left, right in pairs if left != right), None)
+    if first_step is None and len(records_a) != len(records_b):
+        first_step = "length differs"
+    differing = [] if first_step is None else [{"name": f"first differing step: {first_step}", "max_abs_diff": None}]
+    check = {"check": "run file", "compared": max(len(records_a), len(records_b)), "differing": differing}
+    return check, first_step

@@ -29,8 +29,15 @@ def tiny_config(**sections: dict) -> dict:
         "data": {"sources": ["corpus/*.txt"], "validation_fraction": 0.2},
         "tokenizer": {"vocab_size": 300},
         "model": {"context_length": 16, "d_model": 32, "n_layers": 2, "n_heads": 2},
-        "training": {"steps": 12, "warmup_steps": 2, "learning_rate": 3e-3, "min_learning_rate": 3e-4,
-                     "batch_size": 4, "eval_interval": 4, "eval_blocks": 4},
+        "training": {
+            "steps": 12,
+            "warmup_steps": 2,
+            "learning_rate": 3e-3,
+            "min_learning_rate": 3e-4,
+            "batch_size": 4,
+            "eval_interval": 4,
+            "eval_blocks": 4,
+        },
         "checkpoint": {"interval": 4, "keep": 3},
     }
     for name, values in sections.items():
@@ -51,7 +58,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "home"
     (root / "corpus").mkdir(parents=True)
     for i in range(10):
-        (root / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000:(i + 1) * 1000 + 500])
+        (root / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000 : (i + 1) * 1000 + 500])
     write_experiment(root)
     monkeypatch.delenv("OCTLM_HOME", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
@@ -72,3 +79,20 @@ def octlm(home: Path | None, *args: str, timeout: float = 300, **kwargs) -> subp
 
 def json_out(result) -> dict:
     return json.loads(result.stdout)
+
+
+def assert_same_training_state(a, b) -> None:
+    """Two checkpoint records hold bit-identical weights, optimizer state and random states."""
+    import torch
+
+    assert a.model.keys() == b.model.keys()
+    for key in a.model:
+        assert torch.equal(a.model[key], b.model[key]), key
+    for index, values in a.optimizer["state"].items():
+        for name, tensor in values.items():
+            assert torch.equal(tensor, b.optimizer["state"][index][name]), (index, name)
+    assert torch.equal(a.sampler, b.sampler)
+    assert len(a.rng) == len(b.rng)
+    for ra, rb in zip(a.rng, b.rng, strict=True):
+        assert torch.equal(ra["torch"], rb["torch"])
+        assert ra["python"] == rb["python"]

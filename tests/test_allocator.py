@@ -22,8 +22,9 @@ print(on, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def probe(**env: str) -> tuple[bool, int]:
-    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True,
-                            env={**os.environ, **env})
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, env={**os.environ, **env}
+    )
     on, faults = result.stdout.split()
     return on == "True", int(faults)
 

@@ -12,9 +12,19 @@ def test_bench_json_reports_every_figure(home: Path) -> None:
     assert report["parameters"] > 0 and report["tokens_per_step"] == 4 * 16
     assert [r["precision"] for r in report["results"]] == ["fp32", "bf16"]
     for row in report["results"]:
-        for key in ("ms_per_step", "tokens_per_second", "model_flops_per_second", "matmul_peak_flops_per_second", "mfu",
-                    "checkpoint_bytes", "checkpoint_save_seconds", "checkpoint_load_seconds",
-                    "first_step_fresh_seconds", "first_step_resumed_seconds", "resume_to_fresh_ratio"):
+        for key in (
+            "ms_per_step",
+            "tokens_per_second",
+            "model_flops_per_second",
+            "matmul_peak_flops_per_second",
+            "mfu",
+            "checkpoint_bytes",
+            "checkpoint_save_seconds",
+            "checkpoint_load_seconds",
+            "first_step_fresh_seconds",
+            "first_step_resumed_seconds",
+            "resume_to_fresh_ratio",
+        ):
             assert row[key] > 0, key
         assert 0 < row["mfu"] < 1.5
         # The peak is the best of several square sizes, never one size alone.

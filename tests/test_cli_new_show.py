@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import cli, json_out, octlm
 
 
@@ -18,7 +17,9 @@ def test_new_writes_yaml_registers_and_prints_the_id(tmp_path: Path) -> None:
     assert (tmp_path / "experiments" / "EXP-001.yaml").exists()
     listed = json_out(cli(tmp_path, "show", "--json"))
     assert listed["schema_version"] == 1
-    assert [(e["id"], e["description"], e["status"]) for e in listed["experiments"]] == [("EXP-001", "first try", "new")]
+    assert [(e["id"], e["description"], e["status"]) for e in listed["experiments"]] == [
+        ("EXP-001", "first try", "new")
+    ]
 
 
 def test_new_json_and_from_and_overrides(tmp_path: Path) -> None:
@@ -70,7 +71,10 @@ def test_show_detail_lists_config_and_fingerprint(tmp_path: Path) -> None:
 
 
 def test_shell_script_flow_from_any_subfolder(tmp_path: Path) -> None:
-    script = "set -e\nid=$(octlm new --preset day1)\nmkdir -p deep/er && cd deep/er\noctlm show --json > ../../listing.json\necho $id\n"
+    script = (
+        "set -e\nid=$(octlm new --preset day1)\nmkdir -p deep/er && cd deep/er\n"
+        "octlm show --json > ../../listing.json\necho $id\n"
+    )
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     env.pop("OCTLM_HOME", None)
@@ -82,7 +86,9 @@ def test_shell_script_flow_from_any_subfolder(tmp_path: Path) -> None:
     assert [e["id"] for e in listing["experiments"]] == ["EXP-001"]
 
 
-@pytest.mark.parametrize("args", [["--help"], ["show"], ["new", "--preset", "day1"], ["show", "EXP-001"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["show"], ["new", "--preset", "day1"], ["show", "EXP-001"], ["config", "keys", "--json"]]
+)
 def test_light_commands_never_import_torch_or_tokenizers(tmp_path: Path, args: list[str]) -> None:
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "EXP-001.yaml").write_text("preset: day1\n")
@@ -100,3 +106,48 @@ def test_light_commands_never_import_torch_or_tokenizers(tmp_path: Path, args: l
 def test_home_from_environment_and_flag(tmp_path: Path) -> None:
     done = octlm(None, "new", env={"OCTLM_HOME": str(tmp_path / "h")}, cwd=tmp_path)
     assert done.returncode == 0 and (tmp_path / "h" / "experiments" / "EXP-001.yaml").exists()
+
+
+def test_config_keys_lists_every_key_with_type_default_and_fingerprint(tmp_path: Path) -> None:
+    result = cli(tmp_path, "config", "keys", "--json")
+    assert result.exit_code == 0, result.stderr
+    described = json_out(result)
+    assert described["schema_version"] == 1
+    keys = {item["key"]: item for item in described["keys"]}
+    assert all(set(item) == {"key", "type", "default", "fingerprinted", "doc"} for item in keys.values())
+    assert keys["training.steps"] == {**keys["training.steps"], "type": "int", "default": 200, "fingerprinted": True}
+    assert keys["training.eval_interval"]["fingerprinted"] is False  # bookkeeping never blocks a resume
+    assert keys["training.steps"]["doc"]
+    text = cli(tmp_path, "config", "keys")
+    assert text.exit_code == 0 and not (tmp_path / "registry.db").exists()
+    header, *lines = text.stdout.splitlines()
+    assert header.split() == ["key", "type", "default", "fingerprinted", "help"]
+    assert len(lines) == len(keys)
+    steps = next(line for line in lines if line.startswith("training.steps "))
+    assert steps.split()[:4] == ["training.steps", "int", "200", "yes"]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["show", "--json", "--csv"], "--json and --csv cannot be used together"),
+        (["show", "--columns", "colour"], "--columns colour: unknown column"),
+        (["show", "--sort", "colour"], "--sort colour: unknown column"),
+        (["show", "--limit", "-1"], "--limit -1: must not be negative"),
+        (["show", "EXP-001", "EXP-404", "--plot", "--json"], "unknown experiment EXP-404"),
+    ],
+)
+def test_show_option_errors_are_exit_2(tmp_path: Path, args: list[str], fragment: str) -> None:
+    assert cli(tmp_path, "new").exit_code == 0
+    result = cli(tmp_path, *args)
+    assert result.exit_code == 2 and fragment in result.stderr and result.stdout == ""
+
+
+def test_show_without_a_registry_lists_the_files_and_creates_nothing(tmp_path: Path) -> None:
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "EXP-007.yaml").write_text("preset: day1\n")
+    listed = json_out(cli(tmp_path, "show", "--json"))
+    assert [(e["id"], e["status"]) for e in listed["experiments"]] == [("EXP-007", "new")]
+    detail = json_out(cli(tmp_path, "show", "EXP-007", "--json"))
+    assert detail["status"] == "new" and detail["runs"] == [] and detail["verifications"] == []
+    assert not (tmp_path / "registry.db").exists()

@@ -6,15 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import CORPUS
 
 from octlm_cli import corpus, data
 from octlm_cli.errors import BadInput
 from octlm_cli.model import loss_sums
 from octlm_cli.tokenizer import Tokenizer
 
-from conftest import CORPUS
-
-TEXTS = [CORPUS[i * 900:(i + 1) * 900] for i in range(8)]
+TEXTS = [CORPUS[i * 900 : (i + 1) * 900] for i in range(8)]
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +105,7 @@ def test_corpus_sources_and_their_errors(tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("")
     cases = [
         (("missing.txt",), "missing.txt does not exist"),
-        (("bad.jsonl",), "bad.jsonl:2: no \"text\" field"),
+        (("bad.jsonl",), 'bad.jsonl:2: no "text" field'),
         (("latin1.txt",), "latin1.txt: not UTF-8"),
         (("empty.txt",), "the corpus is empty"),
         (("nothing-*.txt",), "matches no .txt"),

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import assert_same_training_state, cli, json_out, octlm, write_experiment
 
 from octlm_cli import checkpoint, runfile
 
-from conftest import cli, json_out, octlm, write_experiment
-
-LONG = {"training": {"steps": 1200, "warmup_steps": 20, "eval_interval": 50}, "checkpoint": {"interval": 100, "keep": 3}}
+LONG = {
+    "training": {"steps": 1200, "warmup_steps": 20, "eval_interval": 50},
+    "checkpoint": {"interval": 100, "keep": 3},
+}
 
 
 def long_home(root: Path, corpus_from: Path) -> Path:
@@ -30,8 +32,13 @@ def long_home(root: Path, corpus_from: Path) -> Path:
 
 
 def start(home: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "octlm_cli", "--home", str(home), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "NO_COLOR": "1"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "octlm_cli", "--home", str(home), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
 
 
 def wait_for_progress(home: Path, process: subprocess.Popen, timeout: float = 60) -> None:
@@ -44,18 +51,12 @@ def wait_for_progress(home: Path, process: subprocess.Popen, timeout: float = 60
     raise AssertionError("the run made no progress")
 
 
-def final(home: Path, step: int = 1200) -> dict:
+def final(home: Path, step: int = 1200) -> checkpoint.Record:
     return checkpoint.read(checkpoint.path_for(home / "checkpoints" / "EXP-001", step))
 
 
 def assert_identical(a: Path, b: Path) -> None:
-    sa, sb = final(a), final(b)
-    for key in sa["model"]:
-        assert torch.equal(sa["model"][key], sb["model"][key]), key
-    for index, values in sa["optimizer"]["state"].items():
-        for name, tensor in values.items():
-            assert torch.equal(tensor, sb["optimizer"]["state"][index][name])
-    assert torch.equal(sa["sampler_rng"], sb["sampler_rng"]) and torch.equal(sa["torch_rng"], sb["torch_rng"])
+    assert_same_training_state(final(a), final(b))
     records = [runfile.without_timings(runfile.read(h / "runs" / "EXP-001.jsonl")) for h in (a, b)]
     assert records[0] == records[1] and len(records[0]) == 1200 // 50
 
@@ -69,7 +70,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from conftest import CORPUS
 
     for i in range(10):
-        (seed / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000:(i + 1) * 1000 + 500])
+        (seed / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000 : (i + 1) * 1000 + 500])
     home = long_home(root / "home", seed)
     assert cli(home, "train", "EXP-001", "-q").exit_code == 0
     return home
@@ -153,10 +154,19 @@ def test_pickle_payload_is_refused_without_running_it(home: Path) -> None:
 
 
 def test_one_writer_per_experiment_and_dead_locks_do_not_block(home: Path) -> None:
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom pathlib import Path\nfrom octlm_cli.locking import ExperimentLock\n"
-        f"with ExperimentLock(Path({str(home / 'checkpoints' / 'EXP-001')!r}), 'EXP-001'):\n"
-        "    print('held', flush=True)\n    time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\nfrom pathlib import Path\nfrom octlm_cli.locking import ExperimentLock\n"
+                f"with ExperimentLock(Path({str(home / 'checkpoints' / 'EXP-001')!r}), 'EXP-001'):\n"
+                "    print('held', flush=True)\n    time.sleep(60)\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     try:
         for command in (["train", "EXP-001"], ["resume", "EXP-001"], ["overfit", "EXP-001"]):
@@ -178,13 +188,16 @@ def test_sixteen_processes_hammer_the_registry(tmp_path: Path) -> None:
         "for k in range(5):\n"
         "    run = r.start_run(f'EXP-{n:03d}', 'train', start_step=0)\n"
         "    for s in range(4):\n"
-        "        r.add_checkpoint(experiment_id=f'EXP-{n:03d}', run_id=run, step=s, path=f'c/{n}/{k}/{s}', sha256='x', size=1,\n"
-        "                         tokens=s, config_hash='h', data_hash='d', tokenizer_hash='t', metrics={})\n"
+        "        r.add_checkpoint(experiment_id=f'EXP-{n:03d}', run_id=run, step=s, path=f'c/{n}/{k}/{s}',\n"
+        "                         sha256='x', size=1, tokens=s, config_hash='h', data_hash='d',\n"
+        "                         tokenizer_hash='t', metrics={})\n"
         "        r.update_run(run, latest_metrics={'step': s})\n"
         "    r.finish_run(run, 'completed', end_step=4)\n"
     )
-    processes = [subprocess.Popen([sys.executable, "-c", script, str(n), str(path)], stderr=subprocess.PIPE, text=True)
-                 for n in range(16)]
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, str(n), str(path)], stderr=subprocess.PIPE, text=True)
+        for n in range(16)
+    ]
     errors = [p.communicate(timeout=120)[1] for p in processes]
     assert all(p.returncode == 0 for p in processes), [e for e in errors if e]
     with sqlite3.connect(path) as conn:
@@ -215,7 +228,9 @@ def test_sixteen_processes_hammer_the_registry(tmp_path: Path) -> None:
         (None, ["sample", "EXP-001", "--temperature", "-1"], 2, "--temperature -1"),
     ],
 )
-def test_bad_input_gets_one_clear_line(home: Path, setup: str | None, args: list[str], code: int, fragment: str) -> None:
+def test_bad_input_gets_one_clear_line(
+    home: Path, setup: str | None, args: list[str], code: int, fragment: str
+) -> None:
     (home / "empty.txt").write_text("")
     if setup is not None:
         import yaml
@@ -281,10 +296,12 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(home: Path) -> Non
 
     result = octlm(home, "resume", "EXP-001", "-q", preexec_fn=limit_file_size)
     assert result.returncode == 3, result.stderr
-    assert "cannot write checkpoint step-000008.pt" in result.stderr and "previous checkpoint is intact" in result.stderr
+    assert (
+        "cannot write checkpoint step-000008.pt" in result.stderr and "previous checkpoint is intact" in result.stderr
+    )
     assert "Traceback" not in result.stderr
     assert [step for step, _ in checkpoint.listing(folder)] == [4]
-    assert checkpoint.read(previous)["step"] == 4 and checkpoint.expected_digest(previous) == digest
+    assert checkpoint.read(previous).step == 4 and checkpoint.expected_digest(previous) == digest
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
     shown = json_out(cli(home, "show", "EXP-001", "--json"))
     assert [c["step"] for c in shown["checkpoints"]] == [4]

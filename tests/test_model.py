@@ -4,11 +4,13 @@ import math
 
 import torch
 
-from octlm_cli import config as cfg, generate
+from octlm_cli import config as cfg
+from octlm_cli import generate
 from octlm_cli.model import Decoder, loss
 
-CONFIG = cfg.from_dict({"tokenizer": {"vocab_size": 300},
-                        "model": {"context_length": 16, "d_model": 32, "n_layers": 2, "n_heads": 2}})
+CONFIG = cfg.from_dict(
+    {"tokenizer": {"vocab_size": 300}, "model": {"context_length": 16, "d_model": 32, "n_layers": 2, "n_heads": 2}}
+)
 
 
 def model() -> Decoder:

@@ -1,17 +1,19 @@
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import octlm
 
 from octlm_cli import migrations
+from octlm_cli import registry as registry_module
 from octlm_cli.errors import Refused
 from octlm_cli.registry import KNOWN_MIGRATIONS, Registry
-
-from conftest import octlm
 
 
 def columns(path: Path, table: str) -> set[str]:
@@ -23,11 +25,41 @@ def test_migrations_build_the_schema_on_a_blank_database(tmp_path: Path) -> None
     path = tmp_path / "registry.db"
     Registry(path).close()
     assert {"id", "description", "created", "yaml_path", "config_json", "config_hash"} <= columns(path, "experiments")
-    assert {"kind", "status", "start_step", "end_step", "host", "pid", "argv", "octlm_version", "python_version",
-            "torch_version", "device", "dtype", "threads", "git_commit", "git_dirty", "data_hash", "tokenizer_hash",
-            "latest_metrics", "final_metrics", "error"} <= columns(path, "runs")
-    assert {"experiment_id", "run_id", "step", "path", "sha256", "size", "tokens", "created", "config_hash",
-            "data_hash", "tokenizer_hash"} <= columns(path, "checkpoints")
+    assert {
+        "kind",
+        "status",
+        "start_step",
+        "end_step",
+        "host",
+        "pid",
+        "argv",
+        "octlm_version",
+        "python_version",
+        "torch_version",
+        "device",
+        "dtype",
+        "threads",
+        "git_commit",
+        "git_dirty",
+        "data_hash",
+        "tokenizer_hash",
+        "latest_metrics",
+        "final_metrics",
+        "error",
+    } <= columns(path, "runs")
+    assert {
+        "experiment_id",
+        "run_id",
+        "step",
+        "path",
+        "sha256",
+        "size",
+        "tokens",
+        "created",
+        "config_hash",
+        "data_hash",
+        "tokenizer_hash",
+    } <= columns(path, "checkpoints")
     assert {"experiment_id", "kind", "verdict", "details"} <= columns(path, "verifications")
     with sqlite3.connect(path) as conn:
         assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
@@ -42,15 +74,17 @@ def test_registry_from_a_newer_octlm_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "registry.db"
     Registry(path).close()
     with sqlite3.connect(path) as conn:
-        conn.execute("insert into _sqlite_migrations (migration_set, name, applied_at) values ('octlm', 'm999_future', 'now')")
+        conn.execute(
+            "insert into _sqlite_migrations (migration_set, name, applied_at) values ('octlm', 'm999_future', 'now')"
+        )
     with pytest.raises(Refused, match="newer octlm"):
         Registry(path)
 
 
 def test_registry_module_never_imports_torch() -> None:
-    import subprocess
-
-    code = "import sys; import octlm_cli.registry, octlm_cli.show, octlm_cli.experiments; print('torch' in sys.modules)"
+    modules = ("registry", "show", "details", "listing", "compare", "plots", "experiments", "cli.app")
+    imports = ", ".join(f"octlm_cli.{name}" for name in modules)
+    code = f"import sys; import {imports}; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
@@ -67,3 +101,130 @@ def test_sixteen_parallel_new_calls_get_sixteen_distinct_ids(tmp_path: Path) -> 
     with sqlite3.connect(home / "registry.db") as conn:
         assert sorted(r[0] for r in conn.execute("select id from experiments")) == sorted(ids)
     assert not list((home / "experiments").glob(".new-*"))
+
+
+def filled(path: Path) -> Registry:
+    """A registry with one experiment, one finished run, a checkpoint and a verdict, all written through the API."""
+    registry = Registry(path)
+    config = {"description": "first", "training": {"steps": 12, "learning_rate": 0.003}}
+    registry.add_experiment(
+        "EXP-001",
+        description="first",
+        preset="day1",
+        yaml_path="experiments/EXP-001.yaml",
+        config_json=json.dumps(config),
+        config_hash="h1",
+    )
+    run = registry.start_run("EXP-001", "train", start_step=0, argv=["octlm", "train", "EXP-001"])
+    registry.update_run(run, latest_metrics={"step": 4, "eval_loss": 3.5}, end_step=4)
+    registry.finish_run(run, "completed", end_step=4, final_metrics={"step": 4, "eval_loss": 3.5})
+    registry.add_checkpoint(
+        experiment_id="EXP-001",
+        run_id=run,
+        step=4,
+        path="checkpoints/EXP-001/step-000004.pt",
+        sha256="ab" * 32,
+        size=10,
+        tokens=64,
+        config_hash="h1",
+        data_hash="d",
+        tokenizer_hash="t",
+        metrics={"eval_loss": 3.5},
+    )
+    registry.add_verification("EXP-001", "overfit", "pass", {"summary": "loss 0.1"}, run)
+    return registry
+
+
+def test_column_tuples_mirror_the_schema(tmp_path: Path) -> None:
+    path = tmp_path / "registry.db"
+    Registry(path).close()
+    assert set(registry_module.EXPERIMENT_COLUMNS) == columns(path, "experiments") - {"id"}
+    assert set(registry_module.RUN_COLUMNS) == columns(path, "runs") - {"id"}
+    assert set(registry_module.CHECKPOINT_COLUMNS) == columns(path, "checkpoints") - {"id"}
+    assert set(registry_module.VERIFICATION_COLUMNS) == columns(path, "verifications") - {"id"}
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda r, run: r.start_run("EXP-001", "train", colour="red"),
+        lambda r, run: r.update_run(run, colour="red"),
+        lambda r, run: r.finish_run(run, "completed", colour="red"),
+        lambda r, run: r.add_checkpoint(experiment_id="EXP-001", step=8, path="c/8", colour="red"),
+        lambda r, run: r.update_run(run, **{"end_step = 0, status": "x"}),  # a key is never SQL
+    ],
+)
+def test_writes_refuse_unknown_columns_and_write_nothing(tmp_path: Path, write) -> None:
+    path = tmp_path / "registry.db"
+    with filled(path) as registry:
+        run = registry.runs("EXP-001")[0]["id"]
+        before = (registry.runs("EXP-001"), registry.checkpoints("EXP-001"))
+        with pytest.raises(ValueError, match="unknown column '(colour|end_step = 0, status)'"):
+            write(registry, run)
+        assert (registry.runs("EXP-001"), registry.checkpoints("EXP-001")) == before
+
+
+def test_named_reads_return_decoded_rows(tmp_path: Path) -> None:
+    with filled(tmp_path / "registry.db") as registry:
+        [experiment] = registry.experiments()
+        assert experiment["id"] == "EXP-001" and experiment["config_hash"] == "h1"
+        assert registry.experiment_ids() == ["EXP-001"]
+        assert registry.configs() == {
+            "EXP-001": {"description": "first", "training": {"steps": 12, "learning_rate": 0.003}}
+        }
+        [run] = registry.runs("EXP-001")
+        assert run["argv"] == ["octlm", "train", "EXP-001"]
+        assert run["latest_metrics"] == run["final_metrics"] == {"step": 4, "eval_loss": 3.5}
+        assert run["status"] == "completed" and run["ended"] is not None
+        assert registry.has_training_run("EXP-001") and not registry.has_training_run("EXP-002")
+        assert registry.running_runs() == []
+        [row] = registry.checkpoints("EXP-001")
+        assert row["metrics"] == {"eval_loss": 3.5} and row["tokens"] == 64
+        assert registry.digests(tmp_path, "EXP-001") == {str(tmp_path / row["path"]): "ab" * 32}
+        [verdict] = registry.verifications("EXP-001")
+        assert verdict["details"] == {"summary": "loss 0.1"} and verdict["run_id"] == run["id"]
+        [summary] = registry.summary_rows()
+        assert (summary["id"], summary["status"], summary["step"], summary["steps"]) == ("EXP-001", "completed", 4, 12)
+        assert summary["eval_loss"] == 3.5 and summary["last_verdict"] == "overfit: pass"
+
+
+def test_malformed_json_cells_read_as_none(tmp_path: Path) -> None:
+    path = tmp_path / "registry.db"
+    filled(path).close()
+    with sqlite3.connect(path) as conn:  # a cell damaged outside octlm
+        conn.execute("update runs set argv = '[\"octlm', final_metrics = '{'")
+        conn.execute("update checkpoints set metrics = 'not json'")
+        conn.execute("update verifications set details = '{\"summary\": '")
+        conn.execute("update experiments set config_json = '{'")
+    with Registry(path, create=False) as registry:
+        [run] = registry.runs("EXP-001")
+        assert run["argv"] is None and run["final_metrics"] is None
+        assert run["latest_metrics"] == {"step": 4, "eval_loss": 3.5}
+        assert registry.checkpoints("EXP-001")[0]["metrics"] is None
+        assert registry.verifications("EXP-001")[0]["details"] == {}
+        assert registry.configs() == {"EXP-001": {}}
+
+
+def test_a_run_of_a_dead_process_reads_crashed(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with filled(tmp_path / "registry.db") as registry:
+        run = registry.start_run("EXP-001", "resume", pid=gone.pid)
+        [stuck] = registry.running_runs()
+        assert stuck["id"] == run and stuck["status"] == "crashed"
+        assert registry.runs("EXP-001")[-1]["status"] == "crashed"
+
+
+def test_a_missing_registry_answers_every_read_empty_and_stays_missing(tmp_path: Path) -> None:
+    path = tmp_path / "none" / "registry.db"
+    with Registry(path, create=False) as registry:
+        assert registry.conn is None
+        assert registry.experiments() == [] and registry.experiment_ids() == [] and registry.configs() == {}
+        assert registry.experiment("EXP-001") is None and registry.summary_rows() == []
+        assert registry.runs("EXP-001") == [] and registry.running_runs() == []
+        assert not registry.has_training_run("EXP-001")
+        assert registry.checkpoints("EXP-001") == [] and registry.digests(tmp_path, "EXP-001") == {}
+        assert registry.verifications("EXP-001") == []
+        with pytest.raises(Refused):
+            registry.remove_checkpoint("c/1")
+    assert not path.parent.exists()

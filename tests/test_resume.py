@@ -6,25 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import assert_same_training_state, cli, json_out, octlm, tiny_config, write_experiment
 
 from octlm_cli import checkpoint, runfile
 
-from conftest import cli, json_out, octlm, tiny_config, write_experiment
 
-
-def final_state(home: Path, step: int = 12, experiment: str = "EXP-001") -> dict:
+def final_state(home: Path, step: int = 12, experiment: str = "EXP-001") -> checkpoint.Record:
     return checkpoint.read(checkpoint.path_for(home / "checkpoints" / experiment, step))
-
-
-def assert_same_training_state(a: dict, b: dict) -> None:
-    for key in a["model"]:
-        assert torch.equal(a["model"][key], b["model"][key]), key
-    for index, values in a["optimizer"]["state"].items():
-        for name, tensor in values.items():
-            assert torch.equal(tensor, b["optimizer"]["state"][index][name]), (index, name)
-    assert torch.equal(a["torch_rng"], b["torch_rng"])
-    assert torch.equal(a["sampler_rng"], b["sampler_rng"])
-    assert a["python_rng"] == b["python_rng"]
 
 
 def test_train_then_resume_equals_one_go_in_process(tmp_path: Path, home: Path) -> None:
@@ -186,3 +174,86 @@ def test_compile_without_a_compiler_is_one_line_and_keeps_checkpoints(home: Path
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "training.compile" in result.stderr and "C++ compiler" in result.stderr
     assert (home / "checkpoints" / "EXP-005" / "step-000004.pt").exists()  # --restart did not discard them
+
+
+FIXTURE_V1 = Path(__file__).resolve().parent / "fixtures" / "checkpoint-v1"
+
+
+def _home_from_v1_fixture(root: Path, with_checkpoint: bool) -> Path:
+    """A home laid out from the fixture: a tiny EXP-001 (8 steps) whose step-4 checkpoint was written
+    by octlm before the typed record (format v1, RNG states at the top level)."""
+    import shutil
+
+    (root / "experiments").mkdir(parents=True)
+    shutil.copy2(FIXTURE_V1 / "EXP-001.yaml", root / "experiments" / "EXP-001.yaml")
+    shutil.copytree(FIXTURE_V1 / "corpus", root / "corpus")
+    folder = root / "checkpoints" / "EXP-001"
+    folder.mkdir(parents=True)
+    shutil.copy2(FIXTURE_V1 / "tokenizer.json", folder / "tokenizer.json")
+    if with_checkpoint:
+        for name in ("step-000004.pt", "step-000004.sha256"):
+            shutil.copy2(FIXTURE_V1 / name, folder / name)
+        (root / "runs").mkdir()
+        shutil.copy2(FIXTURE_V1 / "EXP-001.jsonl", root / "runs" / "EXP-001.jsonl")
+    return root
+
+
+def test_a_v1_checkpoint_still_resumes_exactly(tmp_path: Path) -> None:
+    old = _home_from_v1_fixture(tmp_path / "old", with_checkpoint=True)
+    new = _home_from_v1_fixture(tmp_path / "new", with_checkpoint=False)
+    raw = torch.load(old / "checkpoints" / "EXP-001" / "step-000004.pt", weights_only=True)
+    assert raw["format"] == "octlm-checkpoint-v1" and "python_rng" in raw and "rng" not in raw
+    record = checkpoint.read(old / "checkpoints" / "EXP-001" / "step-000004.pt")
+    assert record.step == 4 and record.tokens == 4 * 4 * 16 and record.kind == "train"
+    result = cli(old, "resume", "EXP-001", "--json", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert json_out(result)["start_step"] == 4
+    assert cli(new, "train", "EXP-001", "-q").exit_code == 0
+    assert_same_training_state(final_state(old, 8), final_state(new, 8))
+    assert (
+        torch.load(old / "checkpoints" / "EXP-001" / "step-000008.pt", weights_only=True)["format"] == checkpoint.FORMAT
+    )
+    records = [runfile.without_timings(runfile.read(h / "runs" / "EXP-001.jsonl")) for h in (old, new)]
+    assert records[0] == records[1] and len(records[0]) == 2
+
+
+def test_a_checkpoint_missing_its_config_hash_falls_back_or_refuses(home: Path) -> None:
+    """A whole, checksummed v1 file without ``config_hash``: never a KeyError, never a traceback."""
+    import hashlib
+    import io
+
+    assert cli(home, "train", "EXP-001", "--until", "8", "-q").exit_code == 0
+    folder = home / "checkpoints" / "EXP-001"
+    for step in (4, 8):
+        path = checkpoint.path_for(folder, step)
+        payload = checkpoint.read(path).to_payload()
+        legacy = {k: v for k, v in payload.items() if k not in ("rng", "fingerprints", "sampler", "tokens")}
+        legacy.update(
+            format="octlm-checkpoint-v1",
+            sampler_rng=payload["sampler"],
+            tokens_processed=payload["tokens"],
+            python_rng=payload["rng"][0]["python"],
+            torch_rng=payload["rng"][0]["torch"],
+            data_hash=payload["fingerprints"]["data"],
+            tokenizer_hash=payload["fingerprints"]["tokenizer"],
+        )
+        if step == 4:  # step 4 stays whole: resume falls back to it
+            legacy["config_hash"] = payload["fingerprints"]["config"]
+        buffer = io.BytesIO()
+        torch.save(legacy, buffer)
+        path.write_bytes(buffer.getvalue())
+        checkpoint.sidecar(path).write_text(f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {path.name}\n")
+    (home / "registry.db").unlink()  # its digests would refuse the rewritten bytes first
+    broken = {p.name: p.read_bytes() for p in folder.glob("step-000008.*")}
+    fell_back = octlm(home, "resume", "EXP-001", "--until", "10", "-q")
+    assert fell_back.returncode == 0, fell_back.stderr
+    assert "step-000008.pt: missing the key 'config_hash'" in fell_back.stderr
+    assert "falling back to step-000004.pt" in fell_back.stderr and "Traceback" not in fell_back.stderr
+    for path in folder.glob("step-*"):  # only the broken file left: nothing valid to resume from
+        path.unlink()
+    for name, payload in broken.items():
+        (folder / name).write_bytes(payload)
+    (home / "registry.db").unlink()
+    refused = octlm(home, "resume", "EXP-001", "-q")
+    assert refused.returncode == 3, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "missing the key 'config_hash'" in refused.stderr

@@ -7,8 +7,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS, cli, json_out, octlm, write_experiment
+
+from octlm_cli.experiments import load, register
+from octlm_cli.home import Home
+from octlm_cli.plots import chart
+from octlm_cli.registry import Registry
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +21,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("compare")
     (home / "corpus").mkdir()
     for i in range(10):
-        (home / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000:(i + 1) * 1000 + 500])
+        (home / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000 : (i + 1) * 1000 + 500])
     write_experiment(home, "EXP-001")
     write_experiment(home, "EXP-002", training={"learning_rate": 1e-2, "min_learning_rate": 1e-3})
     write_experiment(home, "EXP-003", model={"n_layers": 1}, training={"steps": 8})
@@ -117,3 +121,63 @@ def test_registry_views_answer_without_joins(trained: Path) -> None:
     assert [r["id"] for r in rows] == ["EXP-001", "EXP-002", "EXP-003"]
     assert rows[0]["status"] == "completed" and rows[0]["step"] == 12 and rows[0]["eval_loss"] is not None
     assert json.loads(json.dumps(rows))  # plain values only
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Path:
+    """EXP-001 and EXP-002 with runs, verdicts and run files written as octlm writes them, without training."""
+    home = tmp_path / "recorded"
+    for experiment_id, rate in (("EXP-001", 0.003), ("EXP-002", 0.01)):
+        write_experiment(home, experiment_id, training={"learning_rate": rate})
+        records = [
+            {
+                "step": s,
+                "tokens": s * 64,
+                "train_loss": 5.0 - s * rate * 10,
+                "eval_loss": 5.1 - s * rate * 10,
+                "lr": rate,
+                "gradient_norm": 1.5,
+            }
+            for s in (4, 8, 12)
+        ]
+        (home / "runs").mkdir(exist_ok=True)
+        (home / "runs" / f"{experiment_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        with Registry(home / "registry.db") as registry:
+            register(Home(home), registry, load(Home(home), experiment_id))
+            run = registry.start_run(experiment_id, "train", start_step=0, argv=["octlm", "train", experiment_id])
+            registry.finish_run(run, "completed", end_step=12, latest_metrics=records[-1], final_metrics=records[-1])
+            registry.add_verification(experiment_id, "verify-resume", "pass", {"summary": "identical"}, run)
+    return home
+
+
+def test_show_reads_decoded_registry_rows_in_every_mode(recorded: Path) -> None:
+    listed = json_out(cli(recorded, "show", "--json"))["experiments"]
+    assert [(e["id"], e["status"], e["step"], e["last_verdict"]) for e in listed] == [
+        ("EXP-001", "completed", 12, "verify-resume: pass"),
+        ("EXP-002", "completed", 12, "verify-resume: pass"),
+    ]
+    assert [e["id"] for e in json_out(cli(recorded, "show", "--json", "--sort", "-eval_loss"))["experiments"]] == [
+        "EXP-001",
+        "EXP-002",
+    ]
+    detail = json_out(cli(recorded, "show", "EXP-002", "--json"))
+    assert detail["runs"][0]["argv"] == ["octlm", "train", "EXP-002"]
+    assert detail["runs"][0]["final_metrics"]["step"] == 12
+    assert detail["verifications"][0]["details"] == {"summary": "identical"}
+    assert "verdicts" in cli(recorded, "show", "EXP-002").stdout
+    both = json_out(cli(recorded, "show", "EXP-001", "EXP-002", "--json"))
+    assert both["config"] == {"training": {"training.learning_rate": [0.003, 0.01]}}
+    assert [e["verify_resume"] for e in both["experiments"]] == ["pass", "pass"]
+    curves = json_out(cli(recorded, "show", "EXP-001", "EXP-002", "--plot", "--json"))
+    assert curves["schema_version"] == 1 and [len(curves["runs"][i]) for i in ("EXP-001", "EXP-002")] == [3, 3]
+    drawn = cli(recorded, "show", "EXP-001", "EXP-002", "--plot", "--csv")  # --plot draws; --csv does not apply
+    assert drawn.exit_code == 0 and "- clip threshold" in drawn.stdout
+
+
+def test_chart_is_plain_ascii_within_its_width() -> None:
+    series = {"a": [(0.0, 1.0), (50.0, float("nan")), (100.0, 3.0)], "b": [(0.0, None), (100.0, 2.0)]}
+    text = chart("loss", series, width=60, hline=("limit", 2.5))
+    lines = text.splitlines()
+    assert lines[0] == "loss" and max(len(line) for line in lines) <= 60
+    assert lines[-1].split() == ["*", "a", "o", "b", "-", "limit"]
+    assert chart("empty", {"a": [(0.0, None)]}) == "empty: no data\n"

@@ -1,45 +1,37 @@
-"""The Typer app: thin commands that parse options, call one use case and render the result.
+"""The Typer app: the one place that creates it and registers every command.
 
+Commands are thin: they parse options, call one use case and render the result.
 Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 refused to protect existing state.
 Torch and tokenizers are imported only inside the commands that train or sample, so
-``octlm --help``, ``octlm show`` and ``octlm new`` start fast.
+``octlm --help``, ``octlm show`` and ``octlm new`` start fast. The command modules import
+``common`` and never this module, so the CLI has no import cycle.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import sqlite3
 import sys
-from typing import Annotated, Any, Callable, Optional
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
 from .. import __version__
-from ..errors import REFUSED, OctlmError
-from ..home import Home
-from . import render
+from . import commands_config, commands_experiments, commands_tools, commands_training, render
 
-app = typer.Typer(
-    name="octlm",
-    help="Train miniature decoder-only language models with a loop that resumes exactly, and prove it.\n\n"
-    "Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 refused to protect existing state.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+HELP = (
+    "Train miniature decoder-only language models with a loop that resumes exactly, and prove it.\n\n"
+    "Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 refused to protect existing state."
 )
-
-
-class State:
-    home_option: Optional[str] = None
-
-    @property
-    def home(self) -> Home:
-        return Home.locate(self.home_option)
-
-
-state = State()
+HomeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--home",
+        metavar="DIR",
+        help="Home folder (default: OCTLM_HOME, else the nearest folder with experiments/ or registry.db, "
+        "else the current one).",
+        show_default=False,
+    ),
+]
 
 
 def _version(value: bool) -> None:
@@ -48,54 +40,42 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
-def _root(
-    home: Annotated[Optional[str], typer.Option("--home", metavar="DIR", help="Home folder (default: OCTLM_HOME, else the nearest folder with experiments/ or registry.db, else the current one).", show_default=False)] = None,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
-) -> None:
-    state.home_option = home
+VersionOption = Annotated[
+    bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+]
 
 
-def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Map domain errors to one line on stderr and their exit code; never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except OctlmError as exc:
-            if exc.exit_code in (130, 143):
-                render.info(f"octlm: {exc}")
-            else:
-                render.error(str(exc))
-            raise typer.Exit(exc.exit_code) from None
-        except BrokenPipeError:  # `octlm show | head`: the reader left; say nothing more
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise typer.Exit(1) from None
-        except MemoryError:
-            render.error("out of memory: lower training.batch_size, model.context_length or the model's size")
-            raise typer.Exit(REFUSED) from None
-        except RuntimeError as exc:  # torch reports running out of device memory as a RuntimeError
-            if "out of memory" not in str(exc).lower():
-                raise
-            render.error("out of memory on the device: lower training.batch_size, model.context_length or the model's size")
-            raise typer.Exit(REFUSED) from None
-        except OSError as exc:  # a full disk, a vanished folder: one line, existing state untouched
-            where = f": {exc.filename}" if exc.filename else ""
-            render.error(f"{exc.strerror or exc}{where}; nothing already written was changed")
-            raise typer.Exit(REFUSED) from None
-        except sqlite3.Error as exc:
-            render.error(f"registry error: {exc}")
-            raise typer.Exit(REFUSED) from None
-
-    return wrapper
+def _root(ctx: typer.Context, home: HomeOption = None, version: VersionOption = False) -> None:
+    ctx.obj = {"home": home}  # read by common.home_of
 
 
-# Options shared by several commands.
-SetOption = Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="Override a config key: SECTION.KEY=VALUE (repeatable).", show_default=False)]
-JsonOption = Annotated[bool, typer.Option("--json", help="Write machine-readable JSON on stdout.")]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output on stderr.")]
-UntilOption = Annotated[Optional[int], typer.Option("--until", metavar="N", help="Stop after this step (writing a checkpoint there); default: training.steps.", show_default=False)]
+def _typer(**options: Any) -> typer.Typer:
+    return typer.Typer(
+        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None, **options
+    )
+
+
+COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists them
+    "new": commands_experiments.new,
+    "show": commands_experiments.show,
+    "train": commands_training.train,
+    "resume": commands_training.resume,
+    "verify-resume": commands_training.verify_resume,
+    "overfit": commands_training.overfit,
+    "sample": commands_training.sample,
+    "doctor": commands_tools.doctor,
+    "bench": commands_tools.bench,
+}
+CONFIG_COMMANDS: dict[str, Callable[..., Any]] = {"keys": commands_config.keys}
+
+app = _typer(name="octlm", help=HELP)
+app.callback()(_root)
+for name, command in COMMANDS.items():
+    app.command(name)(command)
+config_app = _typer(name="config", help="Describe the experiment config.")
+for name, command in CONFIG_COMMANDS.items():
+    config_app.command(name)(command)
+app.add_typer(config_app)
 
 
 def main() -> None:
@@ -104,9 +84,3 @@ def main() -> None:
     except KeyboardInterrupt:  # outside a training loop (which handles it itself)
         render.error("interrupted")
         sys.exit(130)
-
-
-# Each module below registers its commands on ``app`` when imported.
-from . import commands_experiments  # noqa: E402,F401  (new, show)
-from . import commands_training  # noqa: E402,F401  (train, resume, verify-resume, overfit, sample)
-from . import commands_tools  # noqa: E402,F401  (doctor, bench)

@@ -1,21 +1,83 @@
-"""Commands that train and use models: ``train``, ``resume``, ``verify-resume``, ``overfit``, ``sample``."""
+"""Commands that train and use models: ``train``, ``resume``, ``verify-resume``, ``overfit``, ``sample``.
+
+Each imports ``runner``, ``verify`` or ``sampling`` inside its body: both import torch, which ``octlm --help``,
+``show`` and ``new`` must never load.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from . import render
-from .app import JsonOption, QuietOption, UntilOption, app, handled, state
+from .common import IdArgument, JsonOption, QuietOption, UntilOption, handled, home_of
+from .progress import ConsoleReporter
+
+RestartOption = Annotated[
+    bool, typer.Option("--restart", help="Discard existing checkpoints, tokenizer and run file, and start over.")
+]
+ResumeStepOption = Annotated[
+    int | None,
+    typer.Option(
+        "--step",
+        metavar="N",
+        help="Resume from the checkpoint at this step (default: the newest valid one).",
+        show_default=False,
+    ),
+]
+SplitAtOption = Annotated[
+    str,
+    typer.Option(
+        "--split-at",
+        metavar="N[,N2,...]",
+        help="Step(s) where run (b) stops and resumes in a new process: N or N1,N2,...",
+    ),
+]
+FinalStepOption = Annotated[
+    int | None,
+    typer.Option(
+        "--until", metavar="N", help="Final step M of both runs (default: training.steps).", show_default=False
+    ),
+]
+KeepScratchOption = Annotated[bool, typer.Option("--keep-scratch", help="Keep the scratch folders for inspection.")]
+StepsOption = Annotated[
+    int | None,
+    typer.Option("--steps", metavar="N", help="Training steps (default: training.steps).", show_default=False),
+]
+MaxLossOption = Annotated[
+    float,
+    typer.Option("--max-loss", metavar="X", help="Pass when the final loss on the block is at most this."),
+]
+PromptOption = Annotated[str, typer.Option("--prompt", metavar="TEXT", help="Text to continue.")]
+MaxNewTokensOption = Annotated[int, typer.Option("--max-new-tokens", metavar="N", help="Tokens to generate.")]
+TemperatureOption = Annotated[
+    float, typer.Option("--temperature", metavar="T", help="Sampling temperature; 0 = greedy.")
+]
+TopKOption = Annotated[
+    int | None,
+    typer.Option("--top-k", metavar="K", help="Sample only from the k likeliest tokens.", show_default=False),
+]
+SeedOption = Annotated[
+    int,
+    typer.Option("--seed", metavar="S", help="Seed of the sampling generator (never the training streams)."),
+]
+SampleStepOption = Annotated[
+    int | None,
+    typer.Option(
+        "--step", metavar="N", help="Use the checkpoint at this step (default: the newest).", show_default=False
+    ),
+]
 
 
 def _summary_line(result: dict[str, Any]) -> str:
     metrics = result.get("metrics") or {}
     line = f"{result['id']}: {result['status']} at step {result['end_step']}/{result['steps']}"
     if metrics.get("eval_loss") is not None:
-        line += (f"; train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}, "
-                 f"perplexity {metrics['perplexity']:.2f}, {metrics['bits_per_byte']:.4f} bits per byte")
+        line += (
+            f"; train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}, "
+            f"perplexity {metrics['perplexity']:.2f}, {metrics['bits_per_byte']:.4f} bits per byte"
+        )
     if result.get("tokens_per_second"):
         line += f"; {result['tokens_per_second']:,.0f} tokens/s"
     return line
@@ -28,116 +90,133 @@ def _finish(result: dict[str, Any], as_json: bool) -> None:
         render.info(_summary_line(result))
 
 
-@app.command()
 @handled
 def train(
-    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
-    restart: Annotated[bool, typer.Option("--restart", help="Discard existing checkpoints, tokenizer and run file, and start over.")] = False,
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    restart: RestartOption = False,
     until: UntilOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Train an experiment from step 0 (refuses existing progress unless --restart)."""
-    from .. import runner
-    from .progress import ConsoleReporter
+    from .. import runner  # imports torch
 
-    _finish(runner.train(state.home, experiment_id, restart=restart, until=until, reporter=ConsoleReporter(quiet)), as_json)
+    reporter = ConsoleReporter(quiet)
+    _finish(runner.train(home_of(ctx), experiment_id, restart=restart, until=until, reporter=reporter), as_json)
 
 
-@app.command()
 @handled
 def resume(
-    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
-    step: Annotated[Optional[int], typer.Option("--step", metavar="N", help="Resume from the checkpoint at this step (default: the newest valid one).", show_default=False)] = None,
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    step: ResumeStepOption = None,
     until: UntilOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Continue from the newest valid checkpoint (or start at 0); exits 0 at once when complete."""
-    from .. import runner
-    from .progress import ConsoleReporter
+    from .. import runner  # imports torch
 
-    _finish(runner.resume(state.home, experiment_id, step=step, until=until, reporter=ConsoleReporter(quiet)), as_json)
+    reporter = ConsoleReporter(quiet)
+    _finish(runner.resume(home_of(ctx), experiment_id, step=step, until=until, reporter=reporter), as_json)
 
 
-@app.command("verify-resume")
 @handled
 def verify_resume(
-    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
-    split_at: Annotated[str, typer.Option("--split-at", metavar="N[,N2,...]", help="Step(s) where run (b) stops and resumes in a new process: N or N1,N2,...")],
-    until: Annotated[Optional[int], typer.Option("--until", metavar="N", help="Final step M of both runs (default: training.steps).", show_default=False)] = None,
-    keep_scratch: Annotated[bool, typer.Option("--keep-scratch", help="Keep the scratch folders for inspection.")] = False,
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    split_at: SplitAtOption,
+    until: FinalStepOption = None,
+    keep_scratch: KeepScratchOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Prove exact resume: one run 0->M against runs split at N in new processes, compared bit for bit."""
-    from .. import verify
+    from .. import verify  # imports torch
 
-    result = verify.verify_resume(state.home, experiment_id, split_at, until, keep_scratch, progress=render.info)
+    result = verify.verify_resume(home_of(ctx), experiment_id, split_at, until, keep_scratch, progress=render.info)
     if as_json:
         render.emit_json(result)
     else:
-        rows = []
-        for check in result["checks"]:
-            worst = max((d["max_abs_diff"] or 0.0 for d in check["differing"]), default=0.0)
-            detail = ", ".join(d["name"] for d in check["differing"][:5])
-            rows.append((check["check"], check["compared"], check["compared"] - len(check["differing"]),
-                         "identical" if not check["differing"] else f"DIFFERS (max |diff| {worst:.3g}) {detail}"))
-        title = f"verify-resume {experiment_id}: split at {','.join(map(str, result['split_at']))}, until {result['until']}"
-        render.print_table(("check", "compared", "identical", "verdict"), rows, title=title)
-        print(f"{experiment_id}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; "
-              f"next-batch loss {result['next_loss']:.6f}; (a) {result['seconds']['a']:.1f} s, (b) {result['seconds']['b']:.1f} s")
+        _print_verify_resume(experiment_id, result)
     if not result["identical"]:
         raise typer.Exit(1)
 
 
-@app.command()
+def _print_verify_resume(experiment_id: str, result: dict[str, Any]) -> None:
+    rows = []
+    for check in result["checks"]:
+        differing = check["differing"]
+        worst = max((d["max_abs_diff"] or 0.0 for d in differing), default=0.0)
+        names = ", ".join(d["name"] for d in differing[:5])
+        verdict = "identical" if not differing else f"DIFFERS (max |diff| {worst:.3g}) {names}"
+        rows.append((check["check"], check["compared"], check["compared"] - len(differing), verdict))
+    splits = ",".join(map(str, result["split_at"]))
+    title = f"verify-resume {experiment_id}: split at {splits}, until {result['until']}"
+    render.print_table(("check", "compared", "identical", "verdict"), rows, title=title)
+    seconds = result["seconds"]
+    print(
+        f"{experiment_id}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; "
+        f"next-batch loss {result['next_loss']:.6f}; (a) {seconds['a']:.1f} s, (b) {seconds['b']:.1f} s"
+    )
+
+
 @handled
 def overfit(
-    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
-    steps: Annotated[Optional[int], typer.Option("--steps", metavar="N", help="Training steps (default: training.steps).", show_default=False)] = None,
-    max_loss: Annotated[float, typer.Option("--max-loss", metavar="X", help="Pass when the final loss on the block is at most this.")] = 1.0,
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    steps: StepsOption = None,
+    max_loss: MaxLossOption = 1.0,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Memorise one block, then greedy-decode it back; exit 0 when the final loss <= --max-loss."""
-    from .. import runner
-    from .progress import ConsoleReporter
+    from .. import runner  # imports torch
 
-    result = runner.overfit(state.home, experiment_id, steps=steps, max_loss=max_loss, reporter=ConsoleReporter(quiet))
+    reporter = ConsoleReporter(quiet)
+    result = runner.overfit(home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter)
     if as_json:
         render.emit_json(result)
     else:
-        render.print_table(
-            ("final loss", "perplexity", "bits per byte", "decode matches", "verdict"),
-            [(result["final_loss"], result["perplexity"], result["bits_per_byte"],
-              f"{result['matched_tokens']}/{result['block_tokens']} tokens", result["verdict"].upper())],
-            title=f"overfit {experiment_id}: one block, {result['steps']} steps")
-        print("--- block ---")
-        print(result["block_text"])
-        print("--- greedy decode ---")
-        print(result["decoded_text"])
-        print(f"{experiment_id}: {result['verdict'].upper()}: {result['summary']}")
+        _print_overfit(experiment_id, result)
     if result["verdict"] != "pass":
         raise typer.Exit(1)
 
 
-@app.command()
+def _print_overfit(experiment_id: str, result: dict[str, Any]) -> None:
+    matches = f"{result['matched_tokens']}/{result['block_tokens']} tokens"
+    render.print_table(
+        ("final loss", "perplexity", "bits per byte", "decode matches", "verdict"),
+        [(result["final_loss"], result["perplexity"], result["bits_per_byte"], matches, result["verdict"].upper())],
+        title=f"overfit {experiment_id}: one block, {result['steps']} steps",
+    )
+    print("--- block ---")
+    print(result["block_text"])
+    print("--- greedy decode ---")
+    print(result["decoded_text"])
+    print(f"{experiment_id}: {result['verdict'].upper()}: {result['summary']}")
+
+
 @handled
 def sample(
-    experiment_id: Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")],
-    prompt: Annotated[str, typer.Option("--prompt", metavar="TEXT", help="Text to continue.")] = "",
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", metavar="N", help="Tokens to generate.")] = 200,
-    temperature: Annotated[float, typer.Option("--temperature", metavar="T", help="Sampling temperature; 0 = greedy.")] = 1.0,
-    top_k: Annotated[Optional[int], typer.Option("--top-k", metavar="K", help="Sample only from the k likeliest tokens.", show_default=False)] = None,
-    seed: Annotated[int, typer.Option("--seed", metavar="S", help="Seed of the sampling generator (never the training streams).")] = 0,
-    step: Annotated[Optional[int], typer.Option("--step", metavar="N", help="Use the checkpoint at this step (default: the newest).", show_default=False)] = None,
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    prompt: PromptOption = "",
+    max_new_tokens: MaxNewTokensOption = 200,
+    temperature: TemperatureOption = 1.0,
+    top_k: TopKOption = None,
+    seed: SeedOption = 0,
+    step: SampleStepOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Generate text from an experiment's newest (or given) checkpoint; prints it on stdout."""
-    from .. import runner
+    from .. import sampling  # imports torch
 
-    result = runner.sample(state.home, experiment_id, prompt=prompt, max_new_tokens=max_new_tokens,
-                           temperature=temperature, top_k=top_k, seed=seed, step=step)
+    home = home_of(ctx)
+    result = sampling.sample(
+        home, experiment_id, prompt=prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+        seed=seed, step=step,
+    )  # fmt: skip
     if as_json:
         render.emit_json(result)
     else:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -53,7 +54,7 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-TEXT_COLUMNS = ("description", "detail", "command", "path", "summary", "verdict", "where", "")
+TEXT_COLUMNS = ("description", "detail", "command", "path", "summary", "verdict", "where", "help", "")
 
 
 def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
@@ -61,8 +62,7 @@ def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any
     result = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     for column in columns:
         text = column in TEXT_COLUMNS
-        result.add_column(column, no_wrap=not text, overflow="ellipsis" if text else "fold",
-                          ratio=1 if text else None)
+        result.add_column(column, no_wrap=not text, overflow="ellipsis" if text else "fold", ratio=1 if text else None)
     for row in rows:
         result.add_row(*(fmt(cell) for cell in row))
     return result
@@ -73,14 +73,17 @@ def plain_table(columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
     header = list(columns)
     body = [[fmt(cell) for cell in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in body]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in body]
     return "\n".join(lines) + "\n"
 
 
-def _fit(columns: list[str], rows: list[list[Any]], width: int, droppable: Iterable[str]) -> tuple[list[str], list[list[Any]]]:
+def _fit(
+    columns: list[str], rows: list[list[Any]], width: int, droppable: Iterable[str]
+) -> tuple[list[str], list[list[Any]]]:
     """Drop the least important columns until the table fits ``width`` (text columns may still shrink)."""
     text_width = 24  # what a shrinkable text column is allowed to keep
+
     def natural() -> int:
         widths = []
         for index, name in enumerate(columns):
@@ -88,18 +91,20 @@ def _fit(columns: list[str], rows: list[list[Any]], width: int, droppable: Itera
             w = max([len(name), *cells])
             widths.append(min(w, text_width) if name in TEXT_COLUMNS else w)
         return sum(widths) + 2 * len(widths) + 2
+
     for name in droppable:
         if natural() <= width:
             break
         if name in columns:
             index = columns.index(name)
-            columns = columns[:index] + columns[index + 1:]
-            rows = [row[:index] + row[index + 1:] for row in rows]
+            columns = columns[:index] + columns[index + 1 :]
+            rows = [row[:index] + row[index + 1 :] for row in rows]
     return columns, rows
 
 
-def print_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], *, title: str | None = None,
-                droppable: Iterable[str] = ()) -> None:
+def print_table(
+    columns: Iterable[str], rows: Iterable[Iterable[Any]], *, title: str | None = None, droppable: Iterable[str] = ()
+) -> None:
     """A rich table on a terminal (dropping ``droppable`` columns, in order, until it fits);
     plain fixed-width text with every column otherwise."""
     if sys.stdout.isatty():

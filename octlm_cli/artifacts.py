@@ -1,0 +1,171 @@
+"""The one keeper of an experiment's files: checkpoint folders, tokenizer, run files, lock,
+retention, discarding and leftovers; and the translation of training state to and from a
+checkpoint record.
+
+Layout in a home: ``checkpoints/<ID>/`` holds the main track's ``step-NNNNNN.pt`` files, the
+``tokenizer.json`` and the lock; ``checkpoints/<ID>/overfit/`` the overfit track's; the run files
+are ``runs/<ID>.jsonl`` and ``runs/<ID>-overfit.jsonl``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import checkpoint, rng
+from .checkpoint import Fingerprints, Loaded, Record
+from .config import Config
+from .errors import Refused
+from .home import Home
+from .locking import ExperimentLock
+from .loop import TrainState
+from .prepare import PreparedData
+from .registry import Registry
+from .reporting import Reporter
+
+TOKENIZER = "tokenizer.json"
+OVERFIT = "overfit"
+
+
+@dataclass(frozen=True)
+class Track:
+    """Where one kind of training keeps its checkpoints and its run file."""
+
+    kind: str  # "train" (train and resume share it) or "overfit"
+    folder: Path
+    run_file: Path
+
+
+class ExperimentFiles:
+    def __init__(self, home: Home, experiment_id: str):
+        self.home, self.experiment_id = home, experiment_id
+        self.folder = home.checkpoint_dir(experiment_id)
+        self.tokenizer = self.folder / TOKENIZER
+        self.main = Track("train", self.folder, home.run_file(experiment_id))
+        self.overfit = Track(OVERFIT, self.folder / OVERFIT, home.run_file(experiment_id, f"-{OVERFIT}"))
+
+    def lock(self) -> ExperimentLock:
+        """One writer per experiment, for every track."""
+        return ExperimentLock(self.folder, self.experiment_id)
+
+    def relative(self, path: Path) -> str:
+        """A path as the registry records it: relative to the home."""
+        return str(path.relative_to(self.home.root))
+
+    def newest_valid(self, registry: Registry, step: int | None = None) -> Loaded | None:
+        """The main track's newest checkpoint that verifies (or the one at ``step``)."""
+        return checkpoint.newest_valid(self.folder, registry.digests(self.home.root, self.experiment_id), step)
+
+    def discard(self, registry: Registry) -> None:
+        """``--restart``: checkpoints, tokenizer and run file go; registry rows of old runs stay as history."""
+        for _, path in checkpoint.listing(self.folder):
+            registry.remove_checkpoint(self.relative(path))
+            checkpoint.remove(path)
+        self.clear_overfit(registry)
+        checkpoint.clean_leftovers(self.folder)
+        self.tokenizer.unlink(missing_ok=True)
+        self.main.run_file.unlink(missing_ok=True)
+
+    def clear_overfit(self, registry: Registry) -> None:
+        """The overfit track always starts from step 0: its checkpoints, rows and run file go."""
+        prefix = self.relative(self.overfit.folder) + "/"
+        for row in registry.checkpoints(self.experiment_id):
+            if row["path"].startswith(prefix):
+                registry.remove_checkpoint(row["path"])
+        shutil.rmtree(self.overfit.folder, ignore_errors=True)
+        self.overfit.run_file.unlink(missing_ok=True)
+
+
+def record_of(
+    state: TrainState, *, experiment: str, kind: str, fingerprints: Fingerprints, metrics: dict[str, Any]
+) -> Record:
+    """The checkpoint record of a training state."""
+    return Record(
+        experiment=experiment,
+        kind=kind,
+        step=state.step,
+        tokens=state.tokens,
+        elapsed_seconds=state.elapsed,
+        model=state.model.state_dict(),
+        optimizer=state.optimizer.state_dict(),
+        sampler=state.sampler.state_dict(),
+        scaler=state.scaler.state_dict() if state.scaler else {},
+        rng=[rng.capture()],
+        fingerprints=fingerprints,
+        config=state.config.to_dict(),
+        environment=checkpoint.environment(state.device, state.config.training.precision, state.optimizer_impl),
+        metrics=metrics,
+    )
+
+
+def restore(prepared: PreparedData, loaded: Loaded, reporter: Reporter) -> TrainState:
+    """Rebuild the training state from a verified checkpoint, refusing one from another setup."""
+    record = loaded.record
+    checkpoint.check_fingerprints(record, config=prepared.config, current=prepared.fingerprints, path=loaded.path)
+    state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks))
+    current = checkpoint.environment(state.device, prepared.config.training.precision, state.optimizer_impl)
+    for message in checkpoint.environment_warnings(record.environment, current):
+        reporter.warn(message)
+    load_record(state, record)
+    return state
+
+
+def load_record(state: TrainState, record: Record) -> None:
+    """Continue ``state`` from a record's progress (this process is rank 0 of 1)."""
+    state.load(
+        model=record.model,
+        optimizer=record.optimizer,
+        sampler=record.sampler,
+        scaler=record.scaler,
+        step=record.step,
+        elapsed_seconds=record.elapsed_seconds,
+        rng_state=record.rng[0],
+    )
+
+
+class CheckpointKeeper:
+    """Writes one track's checkpoints: the file, its registry row, and retention."""
+
+    def __init__(
+        self, files: ExperimentFiles, track: Track, registry: Registry, config: Config, fingerprints: Fingerprints
+    ):
+        self.files, self.track, self.registry = files, track, registry
+        self.config, self.fingerprints = config, fingerprints
+
+    def save(self, state: TrainState, metrics: dict[str, Any], run_id: int | None) -> Path:
+        path = checkpoint.path_for(self.track.folder, state.step)
+        record = record_of(
+            state, experiment=self.config.id, kind=self.track.kind, fingerprints=self.fingerprints, metrics=metrics
+        )
+        try:
+            digest, size = checkpoint.save(path, record)
+        except OSError as error:
+            raise Refused(
+                f"cannot write checkpoint {path.name}: {error.strerror or error}; the previous checkpoint is intact"
+            ) from None
+        self.registry.add_checkpoint(
+            experiment_id=self.config.id,
+            run_id=run_id,
+            step=state.step,
+            path=self.files.relative(path),
+            sha256=digest,
+            size=size,
+            tokens=state.tokens,
+            config_hash=self.fingerprints.config,
+            data_hash=self.fingerprints.data,
+            tokenizer_hash=self.fingerprints.tokenizer,
+            metrics=metrics,
+        )
+        self.prune()
+        return path
+
+    def prune(self) -> None:
+        """Keep the newest ``checkpoint.keep`` and the final one; only ever after a newer one is durable."""
+        found = checkpoint.listing(self.track.folder)
+        keep = {step for step, _ in found[-self.config.checkpoint.keep :]} | {self.config.training.steps}
+        for step, path in found:
+            if step not in keep:
+                self.registry.remove_checkpoint(self.files.relative(path))
+                checkpoint.remove(path)

@@ -1,0 +1,37 @@
+"""``octlm config keys``: every config key with its type, default, fingerprint membership and meaning. Torch-free."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import config as cfg
+from ..details import SCHEMA_VERSION
+from . import render
+from .common import JsonOption, handled
+
+KEY_HEADERS = ("key", "type", "default", "fingerprinted", "help")
+
+
+@handled
+def keys(as_json: JsonOption = False) -> None:
+    """List every config key: its type, default, whether it is in the fingerprint, and what it does."""
+    described = cfg.describe_keys()
+    if as_json:
+        render.emit_json({"schema_version": SCHEMA_VERSION, "keys": described})
+        return
+    rows = (
+        (k["key"], k["type"], default_text(k["default"]), "yes" if k["fingerprinted"] else "no", k["doc"])
+        for k in described
+    )
+    render.print_table(KEY_HEADERS, rows)
+
+
+def default_text(value: Any) -> str:
+    """A default as one would write it in YAML: lists comma-separated, booleans lower-case."""
+    if isinstance(value, (list, tuple)):
+        return ", ".join(default_text(item) for item in value) or "[]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None or value == "":
+        return "null" if value is None else '""'
+    return str(value)

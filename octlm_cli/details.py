@@ -1,0 +1,62 @@
+"""One experiment in detail, as plain data: config, fingerprints, runs, checkpoints and verdicts. Torch-free."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import experiments
+from .config import flatten
+from .errors import BadInput
+from .home import Home, validate_id
+from .registry import TRAINING_KINDS, Registry
+
+SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
+
+
+def detail(home: Home, experiment_id: str) -> dict[str, Any]:
+    """The ``octlm show ID --json`` document; BadInput for a malformed or unknown ID."""
+    validate_id(experiment_id)
+    path = home.config_path(experiment_id)
+    with Registry(home.registry, create=False) as registry:
+        row = registry.experiment(experiment_id)
+        if row is None and not path.exists():
+            raise BadInput(f"unknown experiment {experiment_id}: not in {home.registry.name} and no {path}")
+        fingerprint: str | None
+        if path.exists():
+            config = experiments.load(home, experiment_id)
+            resolved, fingerprint = config.to_dict(), config.fingerprint
+        else:
+            resolved, fingerprint = registry.configs().get(experiment_id, {}), row["config_hash"] if row else None
+        runs = registry.runs(experiment_id)
+        checkpoints = registry.checkpoints(experiment_id)
+        verdicts = registry.verifications(experiment_id)
+    training = [run for run in runs if run["kind"] in TRAINING_KINDS]
+    last = training[-1] if training else None
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "id": experiment_id,
+        "description": resolved.get("description", ""),
+        "status": last["status"] if last else "new",
+        "step": last["end_step"] if last else None,
+        "fingerprints": {
+            "config": fingerprint,
+            "data": _newest(runs, "data_hash"),
+            "tokenizer": _newest(runs, "tokenizer_hash"),
+        },
+        "config": resolved,
+        "runs": runs,
+        "checkpoints": checkpoints,
+        "verifications": verdicts,
+    }
+
+
+def _newest(runs: list[dict[str, Any]], key: str) -> Any:
+    return next((run[key] for run in reversed(runs) if run.get(key)), None)
+
+
+def flat(item: dict[str, Any]) -> dict[str, Any]:
+    """A detail document as ``key: value`` pairs (``octlm show ID --csv``)."""
+    pairs = {"id": item["id"], "status": item["status"], "step": item["step"]}
+    pairs.update({f"fingerprint.{k}": v for k, v in item["fingerprints"].items()})
+    pairs.update(flatten({"config": item["config"]}))
+    return pairs

@@ -1,0 +1,77 @@
+"""Process and machine policy, decided before torch does any work: the device, whether
+``torch.compile`` can run here, deterministic kernels and the allocator."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+
+import torch
+
+from . import allocator
+from .config import Config
+from .errors import BadInput, ConfigError
+
+
+def _mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
+def select_device(name: str) -> torch.device:
+    """``training.device``: auto (cuda, else mps, else cpu) or a device that must exist here."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps") if _mps_available() else torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise BadInput("training.device: cuda was asked for but no CUDA device is available; use auto or cpu")
+    if name == "mps" and not _mps_available():
+        raise BadInput("training.device: mps was asked for but is not available; use auto or cpu")
+    return torch.device(name)
+
+
+def compile_problem(device: torch.device) -> str | None:
+    """Why ``torch.compile`` cannot run on ``device`` here, or None."""
+    if device.type == "cpu" and not any(shutil.which(name) for name in ("c++", "g++", "clang++")):
+        return "torch.compile needs a C++ compiler (c++, g++ or clang++) on PATH on a CPU"
+    if device.type == "cuda" and importlib.util.find_spec("triton") is None:
+        return "torch.compile needs Triton on a GPU (pip install triton)"
+    if device.type not in ("cpu", "cuda"):
+        return f"torch.compile is not supported by octlm on {device.type}"
+    return None
+
+
+def require_compile(device: torch.device) -> None:
+    """Refuse ``training.compile`` where it cannot run: one line (exit 2) before a run starts,
+    instead of a traceback at the first step."""
+    problem = compile_problem(device)
+    if problem:
+        raise ConfigError(f"training.compile: {problem}; or set training.compile: false")
+
+
+def device_for(config: Config) -> torch.device:
+    """The device a run will use; refuses what cannot run here before anything is changed."""
+    device = select_device(config.training.device)
+    if config.training.compile:
+        require_compile(device)
+    return device
+
+
+def configure_determinism(device: torch.device) -> None:
+    """Deterministic kernels everywhere; on CUDA also what that requires."""
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.use_deterministic_algorithms(True)
+
+
+def prepare_process(config: Config) -> torch.device:
+    """Everything a training process decides once, first: device, determinism, allocator."""
+    device = device_for(config)
+    configure_determinism(device)
+    allocator.keep_freed_memory()
+    return device
