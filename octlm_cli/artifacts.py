@@ -2,9 +2,10 @@
 retention, discarding and leftovers; and the translation of training state to and from a
 checkpoint record.
 
-Layout in a home: ``checkpoints/<ID>/`` holds the main track's ``step-NNNNNN.pt`` files, the
-``tokenizer.json`` and the lock; ``checkpoints/<ID>/overfit/`` the overfit track's; the run files
-are ``runs/<ID>.jsonl`` and ``runs/<ID>-overfit.jsonl``.
+Layout in a home: ``checkpoints/<ID>/`` holds the main track's ``step-NNNNNN.pt`` files and the
+``tokenizer.json``; ``checkpoints/<ID>/overfit/`` the overfit track's; the run files are
+``runs/<ID>.jsonl`` and ``runs/<ID>-overfit.jsonl``; the lock is ``locks/<ID>.lock``, outside the
+folders users delete.
 """
 
 from __future__ import annotations
@@ -47,16 +48,19 @@ class ExperimentFiles:
         self.overfit = Track(OVERFIT, self.folder / OVERFIT, home.run_file(experiment_id, f"-{OVERFIT}"))
 
     def lock(self) -> ExperimentLock:
-        """One writer per experiment, for every track."""
-        return ExperimentLock(self.folder, self.experiment_id)
+        """One writer per experiment, for every track; the one place that builds the lock."""
+        return ExperimentLock(self.home.lock_path(self.experiment_id), self.experiment_id)
 
     def relative(self, path: Path) -> str:
         """A path as the registry records it: relative to the home."""
         return str(path.relative_to(self.home.root))
 
     def newest_valid(self, registry: Registry, step: int | None = None) -> Loaded | None:
-        """The main track's newest checkpoint that verifies (or the one at ``step``)."""
-        return checkpoint.newest_valid(self.folder, registry.digests(self.home.root, self.experiment_id), step)
+        """The main track's newest checkpoint that verifies (or the one at ``step``), each checked
+        against the registry's checksum and size where it has them."""
+        rows = registry.checkpoints(self.experiment_id)
+        sizes = {str(self.home.root / row["path"]): row["size"] for row in rows if isinstance(row.get("size"), int)}
+        return checkpoint.newest_valid(self.folder, registry.digests(self.home.root, self.experiment_id), step, sizes)
 
     def discard(self, registry: Registry) -> None:
         """``--restart``: checkpoints, tokenizer and run file go; registry rows of old runs stay as history."""
@@ -106,10 +110,21 @@ def restore(prepared: PreparedData, loaded: Loaded, reporter: Reporter) -> Train
     checkpoint.check_fingerprints(record, config=prepared.config, current=prepared.fingerprints, path=loaded.path)
     state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks))
     current = checkpoint.environment(state.device, prepared.config.training.precision, state.optimizer_impl)
-    for message in checkpoint.environment_warnings(record.environment, current):
+    for message in environment_warnings(record.environment, current):
         reporter.warn(message)
     load_record(state, record)
     return state
+
+
+def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    keys = ("torch", "python", "platform", "device", "dtype", "threads", "optimizer")
+    changed = [f"{key} {saved.get(key)} -> {current.get(key)}" for key in keys if saved.get(key) != current.get(key)]
+    if not changed:
+        return []
+    return [
+        "resuming in a different environment (" + ", ".join(changed) + "): the run continues, but "
+        "bit-exact resume is promised only on one torch release, platform, device and thread count"
+    ]
 
 
 def load_record(state: TrainState, record: Record) -> None:

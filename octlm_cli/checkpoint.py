@@ -13,7 +13,7 @@ import hashlib
 import io
 import platform
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,12 @@ from . import __version__
 from .config import diff as config_diff
 from .config import flatten
 from .errors import Refused
-from .fsutil import atomic_write
+from .fsutil import atomic_write, read_regular
 
 FORMAT = "octlm-checkpoint-v2"
 FORMAT_V1 = "octlm-checkpoint-v1"  # RNG states at the top level; read, never written
 NAME = re.compile(r"step-(\d{6,})\.pt")
+MAX_BYTES = 16 << 30  # a checkpoint the registry has no size for: 16 GiB (day4's is about 1.1 GB)
 
 
 class InvalidCheckpoint(Exception):
@@ -63,83 +64,88 @@ class Record:
     metrics: dict[str, Any] = field(default_factory=dict)
 
     def to_payload(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "experiment": self.experiment,
-            "kind": self.kind,
-            "step": self.step,
-            "tokens": self.tokens,
-            "elapsed_seconds": self.elapsed_seconds,
-            "model": self.model,
-            "optimizer": self.optimizer,
-            "sampler": self.sampler,
-            "scaler": self.scaler,
-            "rng": self.rng,
-            "fingerprints": {
-                "config": self.fingerprints.config,
-                "data": self.fingerprints.data,
-                "tokenizer": self.fingerprints.tokenizer,
-            },
-            "config": self.config,
-            "environment": self.environment,
-            "metrics": self.metrics,
-        }
+        """The dict ``torch.save`` writes: ``format``, then every field in declaration order."""
+        payload = {"format": FORMAT, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        payload["fingerprints"] = asdict(self.fingerprints)  # config, data, tokenizer
+        return payload
 
     @classmethod
     def from_payload(cls, payload: Any, name: str) -> Record:
-        """Check and translate a loaded payload (v2 or v1); ``InvalidCheckpoint`` names what is wrong."""
+        """Check and translate a loaded payload (v2 or v1); ``InvalidCheckpoint`` names what is wrong.
+        Every value that is not a tensor or a state dict is checked for type, shape and size first."""
         if not isinstance(payload, dict) or payload.get("format") not in (FORMAT, FORMAT_V1):
             raise InvalidCheckpoint(f"{name}: not an {FORMAT} file")
         flat = _v2_keys(payload, name) if payload["format"] == FORMAT_V1 else payload
         for key, kinds in REQUIRED.items():
             if key not in flat:
                 raise InvalidCheckpoint(f"{name}: missing the key {key!r}")
-            if not isinstance(flat[key], kinds):
+            if not isinstance(flat[key], kinds) or isinstance(flat[key], bool):
                 raise InvalidCheckpoint(f"{name}: {key!r} has the wrong type ({type(flat[key]).__name__})")
-        prints = flat["fingerprints"]
+        bounded = _Bounded(name)
+        prints = bounded.mapping(flat["fingerprints"], "fingerprints")
         if not all(isinstance(prints.get(k), str) for k in ("config", "data", "tokenizer")):
             raise InvalidCheckpoint(f"{name}: 'fingerprints' must hold config, data and tokenizer hashes")
         return cls(
-            experiment=str(flat.get("experiment") or ""),
-            kind=str(flat.get("kind") or "train"),
-            step=flat["step"],
-            tokens=flat["tokens"],
-            elapsed_seconds=float(flat.get("elapsed_seconds") or 0.0),
+            experiment=bounded.scalar(flat.get("experiment") or "", "experiment", (str,)),
+            kind=bounded.scalar(flat.get("kind") or "train", "kind", (str,)),
+            step=bounded.scalar(flat["step"], "step", (int,)),
+            tokens=bounded.scalar(flat["tokens"], "tokens", (int,)),
+            elapsed_seconds=float(bounded.scalar(flat.get("elapsed_seconds") or 0.0, "elapsed_seconds", (int, float))),
             model=flat["model"],
             optimizer=flat["optimizer"],
             sampler=flat["sampler"],
             scaler=flat["scaler"],
             rng=flat["rng"],
             fingerprints=Fingerprints(prints["config"], prints["data"], prints["tokenizer"]),
-            config=flat["config"],
-            environment=flat.get("environment") or {},
-            metrics=flat.get("metrics") or {},
+            config=bounded.mapping(flat["config"], "config", sections=True),
+            environment=bounded.mapping(flat.get("environment") or {}, "environment"),
+            metrics=bounded.mapping(flat.get("metrics") or {}, "metrics"),
         )
 
 
-REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "step": int,
-    "tokens": int,
-    "model": dict,
-    "optimizer": dict,
-    "sampler": torch.Tensor,
-    "scaler": dict,
-    "rng": list,
-    "fingerprints": dict,
-    "config": dict,
-}
+class _Bounded:
+    """Checks a payload's plain values against their shapes and one size budget: ``metrics`` and
+    ``environment`` map short text to numbers, None or short text; ``config`` maps sections of
+    such values and short lists of them. Never walks deeper than the shape, so a structure of
+    shared references (a "bomb" that expands to gigabytes) costs nothing to refuse."""
+
+    ENTRIES, ITEMS, TEXT, BUDGET = 512, 4096, 65536, 4 << 20
+
+    def __init__(self, name: str):
+        self.name, self.left = name, self.BUDGET
+
+    def fail(self, key: str, problem: str) -> InvalidCheckpoint:
+        return InvalidCheckpoint(f"{self.name}: {key!r} {problem}")
+
+    def scalar(self, value: Any, key: str, kinds: tuple[type, ...] = (str, int, float, type(None))) -> Any:
+        fits = isinstance(value, kinds) and (len(value) <= self.TEXT if isinstance(value, str) else True)
+        if not fits or isinstance(value, int) and not -(2**63) <= value < 2**64:
+            raise self.fail(key, f"holds {type(value).__name__} where a number, a short text or nothing belongs")
+        self.left -= 8 + (len(value) if isinstance(value, str) else 0)
+        if self.left < 0:
+            raise self.fail(key, f"makes the checkpoint's plain values larger than {self.BUDGET} bytes")
+        return value
+
+    def mapping(self, value: Any, key: str, sections: bool = False, lists: bool = False) -> dict[str, Any]:
+        if not isinstance(value, dict) or len(value) > self.ENTRIES:
+            raise self.fail(key, f"must be a mapping of at most {self.ENTRIES} entries")
+        for inner, item in value.items():
+            where = f"{key}.{self.scalar(inner, key, (str,))}"
+            if sections and isinstance(item, dict):
+                self.mapping(item, where, lists=True)
+            elif lists and isinstance(item, list) and len(item) <= self.ITEMS:
+                for element in item:
+                    self.scalar(element, where)
+            else:
+                self.scalar(item, where)
+        return value
+
+
+REQUIRED: dict[str, type] = {"step": int, "tokens": int, "model": dict, "optimizer": dict, "sampler": torch.Tensor}
+REQUIRED |= {"scaler": dict, "rng": list, "fingerprints": dict, "config": dict}
 _V1_RNG = {"python_rng": "python", "torch_rng": "torch", "cuda_rng": "cuda", "mps_rng": "mps"}
-
-
-_V1_REQUIRED = (
-    "python_rng",
-    "torch_rng",
-    "sampler_rng",
-    "tokens_processed",
-    "config_hash",
-    "data_hash",
-    "tokenizer_hash",
-)
+_V1_REQUIRED: tuple[str, ...] = ("python_rng", "torch_rng", "sampler_rng", "tokens_processed", "config_hash")
+_V1_REQUIRED += ("data_hash", "tokenizer_hash")
 
 
 def _v2_keys(payload: dict[str, Any], name: str) -> dict[str, Any]:
@@ -204,15 +210,26 @@ def save(path: Path, record: Record) -> tuple[str, int]:
 
 def expected_digest(path: Path) -> str | None:
     try:
-        return sidecar(path).read_text().split()[0]
-    except (OSError, IndexError):
+        return read_regular(sidecar(path), max_bytes=4096, follow=False).decode().split()[0]
+    except (OSError, IndexError, UnicodeDecodeError):
         return None
 
 
-def read(path: Path, known_sha256: str | None = None) -> Record:
-    """Verify and load a checkpoint; raise ``InvalidCheckpoint`` for anything not to be trusted."""
+def size_cap(known_size: int | None) -> int:
+    """The most bytes a checkpoint may have before it is read: near the registry's record when
+    known (a stale row of a rewritten checkpoint differs by a few bytes), else a sane bound."""
+    if known_size is None:
+        return MAX_BYTES
+    return known_size + max(known_size // 8, 1 << 20)
+
+
+def read(path: Path, known_sha256: str | None = None, known_size: int | None = None) -> Record:
+    """Verify and load a checkpoint; raise ``InvalidCheckpoint`` for anything not to be trusted.
+
+    The file must be a regular file, not a link, within ``size_cap``; it is read once, checked
+    against its checksums, and only then unpickled (tensors and plain values only)."""
     try:
-        payload = path.read_bytes()
+        payload = read_regular(path, max_bytes=size_cap(known_size), follow=False)
     except OSError as error:
         raise InvalidCheckpoint(f"{path.name}: unreadable ({error.strerror})") from None
     digest = hashlib.sha256(payload).hexdigest()
@@ -249,12 +266,8 @@ def remove(path: Path) -> None:
 def listing(folder: Path) -> list[tuple[int, Path]]:
     if not folder.is_dir():
         return []
-    found = []
-    for path in folder.iterdir():
-        match = NAME.fullmatch(path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+    matches = ((NAME.fullmatch(path.name), path) for path in folder.iterdir())
+    return sorted((int(match.group(1)), path) for match, path in matches if match)
 
 
 def leftovers(folder: Path) -> list[Path]:
@@ -282,15 +295,19 @@ class Loaded:
     skipped: tuple[str, ...]  # why newer checkpoints were passed over
 
 
-def newest_valid(folder: Path, known: dict[str, str] | None = None, step: int | None = None) -> Loaded | None:
-    """The newest checkpoint that verifies (or the one at ``step``); invalid ones are skipped with a reason."""
-    known = known or {}
+def newest_valid(
+    folder: Path, known: dict[str, str] | None = None, step: int | None = None, sizes: dict[str, int] | None = None
+) -> Loaded | None:
+    """The newest checkpoint that verifies (or the one at ``step``); invalid ones are skipped with a reason.
+
+    ``known`` and ``sizes`` are the registry's checksums and sizes by absolute path."""
+    known, sizes = known or {}, sizes or {}
     skipped: list[str] = []
     for found_step, path in reversed(listing(folder)):
         if step is not None and found_step != step:
             continue
         try:
-            return Loaded(path, read(path, known.get(str(path))), tuple(skipped))
+            return Loaded(path, read(path, known.get(str(path)), sizes.get(str(path))), tuple(skipped))
         except InvalidCheckpoint as error:
             skipped.append(str(error))
             if step is not None:
@@ -326,14 +343,3 @@ def check_fingerprints(record: Record, *, config: Any, current: Fingerprints, pa
             + "; ".join(problems)
             + ". Restore the original, or start over with `octlm train --restart`"
         )
-
-
-def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    keys = ("torch", "python", "platform", "device", "dtype", "threads", "optimizer")
-    changed = [f"{key} {saved.get(key)} -> {current.get(key)}" for key in keys if saved.get(key) != current.get(key)]
-    if not changed:
-        return []
-    return [
-        "resuming in a different environment (" + ", ".join(changed) + "): the run continues, but "
-        "bit-exact resume is promised only on one torch release, platform, device and thread count"
-    ]

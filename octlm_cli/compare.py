@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import runfile
 from .config import flatten
-from .details import SCHEMA_VERSION, detail
+from .details import SCHEMA_VERSION, detail, run_records
 from .home import Home
 
 METRICS = ("train_loss", "eval_loss", "perplexity", "bits_per_byte")
@@ -20,8 +19,8 @@ Records = list[dict[str, Any]]
 def compare(home: Home, ids: list[str], all_keys: bool = False) -> dict[str, Any]:
     """The ``octlm show ID ID ... --json`` document; BadInput for an unknown ID."""
     details = [detail(home, experiment_id) for experiment_id in ids]
-    records = {d["id"]: runfile.read(home.run_file(d["id"])) for d in details}
-    common = min((max((r.get("tokens", 0) for r in recs), default=0) for recs in records.values()), default=0)
+    records = {d["id"]: run_records(home, d["id"]) for d in details}
+    common = min((max((r.get("tokens") or 0 for r in recs), default=0) for recs in records.values()), default=0)
     return {
         "schema_version": SCHEMA_VERSION,
         "ids": ids,
@@ -60,7 +59,7 @@ def _verdict(verifications: list[dict[str, Any]], kind: str) -> str | None:
 
 
 def _at_tokens(records: Records, tokens: int) -> dict[str, Any] | None:
-    reached = [r for r in records if r.get("tokens", 0) <= tokens]
+    reached = [r for r in records if (r.get("tokens") or 0) <= tokens]
     return reached[-1] if reached else None
 
 

@@ -41,7 +41,7 @@ from .config_schema import (
     split_key,
 )
 from .errors import ConfigError
-from .validation import kind_of, type_name
+from .validation import kind_of, shown, type_name
 
 __all__ = [
     "ADDED_LATER",
@@ -76,7 +76,8 @@ def from_dict(raw: Any, origin: str = "<config>") -> Config:
         raise ConfigError(f"{origin}: expected a mapping of sections at the top, got {kind_of(raw)}")
     for key in raw:
         if key not in SECTIONS and key not in TOP_LEVEL:
-            raise ConfigError(f"{origin}: {key}: unknown key; known keys: {', '.join((*TOP_LEVEL, *SECTIONS))}")
+            known = ", ".join((*TOP_LEVEL, *SECTIONS))
+            raise ConfigError(f"{origin}: {shown(key)}: unknown key; known keys: {known}")
     top = {key: raw[key] for key in TOP_LEVEL if raw.get(key) is not None}
     try:
         sections: dict[str, Any] = {n: cls(**_section_values(cls, raw.get(n), n)) for n, cls in SECTIONS.items()}
@@ -94,18 +95,41 @@ def _section_values(cls: type, raw: Any, where: str) -> dict[str, Any]:
     known = [f.name for f in fields(cls)]
     for key in raw:
         if key not in known:
-            raise ConfigError(f"{where}.{key}: unknown key; known keys of {where}: {', '.join(known)}")
+            raise ConfigError(f"{where}.{shown(key)}: unknown key; known keys of {where}: {', '.join(known)}")
     return raw
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error (naming key and line)
+    instead of the last one silently winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # ``<<: *base`` may be overridden by the keys beside it
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = lines.get(key)
+            except TypeError:
+                continue  # an unhashable key: the safe loader's own error follows
+            if first is not None:
+                problem = f"duplicate key {shown(key, quote=True)} (first on line {first})"
+                raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
+            lines[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
 
 
 def parse_yaml(text: str, origin: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise ConfigError(f"{origin}:{where}: malformed YAML: {problem}") from None
+    except (ValueError, RecursionError) as error:  # an integer of 5000 digits, nesting a parser cannot follow
+        raise ConfigError(f"{origin}: malformed YAML: {shown(error)}") from None
 
 
 def load(path: Path) -> Config:
@@ -151,7 +175,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], origin: str = "--
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"{origin} {item!r}: expected KEY=VALUE, for example training.steps=400")
+            raise ConfigError(f"{origin} {shown(item, quote=True)}: expected KEY=VALUE, for example training.steps=400")
         section, name = split_key(key, origin)
         if section is None:
             out[name] = text
@@ -187,12 +211,12 @@ def describe_keys() -> list[dict[str, Any]]:
 
 
 def _describe(key: str, spec: Field[Any], kind: Any) -> dict[str, Any]:
-    choices = spec.metadata["choices"]
+    choices, maximum = spec.metadata["choices"], spec.metadata.get("maximum")
     spelled = f"{', '.join(choices[:-1])} or {choices[-1]}" if len(choices) > 1 else "".join(choices)
     return {
         "key": key,
         "type": type_name(kind),
         "default": list(spec.default) if isinstance(spec.default, tuple) else spec.default,
         "fingerprinted": key not in BOOKKEEPING,
-        "doc": spec.metadata["doc"].replace("{choices}", spelled),
+        "doc": spec.metadata["doc"].replace("{choices}", spelled) + (f"; at most {maximum:,}" if maximum else ""),
     }

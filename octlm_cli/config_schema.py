@@ -18,16 +18,18 @@ from typing import Any, ClassVar, NoReturn
 
 from .errors import ConfigError
 from .presets import PRESETS
-from .validation import check_bound, check_choice, coerce, kind_of
+from .validation import check_bound, check_choice, coerce, kind_of, shown
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
-def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str = "") -> Any:
-    """A dataclass field with its help text, allowed values and range rule (see ``validation.BOUNDS``)
-    in metadata; ``{choices}`` in the text stands for the allowed values (shown by ``describe_keys``)."""
-    return field(default=default, metadata={"doc": text, "choices": choices, "bound": bound})
+def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str = "", maximum: int | None = None) -> Any:
+    """A dataclass field with its help text, allowed values, range rule (see ``validation.BOUNDS``) and
+    upper limit in metadata; ``{choices}`` in the text stands for the allowed values (shown by ``describe_keys``,
+    which also names the limit). Every size has a limit: generous, but below where torch, the tokenizer
+    library or an allocation would fail with something other than one clear line."""
+    return field(default=default, metadata={"doc": text, "choices": choices, "bound": bound, "maximum": maximum})
 
 
 def field_kinds(cls: type) -> dict[str, Any]:
@@ -47,7 +49,7 @@ class _Section:
             where = f"{self.KEY}.{spec.name}"
             value = coerce(getattr(self, spec.name), kinds[spec.name], where)
             check_choice(value, spec.metadata["choices"], where)
-            check_bound(value, spec.metadata["bound"], where)
+            check_bound(value, spec.metadata["bound"], where, spec.metadata["maximum"])
             object.__setattr__(self, spec.name, value)  # the normalised value (a tuple, a float)
         self.check()
 
@@ -65,13 +67,15 @@ class DataConfig(_Section):
         "builtin:docs, builtin:stdlib, or paths/globs of .txt, .md and .jsonl files", ("builtin:docs",)
     )
     validation_fraction: float = _doc("share of documents held out for evaluation", 0.1, bound="fraction")
-    max_bytes: int = _doc("cap on the corpus size in bytes (0 = no cap)", 0, bound="non-negative")
+    max_bytes: int = _doc("cap on the corpus size in bytes (0 = no cap)", 0, bound="non-negative", maximum=2**40)
 
 
 @dataclass(frozen=True)
 class TokenizerConfig(_Section):
     KEY = "tokenizer"
-    vocab_size: int = _doc("byte-level BPE vocabulary size, special tokens included", 1024, bound="positive")
+    vocab_size: int = _doc(
+        "byte-level BPE vocabulary size, special tokens included", 1024, bound="positive", maximum=2**20
+    )
 
     def check(self) -> None:
         if self.vocab_size < 260:
@@ -81,11 +85,13 @@ class TokenizerConfig(_Section):
 @dataclass(frozen=True)
 class ModelConfig(_Section):
     KEY = "model"
-    context_length: int = _doc("tokens per block (T)", 128, bound="positive")
-    d_model: int = _doc("width of the residual stream", 128, bound="positive")
-    n_layers: int = _doc("number of transformer blocks", 4, bound="positive")
-    n_heads: int = _doc("attention heads; must divide d_model", 4, bound="positive")
-    mlp_hidden: int = _doc("SwiGLU hidden width (0 = 8/3 * d_model rounded up to 32)", 0, bound="non-negative")
+    context_length: int = _doc("tokens per block (T)", 128, bound="positive", maximum=2**16)
+    d_model: int = _doc("width of the residual stream", 128, bound="positive", maximum=2**16)
+    n_layers: int = _doc("number of transformer blocks", 4, bound="positive", maximum=1024)
+    n_heads: int = _doc("attention heads; must divide d_model", 4, bound="positive", maximum=1024)
+    mlp_hidden: int = _doc(
+        "SwiGLU hidden width (0 = 8/3 * d_model rounded up to 32)", 0, bound="non-negative", maximum=2**18
+    )
     dropout: float = _doc("dropout probability", 0.0, bound="fraction")
     rope_base: float = _doc("rotary embedding base", 10000.0, bound="positive")
 
@@ -100,21 +106,25 @@ class ModelConfig(_Section):
 @dataclass(frozen=True)
 class TrainingConfig(_Section):
     KEY = "training"
-    steps: int = _doc("optimizer steps in the run", 200, bound="positive")
+    steps: int = _doc("optimizer steps in the run", 200, bound="positive", maximum=10**9)
     warmup_steps: int = _doc("linear warmup steps", 20, bound="non-negative")
     learning_rate: float = _doc("peak learning rate", 3e-4, bound="positive")
     min_learning_rate: float = _doc("floor of the cosine decay", 3e-5, bound="non-negative")
-    batch_size: int = _doc("blocks per step", 8, bound="positive")
+    batch_size: int = _doc("blocks per step", 8, bound="positive", maximum=2**16)
     weight_decay: float = _doc("AdamW decay on matrices only", 0.1, bound="non-negative")
     grad_clip: float = _doc("global gradient-norm limit (0 = no clipping)", 1.0, bound="non-negative")
     beta1: float = _doc("AdamW beta1", 0.9, bound="fraction")
     beta2: float = _doc("AdamW beta2", 0.95, bound="fraction")
-    seed: int = _doc("seed of model initialisation and of the batch sampler", 1337, bound="non-negative")
+    seed: int = _doc(
+        "seed of model initialisation and of the batch sampler", 1337, bound="non-negative", maximum=2**63 - 1
+    )
     precision: str = _doc("{choices} (autocast)", "fp32", choices=PRECISIONS)
     device: str = _doc("{choices}", "auto", choices=DEVICES)
     compile: bool = _doc("train through torch.compile (needs a C++ compiler on CPU, Triton on GPU)", False)
-    eval_interval: int = _doc("evaluate and log every N steps (and at the end)", 20, bound="positive")
-    eval_blocks: int = _doc("validation blocks per evaluation (fixed, no randomness)", 16, bound="positive")
+    eval_interval: int = _doc("evaluate and log every N steps (and at the end)", 20, bound="positive", maximum=10**9)
+    eval_blocks: int = _doc(
+        "validation blocks per evaluation (fixed, no randomness)", 16, bound="positive", maximum=2**20
+    )
 
     def check(self) -> None:
         if self.warmup_steps >= self.steps:
@@ -124,15 +134,15 @@ class TrainingConfig(_Section):
                 "min_learning_rate",
                 f"must not exceed training.learning_rate ({self.learning_rate}), got {self.min_learning_rate}",
             )
-        if self.seed >= 2**63:
-            self.fail("seed", "must be below 2**63")
 
 
 @dataclass(frozen=True)
 class CheckpointConfig(_Section):
     KEY = "checkpoint"
-    interval: int = _doc("write a checkpoint every N steps (and always at the last)", 100, bound="positive")
-    keep: int = _doc("newest checkpoints kept (the final one always is)", 3, bound="positive")
+    interval: int = _doc(
+        "write a checkpoint every N steps (and always at the last)", 100, bound="positive", maximum=10**9
+    )
+    keep: int = _doc("newest checkpoints kept (the final one always is)", 3, bound="positive", maximum=10**6)
 
 
 SECTIONS: dict[str, type[_Section]] = {
@@ -178,7 +188,9 @@ class Config:
         for key in TOP_LEVEL:
             coerce(getattr(self, key), str, key)
         if self.preset and self.preset not in PRESETS:
-            raise ConfigError(f"preset: unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+            raise ConfigError(
+                f"preset: unknown preset {shown(self.preset, quote=True)}; choose one of {', '.join(PRESETS)}"
+            )
         for name, cls in SECTIONS.items():
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(f"{name}: expected a {cls.__name__}, got {kind_of(getattr(self, name))}")
@@ -237,11 +249,13 @@ def split_key(key: str, origin: str) -> tuple[str | None, str]:
     if len(parts) == 1 and parts[0] in TOP_LEVEL:
         return None, parts[0]
     if len(parts) != 2 or parts[0] not in SECTIONS:
-        raise ConfigError(f"{origin} {key}: unknown key; use SECTION.KEY with a section of {', '.join(SECTIONS)}")
+        raise ConfigError(
+            f"{origin} {shown(key)}: unknown key; use SECTION.KEY with a section of {', '.join(SECTIONS)}"
+        )
     section, name = parts
     known = [f.name for f in fields(SECTIONS[section])]
     if name not in known:
-        raise ConfigError(f"{origin} {key}: unknown key; known keys of {section}: {', '.join(known)}")
+        raise ConfigError(f"{origin} {shown(key)}: unknown key; known keys of {section}: {', '.join(known)}")
     return section, name
 
 

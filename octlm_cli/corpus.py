@@ -16,13 +16,17 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import os
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput, Refused
+from .fsutil import UnsafeFile, check_regular, read_regular
 
 SUFFIXES = (".txt", ".md", ".jsonl")
+DEFAULT_MAX_BYTES = 4 << 30  # the most bytes of data files read in all when data.max_bytes is 0 (4 GiB)
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -66,8 +70,11 @@ def builtin_docs() -> list[Document]:
 
 
 def builtin_stdlib() -> list[Document]:
+    return list(_stdlib())
+
+
+def _stdlib() -> Iterator[Document]:
     root = Path(sysconfig.get_paths()["stdlib"])
-    documents = []
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root)
         if relative.parts[0] in ("site-packages", "dist-packages") or "__pycache__" in relative.parts:
@@ -76,36 +83,55 @@ def builtin_stdlib() -> list[Document]:
             text = path.read_text("utf-8")
         except (UnicodeDecodeError, OSError):
             continue  # a handful of stdlib test files are deliberately not UTF-8
-        documents.append(Document(f"builtin:stdlib/{relative.as_posix()}", text))
-    return documents
+        yield Document(f"builtin:stdlib/{relative.as_posix()}", text)
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise BadInput(
-            f"{path}: not UTF-8 text (undecodable byte at offset {error.start}); "
-            "convert it or drop it from data.sources"
-        ) from None
-    except OSError as error:
-        raise BadInput(f"{path}: cannot be read: {error.strerror}") from None
+class _Reader:
+    """Reads data files, only regular ones, within one cap on the bytes read in all."""
+
+    def __init__(self, cap: int):
+        self.cap, self.left = cap, cap
+
+    def text(self, path: Path) -> str:
+        try:
+            payload = read_regular(path, max_bytes=self.left)
+            self.left -= len(payload)
+            return payload.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BadInput(
+                f"{path}: not UTF-8 text (undecodable byte at offset {error.start}); "
+                "convert it or drop it from data.sources"
+            ) from None
+        except UnsafeFile as error:
+            if error.too_large:
+                raise BadInput(
+                    f"data.sources: {path}: the corpus is larger than the cap of {self.cap} bytes; set data.max_bytes"
+                ) from None
+            raise BadInput(f"data.sources: {path}: {error.strerror}; data sources must be regular files") from None
+        except OSError as error:
+            raise BadInput(f"{path}: cannot be read: {error.strerror}") from None
 
 
-def _jsonl(path: Path, name: str) -> list[Document]:
-    documents = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+def _jsonl(text: str, path: Path, name: str) -> Iterator[Document]:
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise BadInput(f"{path}:{number}: not valid JSON ({error.msg})") from None
-        text = record.get("text") if isinstance(record, dict) else None
-        if not isinstance(text, str):
+        except (json.JSONDecodeError, RecursionError) as error:
+            reason = error.msg if isinstance(error, json.JSONDecodeError) else "nested too deeply"
+            raise BadInput(f"{path}:{number}: not valid JSON ({reason})") from None
+        value = record.get("text") if isinstance(record, dict) else None
+        if not isinstance(value, str):
             raise BadInput(f'{path}:{number}: no "text" field with a string value')
-        documents.append(Document(f"{name}:{number}", text))
-    return documents
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise BadInput(
+                f"{path}:{number}: the text is not valid Unicode (a lone surrogate {value[error.start]!a} at "
+                f"character {error.start}); fix or drop the line"
+            ) from None
+        yield Document(f"{name}:{number}", value)
 
 
 def _name(path: Path, root: Path) -> str:
@@ -114,6 +140,10 @@ def _name(path: Path, root: Path) -> str:
         return path.relative_to(root).as_posix()
     except ValueError:
         return str(path)
+
+
+def _data_file(path: Path) -> bool:
+    return path.suffix in SUFFIXES and not path.is_dir()
 
 
 def _files(source: str, home: Path) -> list[Path]:
@@ -125,46 +155,74 @@ def _files(source: str, home: Path) -> list[Path]:
         pattern = home / pattern
     if glob.has_magic(str(pattern)):
         matches = [Path(p) for p in sorted(glob.glob(str(pattern), recursive=True))]
-        matches = [p for p in matches if p.is_file() and p.suffix in SUFFIXES]
+        matches = [p for p in matches if _data_file(p)]
         if not matches:
             raise BadInput(f"data.sources: {source!r} matches no .txt, .md or .jsonl file")
         return matches
     if pattern.is_dir():
-        matches = sorted(p for p in pattern.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        matches = sorted(p for p in pattern.rglob("*") if _data_file(p))
         if not matches:
             raise BadInput(f"data.sources: folder {pattern} holds no .txt, .md or .jsonl file")
         return matches
-    if not pattern.exists():
+    if not os.path.lexists(pattern):
         raise BadInput(f"data.sources: {pattern} does not exist")
     if pattern.suffix not in SUFFIXES:
         raise BadInput(f"data.sources: {pattern}: unsupported file type {pattern.suffix!r}; use .txt, .md or .jsonl")
     return [pattern]
 
 
-def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[Document]:
-    found: list[Document] = []
+def _checked(path: Path) -> tuple[Path, int]:
+    """A data file and its size, if it is a regular file (checked without opening it)."""
+    try:
+        return path, check_regular(path).st_size
+    except FileNotFoundError:
+        raise BadInput(f"data.sources: {path} does not exist (a link to nothing?)") from None
+    except OSError as error:
+        raise BadInput(f"data.sources: {path}: {error.strerror}; data sources must be regular files") from None
+
+
+def _plan(sources: tuple[str, ...], home: Path) -> list[str | tuple[Path, int]]:
+    """Every source resolved and checked before anything is read: builtins by name, files with their sizes."""
+    plan: list[str | tuple[Path, int]] = []
     for source in sources:
-        if source == "builtin:docs":
-            found += builtin_docs()
-        elif source == "builtin:stdlib":
-            found += builtin_stdlib()
+        if source in ("builtin:docs", "builtin:stdlib"):
+            plan.append(source)
         elif source.startswith("builtin:"):
             raise BadInput(f"data.sources: unknown builtin {source!r}; use builtin:docs or builtin:stdlib")
         else:
-            for path in _files(source, home):
-                name = _name(path, home)
-                found += _jsonl(path, name) if path.suffix == ".jsonl" else [Document(name, _read_text(path))]
-    found = [d for d in found if d.text]
-    if max_bytes:
-        kept: list[Document] = []
-        total = 0
-        for document in found:
-            size = len(document.text.encode("utf-8"))
-            if kept and total + size > max_bytes:
-                break
-            kept.append(document)
+            plan += [_checked(path) for path in _files(source, home)]
+    return plan
+
+
+def _read(item: str | tuple[Path, int], home: Path, reader: _Reader) -> Iterator[Document]:
+    if item == "builtin:docs":
+        yield from builtin_docs()
+    elif item == "builtin:stdlib":
+        yield from _stdlib()
+    elif isinstance(item, tuple):
+        path, name = item[0], _name(item[0], home)
+        text = reader.text(path)
+        yield from _jsonl(text, path, name) if path.suffix == ".jsonl" else [Document(name, text)]
+
+
+def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[Document]:
+    """The documents of ``sources`` in order; with ``max_bytes``, those up to that many bytes of text
+    (at least one). Files are read lazily, so nothing past the cap is read, and never more than
+    ``max(max_bytes, DEFAULT_MAX_BYTES)`` bytes in all."""
+    found: list[Document] = []
+    total, reader = 0, _Reader(max(max_bytes, DEFAULT_MAX_BYTES))
+    for item in _plan(sources, home):
+        if max_bytes and found and isinstance(item, tuple) and item[0].suffix != ".jsonl":
+            if total + item[1] > max_bytes:
+                break  # a .txt or .md file holds as many bytes of text as its size: it would not fit
+        for document in _read(item, home, reader):
+            if not document.text:
+                continue
+            size = len(document.text.encode("utf-8")) if max_bytes else 0
+            if found and total + size > max_bytes > 0:
+                return found
             total += size
-        found = kept
+            found.append(document)
     if not found:
         raise BadInput(f"data.sources {list(sources)}: the corpus is empty (no document has any text)")
     return found

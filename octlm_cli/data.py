@@ -7,16 +7,26 @@ last T the targets. Byte lengths of the targets come from one table lookup per t
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import math
 import os
+import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from .corpus import Corpus
+from .corpus import Corpus, Document
+from .errors import BadInput
+from .fsutil import atomic_writer, read_regular
 from .tokenizer import Tokenizer
+
+CACHE_FORMAT = "octlm-tokens-v2"
+CACHE_ARRAYS = ("train", "validation", "train_lengths", "validation_lengths")
+SPOT_CHECKS = 6  # documents per split encoded again each time a cache is read, besides the first and last
 
 
 @dataclass(frozen=True)
@@ -50,32 +60,112 @@ def dataset_hash(corpus: Corpus, tokenizer: Tokenizer) -> str:
     return hashlib.sha256(f"octlm-data-v1:{corpus.content_hash}:{tokenizer.fingerprint}".encode()).hexdigest()
 
 
-def token_streams(
-    corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, key: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Encode both splits, or read them from ``cache_dir/tokens-<key>.npz`` when cached."""
+@dataclass(frozen=True)
+class Streams:
+    """Both splits' token streams (int64), and why a cache was rebuilt when it was."""
+
+    train: np.ndarray
+    validation: np.ndarray
+    note: str | None = None
+
+
+def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, key: str) -> Streams:
+    """Encode both splits, or read them from ``cache_dir/tokens-<key>.npz`` when a cache verifies.
+
+    The cache records its format, its key, the tokenizer's hash, each document's token count and a
+    checksum of it all; on load every id must be below the tokenizer's size, and a few documents,
+    drawn afresh each time, are encoded again and compared. One that does not verify is rebuilt,
+    with a note saying why.
+    """
     path = cache_dir / f"tokens-{key}.npz" if cache_dir is not None else None
-    if path is not None and path.exists():
+    note = None
+    splits = (corpus.train, corpus.validation)
+    if path is not None and os.path.lexists(path):
         try:
-            with np.load(path) as cached:
-                return cached["train"].astype(np.int64), cached["validation"].astype(np.int64)
-        except Exception:  # EOFError, BadZipFile, ValueError...: a damaged cache is only a cache
+            return Streams(*_read_cache(path, tokenizer, key, splits))
+        except Exception as error:  # BadZipFile, EOFError, ValueError...: a damaged cache is only a cache
+            note = f"cache/{path.name} did not verify ({_short(error)}); rebuilt"
             path.unlink(missing_ok=True)
-    train = tokenizer.encode_documents([d.text for d in corpus.train])
-    validation = tokenizer.encode_documents([d.text for d in corpus.validation])
+    train, validation = (_encode(tokenizer, documents) for documents in splits)
     if path is not None:
-        dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
+        _write_cache(path, {"train": train, "validation": validation}, tokenizer, key)
+    return Streams(train[0], validation[0], note)
+
+
+def _encode(tokenizer: Tokenizer, documents: tuple[Document, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """A split's stream and each document's token count."""
+    try:
+        pieces = tokenizer.encode_each([d.text for d in documents])
+    except (TypeError, UnicodeError) as error:
+        raise BadInput(f"data.sources: a document cannot be tokenized ({error}); texts must be valid Unicode") from None
+    stream = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    return stream, np.array([len(piece) for piece in pieces], dtype="<i8")
+
+
+def _short(error: Exception) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0][:160]
+
+
+def _meta(arrays: dict[str, np.ndarray], tokenizer: Tokenizer, key: str) -> dict[str, object]:
+    digest = hashlib.sha256(CACHE_FORMAT.encode())
+    for name in CACHE_ARRAYS:
+        digest.update(f":{name}:{arrays[name].dtype.str}:{arrays[name].shape}:".encode())
+        digest.update(arrays[name].tobytes())
+    return {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "sha256": digest.hexdigest()}
+
+
+def _write_cache(path: Path, encoded: dict[str, tuple[np.ndarray, np.ndarray]], tokenizer: Tokenizer, key: str) -> None:
+    dtype = np.dtype("<u2") if tokenizer.vocab_size <= 2**16 else np.dtype("<i4")
+    arrays: dict[str, Any] = {name: stream.astype(dtype) for name, (stream, _) in encoded.items()}
+    arrays |= {f"{name}_lengths": lengths for name, (_, lengths) in encoded.items()}
+    meta = np.array(json.dumps(_meta(arrays, tokenizer, key), sort_keys=True))
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
-        try:
-            with open(temporary, "wb") as handle:
-                np.savez(handle, train=train.astype(dtype), validation=validation.astype(dtype))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, path)
-        except OSError:
-            temporary.unlink(missing_ok=True)  # no room for the cache: train without it
-    return train, validation
+        with atomic_writer(path) as handle:
+            np.savez(handle, meta=meta, **arrays)
+    except OSError:
+        pass  # no room for the cache: train without it
+
+
+def _read_cache(
+    path: Path, tokenizer: Tokenizer, key: str, splits: tuple[tuple[Document, ...], ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    documents = (*splits[0], *splits[1])
+    # At most 4 bytes per token, one token per UTF-8 byte (4 per character) and two per document.
+    cap = 4 * (4 * sum(len(d.text) for d in documents) + 2 * len(documents)) + 8 * len(documents) + (1 << 20)
+    with np.load(io.BytesIO(read_regular(path, max_bytes=cap, follow=False)), allow_pickle=False) as cached:
+        if sorted(cached.files) != sorted(("meta", *CACHE_ARRAYS)):
+            raise ValueError("no checksum: written by an older octlm" if "meta" not in cached.files else "other arrays")
+        if sum(info.file_size for info in cached.zip.infolist()) > cap:
+            raise ValueError("larger than its corpus allows")
+        arrays, meta = {name: cached[name] for name in CACHE_ARRAYS}, cached["meta"]
+    if meta.dtype.kind != "U" or meta.ndim != 0 or json.loads(str(meta)) != _meta(arrays, tokenizer, key):
+        raise ValueError("made with another tokenizer or corpus, or its tokens changed")
+    streams = []
+    for name, split in zip(("train", "validation"), splits, strict=True):
+        stream, lengths = arrays[name], arrays[f"{name}_lengths"]
+        _check_stream(stream, lengths, split, tokenizer)
+        streams.append(stream.astype(np.int64))
+    return streams[0], streams[1]
+
+
+def _check_stream(stream: np.ndarray, lengths: np.ndarray, split: tuple[Document, ...], tokenizer: Tokenizer) -> None:
+    """Shapes, id range and per-document counts, then a few documents drawn at random encoded again."""
+    if stream.dtype.str not in ("<u2", "<i4") or lengths.dtype.str != "<i8" or stream.ndim != 1 or lengths.ndim != 1:
+        raise ValueError(f"unexpected arrays ({stream.dtype}, {lengths.dtype})")
+    if len(stream) and not 0 <= int(stream.min()) <= int(stream.max()) < tokenizer.vocab_size:
+        raise ValueError(f"token ids outside the tokenizer's {tokenizer.vocab_size}")
+    if len(lengths) != len(split) or int(lengths.min(initial=2)) < 2 or int(lengths.sum()) != len(stream):
+        raise ValueError("its documents do not match the corpus")
+    if not split:
+        return
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    drawn = {0, len(split) - 1, *random.SystemRandom().sample(range(len(split)), min(SPOT_CHECKS, len(split)))}
+    for index in sorted(drawn):
+        if not np.array_equal(
+            stream[offsets[index] : offsets[index + 1]], tokenizer.encode_each([split[index].text])[0]
+        ):
+            raise ValueError(f"its tokens of {split[index].name} are not what the tokenizer makes of it")
 
 
 class Sampler:

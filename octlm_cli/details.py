@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from . import experiments
+from . import experiments, runfile
 from .config import flatten
 from .errors import BadInput
 from .home import Home, validate_id
 from .registry import TRAINING_KINDS, Registry
 
 SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
+NUMBERS = (  # the fields of a run-file record that the views compute with
+    "step", "tokens", "lr", "train_loss", "eval_loss", "perplexity", "bits_per_byte", "gradient_norm",
+    "elapsed_seconds", "tokens_per_second",
+)  # fmt: skip
 
 
 def detail(home: Home, experiment_id: str) -> dict[str, Any]:
@@ -48,6 +53,20 @@ def detail(home: Home, experiment_id: str) -> dict[str, Any]:
         "checkpoints": checkpoints,
         "verifications": verdicts,
     }
+
+
+def run_records(home: Home, experiment_id: str) -> list[dict[str, Any]]:
+    """The records of an experiment's run file as the views use them: mappings only, with each of
+    ``NUMBERS`` a finite number or None, whatever a hand-edited or diverged run left there."""
+    return [
+        {key: value if key not in NUMBERS or _finite(value) else None for key, value in record.items()}
+        for record in runfile.read(home.run_file(experiment_id))
+        if isinstance(record, dict)
+    ]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _newest(runs: list[dict[str, Any]], key: str) -> Any:

@@ -4,17 +4,30 @@ The files are the truth: ``experiments/*.yaml`` hold the configs, and every chec
 carries its config, fingerprints, step and metrics. So deleting ``registry.db`` loses
 nothing that matters; ``doctor --repair`` rebuilds experiments, checkpoints and a run per
 experiment from them (verdict history is the one thing only the registry held).
+
+Checking opens the registry read-only. Beyond missing rows it reports: registry cells that are
+not valid JSON (``--repair`` writes the config again from its YAML, or clears the cell); runs
+left ``running`` by a process that is gone (pid and start time) or by another host, which cannot
+be checked from here (``--repair --other-hosts`` marks those crashed); a checkpoint whose
+``.sha256`` file and registry row disagree (the file's bytes say which one is stale, and
+``--repair`` rewrites that one); and a checkpoint in ``checkpoints/<ID>/`` that records another
+experiment or another track (``overfit``): foreign, never used to rebuild rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from . import checkpoint, experiments
 from .errors import OctlmError, Refused
+from .fsutil import atomic_write
 from .home import Home
+from .liveness import is_other_host
 from .locking import ExperimentLock
 from .registry import Registry, now
 
@@ -25,11 +38,33 @@ def _problem(kind: str, where: str, detail: str, repaired: bool = False) -> Prob
     return {"kind": kind, "where": where, "detail": detail, "repaired": repaired}
 
 
-def run(home: Home, repair: bool = False) -> dict[str, Any]:
-    with Registry(home.registry, create=repair) as registry:  # checking never creates a registry
-        problems = _experiments(home, registry, repair) + _stuck_runs(registry, repair)
+def run(home: Home, repair: bool = False, other_hosts: bool = False) -> dict[str, Any]:
+    with Registry(home.registry, create=repair) as registry:  # checking never creates or writes a registry
+        problems = _damaged_cells(home, registry, repair)
+        problems += _experiments(home, registry, repair) + _stuck_runs(registry, repair, other_hosts)
     unrepaired = [p for p in problems if not p["repaired"]]
     return {"home": str(home.root), "repair": repair, "problems": problems, "healthy": not unrepaired}
+
+
+def _damaged_cells(home: Home, registry: Registry, repair: bool) -> list[Problem]:
+    """Cells that are not valid JSON: ``show`` reads them as empty; repairing writes them again or clears them."""
+    problems = []
+    for table, row_id, column in registry.malformed_cells():
+        if repair:
+            _repair_cell(home, registry, table, row_id, column)
+        detail = f"{column} is not valid JSON; show reads it as empty"
+        problems.append(_problem("malformed registry cell", f"{table} row {row_id}", detail, repair))
+    return problems
+
+
+def _repair_cell(home: Home, registry: Registry, table: str, row_id: Any, column: str) -> None:
+    if table == "experiments":  # the YAML file holds the config: register it again
+        try:
+            experiments.register(home, registry, experiments.load(home, str(row_id)))
+            return
+        except OctlmError:
+            pass
+    registry.clear_cell(table, row_id, column)
 
 
 def _experiments(home: Home, registry: Registry, repair: bool) -> list[Problem]:
@@ -52,14 +87,25 @@ def _experiments(home: Home, registry: Registry, repair: bool) -> list[Problem]:
     return problems
 
 
-def _stuck_runs(registry: Registry, repair: bool) -> list[Problem]:
+def _stuck_runs(registry: Registry, repair: bool, other_hosts: bool) -> list[Problem]:
     problems = []
     for row in registry.running_runs():
+        where = f"run {row['id']} of {row['experiment_id']}"
         if row["status"] == "crashed":
             if repair:
                 registry.finish_run(row["id"], "crashed", error="process gone; marked by octlm doctor")
-            where, detail = f"run {row['id']} of {row['experiment_id']}", f"pid {row['pid']} on {row['host']} is gone"
+            detail = f"pid {row['pid']} on {row['host']} is gone"
             problems.append(_problem("run stuck in running", where, detail, repair))
+        elif is_other_host(row):
+            fixed = repair and other_hosts
+            if fixed:
+                error = (
+                    f"not checked on its host; marked by octlm doctor --repair --other-hosts on {socket.gethostname()}"
+                )
+                registry.finish_run(row["id"], "crashed", error=error)
+            hint = "" if fixed else "; if it runs no more, `octlm doctor --repair --other-hosts` marks it crashed"
+            detail = f"{row['status']}: pid {row['pid']} cannot be checked from this host{hint}"
+            problems.append(_problem("run on another host", where, detail, fixed))
     return problems
 
 
@@ -80,10 +126,9 @@ def _checkpoints(home: Home, registry: Registry, experiment_id: str, repair: boo
     newest: tuple[int, checkpoint.Record] | None = None
     for relative, (step, path) in on_disk.items():
         row = rows.get(relative)
-        try:
-            record = checkpoint.read(path, row["sha256"] if row else None)
-        except checkpoint.InvalidCheckpoint as error:
-            problems.append(_problem("invalid checkpoint", relative, f"{error}; resume skips it"))
+        record, found = _verdict(home, registry, experiment_id, relative, path, row, repair)
+        problems += found
+        if record is None:
             continue
         if newest is None or step > newest[0]:
             newest = (step, record)
@@ -96,16 +141,73 @@ def _checkpoints(home: Home, registry: Registry, experiment_id: str, repair: boo
     return problems
 
 
+def _verdict(
+    home: Home,
+    registry: Registry,
+    experiment_id: str,
+    relative: str,
+    path: Path,
+    row: dict[str, Any] | None,
+    repair: bool,
+) -> tuple[checkpoint.Record | None, list[Problem]]:
+    """The checkpoint's record when it verifies and belongs to this experiment's training (else None),
+    and what is wrong with it."""
+    try:
+        record = checkpoint.read(path, row["sha256"] if row else None, row["size"] if row else None)
+    except checkpoint.InvalidCheckpoint as error:
+        return None, [_problem("invalid checkpoint", relative, f"{error}; resume skips it")]
+    if record.experiment not in ("", experiment_id) or record.kind != "train":
+        detail = (
+            f"records experiment {record.experiment or '?'}, kind {record.kind}: not {experiment_id}'s training; "
+            "not used to rebuild rows (move it away)"
+        )
+        return None, [_problem("foreign checkpoint", relative, detail)]
+    disagreement = _digests(home, registry, experiment_id, relative, path, row, repair) if row else None
+    return record, [disagreement] if disagreement else []
+
+
+def _digests(
+    home: Home, registry: Registry, experiment_id: str, relative: str, path: Path, row: dict[str, Any], repair: bool
+) -> Problem | None:
+    """The ``.sha256`` file and the registry row name different digests: say which the file matches."""
+    written, registered = checkpoint.expected_digest(path), row["sha256"]
+    if not written or not registered or written == registered:
+        return None
+    actual = _file_digest(path)
+    fix: Callable[[], None]
+    if actual == written:
+        stale, fix = "the registry row", lambda: registry.set_checkpoint_digest(relative, actual)
+    elif actual == registered:
+        stale = checkpoint.sidecar(path).name
+        fix = lambda: atomic_write(checkpoint.sidecar(path), f"{actual}  {path.name}\n".encode())  # noqa: E731
+    else:
+        return None  # matches neither: read() has refused it already
+    fixed = repair and _locked(home, experiment_id, fix)
+    detail = (
+        f"{checkpoint.sidecar(path).name} says {written[:12]}, the registry {registered[:12]}; "
+        f"the file's bytes are {actual[:12]}, so {stale} is stale"
+    )
+    return _problem("checksum disagreement", relative, detail, fixed)
+
+
+def _file_digest(path: Path) -> str:
+    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _locked(home: Home, experiment_id: str, fix: Callable[[], Any]) -> bool:
+    """Run ``fix`` holding the experiment's lock (never beside a live write); False when it is held."""
+    try:
+        with ExperimentLock(home.lock_path(experiment_id), experiment_id):
+            fix()
+    except Refused:
+        return False
+    return True
+
+
 def _leftovers(home: Home, folder: Path, experiment_id: str, repair: bool) -> list[Problem]:
     leftovers = checkpoint.leftovers(folder)
-    cleaned = False
-    if leftovers and repair:
-        try:
-            with ExperimentLock(folder, experiment_id):  # never pull a file from under a live write
-                checkpoint.clean_leftovers(folder)
-                cleaned = True
-        except Refused:
-            pass
+    cleaned = bool(leftovers) and repair and _locked(home, experiment_id, lambda: checkpoint.clean_leftovers(folder))
     detail = "left alone: the experiment is running" if repair and not cleaned else "from an interrupted write"
     return [
         _problem("leftover temporary file", str(path.relative_to(home.root)), detail, cleaned) for path in leftovers
@@ -117,8 +219,8 @@ def _register_checkpoint(
 ) -> None:
     registry.add_checkpoint(
         experiment_id=experiment_id, run_id=None, step=step, path=relative,
-        sha256=checkpoint.expected_digest(path), size=os.path.getsize(path), tokens=record.tokens,
-        config_hash=record.fingerprints.config, data_hash=record.fingerprints.data,
+        sha256=checkpoint.expected_digest(path) or _file_digest(path), size=os.path.getsize(path),
+        tokens=record.tokens, config_hash=record.fingerprints.config, data_hash=record.fingerprints.data,
         tokenizer_hash=record.fingerprints.tokenizer, metrics=record.metrics,
     )  # fmt: skip
 

@@ -35,7 +35,8 @@ class Refused(OctlmError):
 
 
 class Interrupted(OctlmError):
-    """Stopped by SIGINT or SIGTERM after a checkpoint; exit 130 or 143."""
+    """Stopped by a signal (SIGHUP, SIGINT or SIGTERM), after a checkpoint where one was being trained;
+    exit 128 + the signal's number: 129, 130 or 143."""
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)

@@ -6,24 +6,33 @@ Torch-free: ``octlm new`` and ``octlm show`` run through here and must start fas
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from . import config as cfg
 from .errors import BadInput
+from .fsutil import check_regular, create_temporary
 from .home import Home, id_number, validate_id
 from .presets import preset as preset_raw
 from .registry import Registry
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes of YAML
+
 
 def load(home: Home, experiment_id: str) -> cfg.Config:
-    """The validated config of an experiment; the file's ``id`` must match its name."""
+    """The validated config of an experiment; the file's ``id`` must match its name.
+
+    The file must be a regular file within ``MAX_CONFIG_BYTES`` (checked before it is opened, so
+    a FIFO or a device named like a config never hangs or floods a command)."""
     path = home.config_path(experiment_id)
-    if not path.exists():
+    try:
+        check_regular(path, max_bytes=MAX_CONFIG_BYTES)
+    except FileNotFoundError:
         raise BadInput(
             f"unknown experiment {experiment_id}: {path} does not exist (create it with `octlm new {experiment_id}`)"
-        )
+        ) from None
+    except OSError as error:
+        raise BadInput(f"{path}: cannot be read: {error.strerror}") from None
     config = cfg.load(path)
     if config.id and config.id != experiment_id:
         raise BadInput(f"{path.name}: id: says {config.id!r} but the file is named for {experiment_id}")
@@ -111,8 +120,10 @@ def _is_id(text: str) -> bool:
 
 
 def _publish(path: Path, text: str) -> bool:
-    """Create ``path`` with ``text`` only if it does not exist; False when it already does."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".new-", suffix=".yaml")
+    """Create ``path`` with ``text`` only if it does not exist; False when it already does.
+
+    The temporary is created exclusively (never through a planted link) with the umask's mode."""
+    fd, temporary = create_temporary(path.parent, path.name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

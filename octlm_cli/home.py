@@ -1,6 +1,6 @@
 """Where an octlm home is, and the paths inside it.
 
-A home holds ``experiments/``, ``registry.db``, ``checkpoints/`` and ``runs/``.
+A home holds ``experiments/``, ``registry.db``, ``checkpoints/``, ``runs/``, ``cache/`` and ``locks/``.
 Nothing here creates folders on import; folders are made on first write.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,12 @@ def id_number(experiment_id: str) -> int:
 
 def find_home(explicit: str | os.PathLike | None = None, start: Path | None = None) -> Path:
     """``--home`` or ``OCTLM_HOME``; else the nearest folder at or above ``start`` that has
-    ``experiments/`` or ``registry.db``; else ``start`` itself."""
+    ``experiments/`` or ``registry.db`` and may be adopted; else ``start`` itself.
+
+    The search stops at the first folder owned by another user and below the filesystem root,
+    and never adopts a world-writable folder (sticky or not): anyone could have planted a home
+    there. Such folders are homes only when named with ``--home`` or ``OCTLM_HOME``.
+    """
     chosen = explicit if explicit not in (None, "") else os.environ.get("OCTLM_HOME") or None
     if chosen is not None:
         try:
@@ -43,9 +49,21 @@ def find_home(explicit: str | os.PathLike | None = None, start: Path | None = No
         return path.resolve()
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / "experiments").is_dir() or (folder / "registry.db").is_file():
+        if folder == folder.parent and folder != here:
+            break  # the filesystem root is never adopted by searching upwards
+        try:
+            info = folder.stat()
+        except OSError:
+            break
+        if info.st_uid != os.geteuid():
+            break
+        if not info.st_mode & stat.S_IWOTH and _looks_like_home(folder):
             return folder
     return here
+
+
+def _looks_like_home(folder: Path) -> bool:
+    return (folder / "experiments").is_dir() or (folder / "registry.db").is_file()
 
 
 class _Under:
@@ -70,12 +88,17 @@ class Home:
     registry = _Under("registry.db")
     runs = _Under("runs")
     cache = _Under("cache")
+    locks = _Under("locks")
 
     def config_path(self, experiment_id: str) -> Path:
         return self.experiments / f"{validate_id(experiment_id)}.yaml"
 
     def checkpoint_dir(self, experiment_id: str) -> Path:
         return self.root / "checkpoints" / validate_id(experiment_id)
+
+    def lock_path(self, experiment_id: str) -> Path:
+        """The experiment's lock file, outside the folders users delete."""
+        return self.locks / f"{validate_id(experiment_id)}.lock"
 
     def run_file(self, experiment_id: str, suffix: str = "") -> Path:
         return self.runs / f"{validate_id(experiment_id)}{suffix}.jsonl"

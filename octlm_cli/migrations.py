@@ -116,4 +116,37 @@ def m002_summary_view(db: Database) -> None:
     )
 
 
+@migrations()
+def m003_pid_start_json_guards(db: Database) -> None:
+    # The start time of a run's process beside its pid (liveness.start_time), so a reused pid is not
+    # taken for the run; and the summary view again, each JSON cell read only when it is valid JSON,
+    # so one damaged cell no longer fails every read of the view.
+    db.table("runs").add_column("pid_start", int)
+    db.execute("drop view if exists experiment_summary")
+    db.create_view(
+        "experiment_summary",
+        """
+        select
+          e.id, e.description, e.preset, e.created, e.config_hash,
+          r.status, r.kind as last_run_kind, r.end_step as step,
+          case when json_valid(e.config_json) then json_extract(e.config_json, '$.training.steps') end as steps,
+          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.train_loss') end
+            as train_loss,
+          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.eval_loss') end as eval_loss,
+          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.perplexity') end
+            as perplexity,
+          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.bits_per_byte') end
+            as bits_per_byte,
+          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.tokens') end as tokens,
+          (select v.kind || ': ' || v.verdict from verifications v
+             where v.experiment_id = e.id order by v.id desc limit 1) as last_verdict,
+          coalesce(r.updated, e.updated) as updated
+        from experiments e
+        left join runs r on r.id = (
+          select id from runs where experiment_id = e.id and kind in ('train', 'resume')
+          order by id desc limit 1)
+        """,
+    )
+
+
 NAMES = [m.name for m in migrations._migrations]

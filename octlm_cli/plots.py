@@ -6,8 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from . import runfile
-from .details import SCHEMA_VERSION, detail
+from .details import SCHEMA_VERSION, detail, run_records
 from .home import Home
 
 MARKERS = "*o+x#@%&"
@@ -22,7 +21,7 @@ Series = dict[str, list[tuple[float, float | None]]]
 
 
 def _records(home: Home, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    return {experiment_id: runfile.read(home.run_file(experiment_id)) for experiment_id in ids}
+    return {experiment_id: run_records(home, experiment_id) for experiment_id in ids}
 
 
 def plot_data(home: Home, ids: list[str]) -> dict[str, Any]:
@@ -39,7 +38,7 @@ def plots(home: Home, ids: list[str], width: int = 80) -> str:
     records = _records(home, ids)
     out = []
     for metric, title in CURVES:
-        series: Series = {i: [(r.get("tokens", 0), r.get(metric)) for r in recs] for i, recs in records.items()}
+        series: Series = {i: [(r.get("tokens") or 0, r.get(metric)) for r in recs] for i, recs in records.items()}
         hline = ("clip threshold", clip) if metric == "gradient_norm" and clip else None
         out.append(chart(title, series, width=width, hline=hline))
     return "\n".join(out)

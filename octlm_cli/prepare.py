@@ -44,16 +44,21 @@ class PreparedData:
 
 
 def prepare(home: Home, config: Config, tokenizer_path: Path) -> PreparedData:
-    """Set up the process, then read the corpus, load or train the tokenizer and cut blocks."""
+    """Set up the process, then read the corpus, load or train the tokenizer and cut blocks.
+
+    A newly trained tokenizer is saved only after the whole corpus has encoded with it."""
     device = runtime.prepare_process(config)
     found = corpus.load(config.data.sources, data_root(home), config.data.validation_fraction, config.data.max_bytes)
     tokenizer, trained = load_or_train(tokenizer_path, [d.text for d in found.train], config.tokenizer.vocab_size)
-    notes = [f"trained tokenizer ({tokenizer.vocab_size} tokens) -> {tokenizer_path}"] if trained else []
     data_hash = data.dataset_hash(found, tokenizer)
-    train_stream, validation_stream = data.token_streams(found, tokenizer, home.cache, data_hash)
-    train_blocks = data.make_blocks(train_stream, tokenizer, config.model.context_length)
-    if len(validation_stream):
-        validation = data.make_blocks(validation_stream, tokenizer, config.model.context_length)
+    streams = data.token_streams(found, tokenizer, home.cache, data_hash)
+    notes = [streams.note] if streams.note else []
+    if trained:
+        tokenizer.save(tokenizer_path)
+        notes.append(f"trained tokenizer ({tokenizer.vocab_size} tokens) -> {tokenizer_path}")
+    train_blocks = data.make_blocks(streams.train, tokenizer, config.model.context_length)
+    if len(streams.validation):
+        validation = data.make_blocks(streams.validation, tokenizer, config.model.context_length)
     else:
         notes.append("no validation documents: evaluating on training blocks (set data.validation_fraction)")
         validation = train_blocks

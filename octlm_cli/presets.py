@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 from .errors import ConfigError
+from .validation import shown
 
 # One row per preset. day1: the seed's Day 1, the experiment behind exact resume and overfitting one block
 # (EXP-008), ~15 s on 2 cores. day2: a real small model on the standard library for a CPU box overnight,
@@ -66,5 +67,5 @@ DESCRIPTIONS = {
 def preset(name: str, origin: str = "--preset") -> dict[str, Any]:
     """A deep copy of a preset's raw config mapping."""
     if name not in PRESETS:
-        raise ConfigError(f"{origin}: unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        raise ConfigError(f"{origin}: unknown preset {shown(name, quote=True)}; choose one of {', '.join(PRESETS)}")
     return copy.deepcopy(PRESETS[name]) | {"preset": name}

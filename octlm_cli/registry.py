@@ -7,9 +7,11 @@ on one box never fail with "database is locked". The schema is owned by
 ``migrations.py`` (sqlite-utils), imported only when a migration is pending, so
 ``octlm show`` stays light. This module never imports torch.
 
-Reads return plain dicts with the JSON columns decoded (``argv``, ``latest_metrics``,
-``final_metrics``, checkpoint ``metrics``, verification ``details``); a cell that is not valid
-JSON reads as ``None``. Writes accept only the known columns of their table.
+``Registry(path, create=False)`` reads only: ``mode=ro`` (``immutable=1`` on a read-only medium), never
+creating, migrating (a pending migration runs on a copy in memory) or switching the journal mode.
+Reads return plain dicts with the JSON columns decoded (``argv``, ``latest_metrics``, ``final_metrics``,
+checkpoint ``metrics``, verification ``details``); a cell that is not valid JSON reads as ``None``
+(``malformed_cells`` names them). Writes accept only the known columns of their table.
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ import os
 import socket
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import BadInput, Refused
+from .liveness import effective_status, start_time
 
 BUSY_TIMEOUT_S = 60.0
-KNOWN_MIGRATIONS = ("m001_initial", "m002_summary_view")  # mirrors migrations.NAMES (a test checks)
+KNOWN_MIGRATIONS = ("m001_initial", "m002_summary_view", "m003_pid_start_json_guards")  # = migrations.NAMES
 
 # The writable columns of each table ("id" is the database's); they mirror migrations.py (a test checks).
 EXPERIMENT_COLUMNS = ("description", "preset", "created", "updated", "yaml_path", "config_json", "config_hash")
@@ -36,14 +40,18 @@ RUN_COLUMNS = (
     "experiment_id", "kind", "status", "start_step", "end_step", "target_step", "started", "ended", "updated",
     "host", "pid", "argv", "octlm_version", "python_version", "torch_version", "device", "dtype", "threads",
     "git_commit", "git_dirty", "config_hash", "data_hash", "tokenizer_hash", "resumed_from", "latest_metrics",
-    "final_metrics", "error",
+    "final_metrics", "error", "pid_start",
 )  # fmt: skip
 CHECKPOINT_COLUMNS = (
     "experiment_id", "run_id", "step", "path", "sha256", "size", "tokens", "created", "config_hash",
     "data_hash", "tokenizer_hash", "metrics",
 )  # fmt: skip
 VERIFICATION_COLUMNS = ("experiment_id", "run_id", "kind", "verdict", "created", "details")
-JSON_COLUMNS = frozenset({"argv", "latest_metrics", "final_metrics", "metrics", "details"})
+JSON_COLUMNS = frozenset({"argv", "latest_metrics", "final_metrics", "metrics", "details", "config_json"})
+JSON_CELLS = (  # (table, column) of every JSON cell, config_json included
+    ("experiments", "config_json"), ("runs", "argv"), ("runs", "latest_metrics"), ("runs", "final_metrics"),
+    ("checkpoints", "metrics"), ("verifications", "details"),
+)  # fmt: skip
 TRAINING_KINDS = ("train", "resume")
 SYNC_EXPERIMENT = (  # keeps ``updated`` when neither the config nor the description changed
     " on conflict(id) do update set description=excluded.description, preset=excluded.preset,"
@@ -57,25 +65,6 @@ T = TypeVar("T")
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def effective_status(row: dict[str, Any]) -> dict[str, Any]:
-    """A run left ``running`` by a process that is gone (same host) reads as ``crashed``."""
-    pid = row.get("pid")
-    if row.get("status") == "running" and row.get("host") == socket.gethostname():
-        if pid and pid != os.getpid() and not pid_alive(int(pid)):
-            row = {**row, "status": "crashed"}
-    return row
 
 
 def _checked(table: str, fields: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
@@ -97,28 +86,14 @@ def _decoded(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _config(text: str | None) -> dict[str, Any]:
-    try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 class Registry:
-    def __init__(self, path: Path, *, create: bool = True):
-        self.path = path
+    def __init__(self, path: Path, *, create: bool = True, busy_timeout: float = BUSY_TIMEOUT_S):
+        self.busy_timeout, self.path, self.read_only = busy_timeout, path, not create
         self.conn: sqlite3.Connection | None = None
         if not create and not path.exists():
             return  # every read answers empty; nothing is created
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            self.conn = conn
-            conn.row_factory = sqlite3.Row
-            self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn = self._open_for_reading() if self.read_only else self._open_for_writing()
             self._migrate()
         except sqlite3.DatabaseError as error:
             raise Refused(f"{path}: cannot be opened as an octlm registry: {error}") from None
@@ -127,9 +102,32 @@ class Registry:
 
     # ------------------------------------------------------------------ plumbing
 
+    def _open_for_writing(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    def _open_for_reading(self) -> sqlite3.Connection:
+        """``mode=ro``; ``immutable=1`` where a reader cannot create the WAL index (a read-only folder or medium)."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path))
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=self.busy_timeout, isolation_level=None)
+        try:
+            conn.execute("select count(*) from sqlite_master").fetchone()
+        except sqlite3.OperationalError as error:
+            conn.close()
+            if "unable to open" not in str(error) and "readonly" not in str(error):
+                raise
+            conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        return conn
+
     def _retry(self, fn: Callable[[], T]) -> T:
         # journal_mode changes ignore the busy handler on a fresh file; retry briefly.
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        deadline = time.monotonic() + self.busy_timeout
         while True:
             try:
                 return fn()
@@ -170,6 +168,11 @@ class Registry:
 
         from .migrations import migrations
 
+        if self.read_only:  # never write the file: read an up-to-date copy in memory
+            memory = sqlite3.connect(":memory:", isolation_level=None)
+            self._connection().backup(memory)
+            self._connection().close()
+            self.conn, memory.row_factory = memory, sqlite3.Row
         with self._transaction() as conn:
             migrations.apply(Database(conn))
 
@@ -204,18 +207,13 @@ class Registry:
 
     # ------------------------------------------------------------------ experiments
 
-    def add_experiment(
-        self, experiment_id: str, *, description: str, preset: str, yaml_path: str, config_json: str, config_hash: str
-    ) -> None:
-        fields = dict(description=description, preset=preset, yaml_path=yaml_path, config_json=config_json)
-        self._put_experiment(experiment_id, {**fields, "config_hash": config_hash}, "")
+    def add_experiment(self, experiment_id: str, **fields: str) -> None:
+        """Insert an experiment: ``description``, ``preset``, ``yaml_path``, ``config_json``, ``config_hash``."""
+        self._put_experiment(experiment_id, fields, "")
 
-    def sync_experiment(
-        self, experiment_id: str, *, description: str, preset: str, yaml_path: str, config_json: str, config_hash: str
-    ) -> None:
-        """Insert the experiment, or bring its row in line with its YAML file."""
-        fields = dict(description=description, preset=preset, yaml_path=yaml_path, config_json=config_json)
-        self._put_experiment(experiment_id, {**fields, "config_hash": config_hash}, SYNC_EXPERIMENT)
+    def sync_experiment(self, experiment_id: str, **fields: str) -> None:
+        """Insert the experiment, or bring its row in line with its YAML file (fields as ``add_experiment``)."""
+        self._put_experiment(experiment_id, fields, SYNC_EXPERIMENT)
 
     def _put_experiment(self, experiment_id: str, fields: dict[str, Any], on_conflict: str) -> None:
         stamp = now()
@@ -228,7 +226,7 @@ class Registry:
             )
 
     def experiments(self) -> list[dict[str, Any]]:
-        """Every experiment row, by ID (``config_json`` as stored; ``configs()`` decodes it)."""
+        """Every experiment row, by ID (``config_json`` decoded, None when malformed)."""
         return self._rows("select * from experiments order by id")
 
     def experiment(self, experiment_id: str) -> dict[str, Any] | None:
@@ -240,11 +238,27 @@ class Registry:
 
     def configs(self) -> dict[str, dict[str, Any]]:
         """{experiment ID: its resolved config as registered}; a malformed config reads as {}."""
-        return {row["id"]: _config(row["config_json"]) for row in self._rows("select id, config_json from experiments")}
+        rows = self._rows("select id, config_json from experiments")
+        return {row["id"]: row["config_json"] if isinstance(row["config_json"], dict) else {} for row in rows}
 
     def summary_rows(self) -> list[dict[str, Any]]:
         """The ``experiment_summary`` view: one row per experiment with its latest training run and verdict."""
         return self._rows("select * from experiment_summary order by id")
+
+    def malformed_cells(self) -> list[tuple[str, Any, str]]:
+        """(table, row id, column) of each JSON cell that is not valid JSON (reads give None; doctor repairs)."""
+        sql = " union all ".join(
+            f"select '{t}' as t, id, '{c}' as c from {t} where {c} is not null and not json_valid({c})"
+            for t, c in JSON_CELLS
+        )
+        return [(row["t"], row["id"], row["c"]) for row in self._rows(sql)]
+
+    def clear_cell(self, table: str, row_id: Any, column: str) -> None:
+        """Set a JSON cell to null (``doctor --repair`` on a malformed one); only the cells of JSON_CELLS."""
+        if (table, column) not in JSON_CELLS:
+            raise ValueError(f"{table}.{column}: not a JSON cell")
+        with self._transaction() as conn:
+            conn.execute(f"update {table} set {column} = null where id = ?", (row_id,))
 
     # ------------------------------------------------------------------ runs
 
@@ -252,6 +266,7 @@ class Registry:
         stamp = now()
         defaults = {"status": "running", "started": stamp, "updated": stamp, "host": socket.gethostname()}
         fields = {"experiment_id": experiment_id, "kind": kind, **defaults, "pid": os.getpid(), **fields}
+        fields.setdefault("pid_start", start_time(fields["pid"]) if fields["pid"] else None)  # liveness
         row = _checked("runs", fields, RUN_COLUMNS)
         columns, marks = ", ".join(row), ", ".join("?" for _ in row)
         with self._transaction() as conn:
@@ -282,7 +297,7 @@ class Registry:
         return bool(self._rows(sql, (experiment_id, *TRAINING_KINDS)))
 
     def _mark_crashed(self, conn: sqlite3.Connection, experiment_id: str) -> None:
-        sql = "select id, pid, host, status from runs where experiment_id = ? and status = 'running'"
+        sql = "select id, pid, pid_start, host, status from runs where experiment_id = ? and status = 'running'"
         for row in conn.execute(sql, (experiment_id,)).fetchall():
             if effective_status(dict(row))["status"] == "crashed":
                 stamp = now()
@@ -306,6 +321,10 @@ class Registry:
     def remove_checkpoint(self, path: str) -> None:
         with self._transaction() as conn:
             conn.execute("delete from checkpoints where path = ?", (path,))
+
+    def set_checkpoint_digest(self, path: str, sha256: str) -> None:
+        with self._transaction() as conn:
+            conn.execute("update checkpoints set sha256 = ? where path = ?", (sha256, path))
 
     def checkpoints(self, experiment_id: str) -> list[dict[str, Any]]:
         return self._rows("select * from checkpoints where experiment_id = ? order by step", (experiment_id,))

@@ -1,6 +1,8 @@
 """How a run tells the user what happens: the ``Reporter`` protocol that the CLI implements.
 
-Use cases and sessions report through it and never print; ``QuietReporter`` says nothing.
+Use cases and sessions report through it and never print; ``QuietReporter`` says nothing. A reporter
+never raises because its output cannot be delivered (a closed pipe, a hung-up terminal): it falls
+silent, and the run it reports on goes on.
 """
 
 from __future__ import annotations

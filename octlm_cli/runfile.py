@@ -8,20 +8,27 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .fsutil import atomic_write
+from .errors import Refused
+from .fsutil import atomic_write, open_append, read_regular
 
 TIMING_FIELDS = ("elapsed_seconds", "tokens_per_second")
+MAX_BYTES = 1 << 30  # about four million evaluations
 
 
 def read(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
+    """The records of a run file ([] when there is none); only a regular file, never a link, is read."""
+    try:
+        text = read_regular(path, max_bytes=MAX_BYTES, follow=False).decode("utf-8", "replace")
+    except FileNotFoundError:
         return []
+    except OSError as error:
+        raise Refused(f"run file {path} cannot be read: {error.strerror}") from None
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line cut short by a crash ends the file
+        except (json.JSONDecodeError, RecursionError):
+            break  # a line cut short by a crash (or not octlm's) ends the file
     return records
 
 
@@ -33,7 +40,8 @@ def cut(path: Path, step: int) -> None:
 
 
 def append(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
+    """Add one record durably; never through a link, only to a regular file."""
+    with os.fdopen(open_append(path), "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
         handle.flush()
         os.fsync(handle.fileno())

@@ -2,8 +2,10 @@
 
 ``_run_experiment`` is that skeleton: load and register the config, take the experiment's lock,
 let the variation validate and decide where to start (``Start``), prepare the data, drive one
-``Session`` and report. Every variation validates everything before it deletes or writes.
-CLI commands call exactly one of these and render what comes back.
+``Session`` and report. Nothing is deleted before everything is validated: a variation's ``discard``
+(``--restart``, overfit's old folder) runs only once the data is prepared and the state is built, so a
+typo in ``data.sources`` or a device that is missing costs nothing. CLI commands call exactly one of
+these and render what comes back.
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, experiments, generate, runfile, runtime
+from . import checkpoint, corpus, data, experiments, generate, runfile, runtime
 from .artifacts import CheckpointKeeper, ExperimentFiles, Track, restore
+from .checkpoint import Fingerprints
 from .config import Config
 from .errors import BadInput, Refused
 from .home import Home
 from .loop import TrainState, evaluate
-from .prepare import PreparedData, prepare
+from .prepare import PreparedData, data_root, prepare
 from .registry import Registry
 from .reporting import QuietReporter, Reporter
-from .session import Session, summary
+from .session import Bookkeeping, Session, summary
+from .tokenizer import Tokenizer
+
+RESTART_TOKENIZER = "tokenizer.restart.json"  # where --restart trains the new tokenizer before the old one goes
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class Start:
     checkpoint_interval: int | None = None
     done: dict[str, Any] | None = None  # nothing to train: report this instead
     select: Callable[[PreparedData], PreparedData] = field(default=lambda prepared: prepared)
+    discard: Callable[[], None] | None = None  # what goes once everything is validated, before training
+    tokenizer: Path | None = None  # where prepare finds or trains the tokenizer (default: the experiment's)
 
 
 @dataclass
@@ -75,10 +83,11 @@ def _run_experiment(
 ) -> Outcome:
     """The one skeleton of a training command."""
     reporter = reporter or QuietReporter()
-    config = config or experiments.load(home, experiment_id)
+    registered = experiments.load(home, experiment_id)
+    config = config or registered  # overfit --steps trains a variant; the registry keeps the file's config
     home.ensure_writable()
     with Registry(home.registry) as registry:
-        experiments.register(home, registry, config)
+        experiments.register(home, registry, registered)
         files = ExperimentFiles(home, experiment_id)
         with files.lock():
             context = Context(home, registry, files, config, reporter)
@@ -89,17 +98,42 @@ def _run_experiment(
 
 
 def _train_session(context: Context, start: Start, kind: str) -> Outcome:
-    """Prepare the data, restore or start the state, and train it in one session."""
-    prepared = start.select(prepare(context.home, context.config, context.files.tokenizer))
+    """Prepare the data and build the state (validating everything), discard, then train in one session."""
+    try:
+        prepared = start.select(prepare(context.home, context.config, start.tokenizer or context.files.tokenizer))
+        if start.loaded is not None:
+            state = restore(prepared, start.loaded, context.reporter)
+        else:
+            state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), start.batch_size)
+    except BaseException:
+        if start.tokenizer is not None:  # a tokenizer trained for a restart that cannot go ahead
+            start.tokenizer.unlink(missing_ok=True)
+        raise
+    if start.discard is not None:
+        start.discard()
     for note in prepared.notes:
-        context.reporter.note(note)
-    if start.loaded is not None:
-        state = restore(prepared, start.loaded, context.reporter)
-    else:
-        state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), start.batch_size)
-    keeper = CheckpointKeeper(context.files, start.track, context.registry, context.config, prepared.fingerprints)
+        moved = start.tokenizer is not None  # the tokenizer a restart trained is the experiment's now
+        context.reporter.note(note.replace(str(start.tokenizer), str(context.files.tokenizer)) if moved else note)
+    books = Bookkeeping(context.home.registry, context.reporter)
+    try:
+        session = _session(context, start, kind, prepared, books)
+        session.run(
+            state,
+            until=start.until,
+            train_blocks=prepared.train_blocks,
+            eval_blocks=prepared.eval_blocks,
+            resumed_from=start.loaded.path if start.loaded else None,
+            checkpoint_interval=start.checkpoint_interval,
+        )
+    finally:
+        books.close()
+    return Outcome(session=session, state=state, prepared=prepared)
+
+
+def _session(context: Context, start: Start, kind: str, prepared: PreparedData, books: Bookkeeping) -> Session:
+    keeper = CheckpointKeeper(context.files, start.track, books, context.config, prepared.fingerprints)
     session = Session(
-        registry=context.registry,
+        registry=books,
         config=context.config,
         kind=kind,
         track=start.track,
@@ -110,15 +144,7 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
     )
     if start.loaded is not None:
         session.latest = start.loaded.record.metrics
-    session.run(
-        state,
-        until=start.until,
-        train_blocks=prepared.train_blocks,
-        eval_blocks=prepared.eval_blocks,
-        resumed_from=start.loaded.path if start.loaded else None,
-        checkpoint_interval=start.checkpoint_interval,
-    )
-    return Outcome(session=session, state=state, prepared=prepared)
+    return session
 
 
 def check_until(until: int | None, config: Config, start: int = 0) -> int:
@@ -139,7 +165,8 @@ def train(
     home: Home, experiment_id: str, *, restart: bool = False, until: int | None = None, reporter: Reporter | None = None
 ) -> dict[str, Any]:
     def plan(context: Context) -> Start:
-        existing = checkpoint.listing(context.files.folder)
+        files = context.files
+        existing = checkpoint.listing(files.folder)
         if existing and not restart:
             raise Refused(
                 f"{experiment_id} already has checkpoints (newest: step {existing[-1][0]}): continue with "
@@ -147,9 +174,16 @@ def train(
             )
         final = check_until(until, context.config)  # bad input must not cost the user their checkpoints
         runtime.device_for(context.config)
-        if restart:
-            context.files.discard(context.registry)
-        return Start(context.files.main, final)
+        if not restart:
+            return Start(files.main, final)
+        fresh = files.folder / RESTART_TOKENIZER  # trained while the old one still stands
+        fresh.unlink(missing_ok=True)  # left by a restart that stopped halfway
+
+        def discard() -> None:
+            files.discard(context.registry)
+            fresh.replace(files.tokenizer)
+
+        return Start(files.main, final, discard=discard, tokenizer=fresh)
 
     return _run_experiment(home, experiment_id, reporter, "train", plan).report()
 
@@ -175,6 +209,7 @@ def resume(
             return Start(files.main, check_until(until, config))
         for reason in loaded.skipped:
             context.reporter.warn(f"skipped an invalid checkpoint: {reason}; falling back to {loaded.path.name}")
+        check_owner(loaded, experiment_id)
         if loaded.record.step >= config.training.steps and until is None:
             return Start(files.main, loaded.record.step, done=_complete(context, loaded))
         return Start(files.main, check_until(until, config, loaded.record.step), loaded=loaded)
@@ -182,11 +217,44 @@ def resume(
     return _run_experiment(home, experiment_id, reporter, "resume", plan).report()
 
 
+def check_owner(loaded: checkpoint.Loaded, experiment_id: str, kind: str = "train") -> None:
+    """Refuse a checkpoint that another experiment wrote, or another track (an overfit one in the main
+    folder). An empty ``experiment`` (an early v1 file) names no owner and is not refused for it."""
+    record, name = loaded.record, loaded.path.name
+    if record.experiment and record.experiment != experiment_id:
+        raise Refused(
+            f"{name} belongs to {record.experiment}, not {experiment_id}: it will not be used; "
+            f"move it out of {loaded.path.parent}"
+        )
+    if record.kind != kind:
+        raise Refused(
+            f"{name} was written by {experiment_id}'s {record.kind} run, not its {kind} run: it will not be used; "
+            f"move it out of {loaded.path.parent}"
+        )
+
+
+def fingerprints_now(home: Home, config: Config, tokenizer_path: Path) -> Fingerprints:
+    """What a run would train under now, computed without writing anything: the config's fingerprint,
+    the tokenizer file's, and the dataset hash (the corpus is read and hashed, nothing is encoded)."""
+    if not tokenizer_path.exists():
+        raise Refused(
+            f"{tokenizer_path} is missing, so {config.id}'s final checkpoint cannot be checked against it: "
+            f"restore it, or start over with `octlm train {config.id} --restart`"
+        )
+    tokenizer = Tokenizer.load(tokenizer_path)
+    sources, fraction = config.data.sources, config.data.validation_fraction
+    found = corpus.load(sources, data_root(home), fraction, config.data.max_bytes)
+    return Fingerprints(config.fingerprint, data.dataset_hash(found, tokenizer), tokenizer.fingerprint)
+
+
 def _complete(context: Context, loaded: checkpoint.Loaded) -> dict[str, Any]:
-    record = loaded.record
-    context.reporter.note(f"{context.config.id} is already complete at step {record.step}: nothing to do")
+    """The final checkpoint, once it is shown to be this config's, data's and tokenizer's."""
+    record, config = loaded.record, context.config
+    current = fingerprints_now(context.home, config, context.files.tokenizer)
+    checkpoint.check_fingerprints(record, config=config, current=current, path=loaded.path)
+    context.reporter.note(f"{config.id} is already complete at step {record.step}: nothing to do")
     return summary(
-        context.config,
+        config,
         kind="resume",
         status="complete",
         start_step=record.step,
@@ -216,13 +284,13 @@ def overfit(
 
     def plan(context: Context) -> Start:
         runtime.device_for(config)
-        context.files.clear_overfit(context.registry)
         return Start(
             context.files.overfit,
             config.training.steps,
             batch_size=1,
             checkpoint_interval=config.training.steps,
             select=PreparedData.one_block,
+            discard=lambda: context.files.clear_overfit(context.registry),
         )
 
     outcome = _run_experiment(home, experiment_id, reporter, "overfit", plan, config)

@@ -1,22 +1,27 @@
 """``octlm sample``: text from an experiment's newest (or chosen) checkpoint.
 
-Generation draws from its own seeded generator, never from the training streams.
+Generation draws from its own seeded generator, never from the training streams. The checkpoint is
+checked like one to resume from (its experiment, its track, its config fingerprint against the
+experiment's YAML as it is now, the tokenizer) before anything is generated, and falling back past
+an invalid newer checkpoint is said, never silent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from . import experiments, generate, runtime
+from . import checkpoint, experiments, generate, runtime
 from .artifacts import ExperimentFiles
-from .checkpoint import Loaded
+from .checkpoint import Fingerprints, Loaded
 from .config import from_dict
 from .errors import BadInput, Refused
 from .home import Home
 from .model import Decoder
 from .registry import Registry
+from .runner import check_owner
 from .tokenizer import Tokenizer
 
 
@@ -29,9 +34,11 @@ def _check_options(max_new_tokens: int, temperature: float, top_k: int | None) -
         raise BadInput(f"--top-k {top_k}: must be positive")
 
 
-def _load(home: Home, experiment_id: str, step: int | None) -> tuple[Loaded, Decoder, Tokenizer, torch.device]:
+def _load(
+    home: Home, experiment_id: str, step: int | None, warn: Callable[[str], None]
+) -> tuple[Loaded, Decoder, Tokenizer, torch.device]:
     """The checkpoint to sample from, its model on the configured device, and its tokenizer."""
-    experiments.load(home, experiment_id)  # a clear error for an unknown experiment
+    current = experiments.load(home, experiment_id)  # also a clear error for an unknown experiment
     files = ExperimentFiles(home, experiment_id)
     with Registry(home.registry, create=False) as registry:
         loaded = files.newest_valid(registry, step)
@@ -39,9 +46,13 @@ def _load(home: Home, experiment_id: str, step: int | None) -> tuple[Loaded, Dec
         raise Refused(
             f"{experiment_id} has no checkpoint to sample from: train it first with `octlm train {experiment_id}`"
         )
+    for reason in loaded.skipped:
+        warn(f"skipped an invalid checkpoint: {reason}; sampling from the older {loaded.path.name}")
+    check_owner(loaded, experiment_id)
     tokenizer = Tokenizer.load(files.tokenizer)
-    if tokenizer.fingerprint != loaded.record.fingerprints.tokenizer:
-        raise Refused(f"{files.tokenizer} is not the tokenizer {loaded.path.name} was trained with")
+    # The data is not read to sample: the dataset hash is the checkpoint's own.
+    now = Fingerprints(current.fingerprint, loaded.record.fingerprints.data, tokenizer.fingerprint)
+    checkpoint.check_fingerprints(loaded.record, config=current, current=now, path=loaded.path)
     config = from_dict(loaded.record.config, loaded.path.name)
     device = runtime.select_device(config.training.device)
     model = Decoder(config)
@@ -59,9 +70,10 @@ def sample(
     top_k: int | None = None,
     seed: int = 0,
     step: int | None = None,
+    warn: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
     _check_options(max_new_tokens, temperature, top_k)
-    loaded, model, tokenizer, device = _load(home, experiment_id, step)
+    loaded, model, tokenizer, device = _load(home, experiment_id, step, warn)
     context = [tokenizer.bos_id, *tokenizer.encode(prompt, add_special_tokens=False)]
     if temperature == 0:
         produced = generate.greedy(model, context, max_new_tokens, device, stop_id=tokenizer.eos_id)

@@ -3,13 +3,16 @@
 A ``Session`` turns the loop's events into durable state: ``start`` opens the run row and cuts
 the run file back to the starting step, ``on_eval`` appends a record, ``on_checkpoint`` hands the
 state to the track's ``CheckpointKeeper``, and ``finish`` / ``fail`` close the row. The loop
-itself stays pure.
+itself stays pure. Neither the registry (``Bookkeeping``) nor the reporter can stop a run: a locked
+registry defers its rows, and output that nobody reads any more is the reporter's to drop.
 """
 
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +21,31 @@ from .artifacts import CheckpointKeeper, Track
 from .checkpoint import Fingerprints
 from .config import Config
 from .data import TokenBlocks
-from .errors import Interrupted
+from .errors import Interrupted, Refused
 from .loop import LoopHooks, TrainState
-from .registry import Registry
+from .registry import BUSY_TIMEOUT_S, Registry
 from .reporting import Reporter
 
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+SIGNAL_EXIT = {signal.SIGHUP: 129, signal.SIGINT: 130, signal.SIGTERM: 143}
+BOOKKEEPING_TIMEOUT_S = 2.0  # the longest one registry write during training waits for another process
+BACKOFF_S = (2.0, 60.0)  # the first and the longest pause before deferred writes are tried again
+SETTLE_TIMEOUT_S = 2 * BUSY_TIMEOUT_S  # how long a finished run waits to record itself
+
+
+def handled_signals() -> list[signal.Signals]:
+    """SIGHUP, SIGINT and SIGTERM; SIGHUP not when it is ignored (``nohup``: the run outlives the terminal)."""
+    return [s for s in SIGNAL_EXIT if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN]
 
 
 class SignalGuard:
-    """First SIGINT/SIGTERM: finish the step, checkpoint, exit 130/143. Second: stop at once."""
+    """First SIGHUP/SIGINT/SIGTERM: finish the step, checkpoint, exit 129/130/143. Second: stop at once."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> SignalGuard:
-        for signum in SIGNAL_EXIT:
+        for signum in handled_signals():
             self.previous[signum] = signal.signal(signum, self._handle)
         return self
 
@@ -53,6 +64,78 @@ class SignalGuard:
     @property
     def stop_requested(self) -> bool:
         return self.received is not None
+
+
+class Bookkeeping(Registry):
+    """The registry as a training run writes to it, so that a lock held elsewhere (a DB browser's open
+    transaction) never stops training: a write waits at most ``BOOKKEEPING_TIMEOUT_S``; while the
+    registry stays locked, writes are kept in order and retried with backoff at the next write, and at
+    the end (``settle``) for as long as any write would wait. What still cannot be written is left to
+    ``octlm doctor --repair``, which rebuilds rows from the files."""
+
+    def __init__(self, path: Path, reporter: Reporter, timeout: float = BOOKKEEPING_TIMEOUT_S):
+        super().__init__(path)
+        self.reporter, self.timeout = reporter, timeout
+        self.pending: list[Callable[[], None]] = []
+        self.retry_at, self.backoff = 0.0, BACKOFF_S[0]
+        self._wait(timeout)
+
+    def _wait(self, seconds: float) -> None:
+        self.busy_timeout = seconds
+        if self.conn is not None:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+
+    def start_run(self, experiment_id: str, kind: str, **fields: Any) -> int:
+        """The run row is needed before training starts: this one write waits like any other command's."""
+        self._wait(BUSY_TIMEOUT_S)
+        try:
+            return super().start_run(experiment_id, kind, **fields)
+        finally:
+            self._wait(self.timeout)
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        self._write(lambda: Registry.update_run(self, run_id, **fields))
+
+    def add_checkpoint(self, **row: Any) -> None:
+        self._write(lambda: Registry.add_checkpoint(self, **row))
+
+    def remove_checkpoint(self, path: str) -> None:
+        self._write(lambda: Registry.remove_checkpoint(self, path))
+
+    def _write(self, write: Callable[[], None]) -> None:
+        self.pending.append(write)
+        if time.monotonic() >= self.retry_at:
+            self.flush()
+
+    def flush(self) -> bool:
+        """Write what is pending, oldest first; True when nothing is left."""
+        while self.pending:
+            try:
+                self.pending[0]()
+            except (Refused, sqlite3.OperationalError) as error:  # locked, busy: keep it for later
+                if self.backoff == BACKOFF_S[0]:
+                    self.reporter.warn(f"bookkeeping deferred, training goes on: {error}")
+                self.retry_at, self.backoff = time.monotonic() + self.backoff, min(2 * self.backoff, BACKOFF_S[1])
+                return False
+            self.pending.pop(0)
+        if self.backoff != BACKOFF_S[0]:
+            self.reporter.note("the registry is writable again: deferred bookkeeping recorded")
+        self.backoff = BACKOFF_S[0]
+        return True
+
+    def settle(self, seconds: float) -> None:
+        """The last chance at the end of a run: wait up to ``seconds`` for the lock, then leave the rest to doctor."""
+        if not self.pending:
+            return
+        self.reporter.note(
+            f"waiting up to {seconds:.0f} s for the registry to record the run (checkpoints are written)"
+        )
+        self._wait(seconds)
+        if not self.flush():
+            self.reporter.warn(
+                f"{len(self.pending)} registry write(s) could not be made; `octlm doctor --repair` rebuilds them"
+            )
+        self._wait(self.timeout)
 
 
 def summary(
@@ -94,7 +177,7 @@ class Session:
     def __init__(
         self,
         *,
-        registry: Registry,
+        registry: Bookkeeping,
         config: Config,
         kind: str,
         track: Track,
@@ -184,9 +267,9 @@ class Session:
         checkpoint_interval: int | None = None,
     ) -> None:
         """Start, train to ``until`` under a signal guard, finish; raises ``Interrupted`` on a signal."""
-        self.start(state, until, resumed_from)
         try:
             with SignalGuard() as guard:
+                self.start(state, until, resumed_from)
                 hooks = LoopHooks(
                     on_step=self.reporter.step,
                     on_eval=lambda record: self.on_eval(state, record),
@@ -208,33 +291,29 @@ class Session:
         self.finish(state, guard.received if stopped else None)
 
     def fail(self, error: BaseException) -> None:
-        self.reporter.finish()
+        """Close the row as ``interrupted`` or ``failed`` (as far as the registry lets us), then the reporter."""
         status = "interrupted" if isinstance(error, (Interrupted, KeyboardInterrupt)) else "failed"
         end = self.saved_step if self.saved_step is not None else self.start_step
         try:
-            self.registry.finish_run(
-                self._row(),
-                status,
-                end_step=end,
-                error=str(error) or type(error).__name__,
-                final_metrics=self.latest or None,
-            )
+            if self.run_id is not None:
+                message = str(error) or type(error).__name__
+                self.registry.finish_run(
+                    self.run_id, status, end_step=end, error=message, final_metrics=self.latest or None
+                )
+            self.registry.settle(BOOKKEEPING_TIMEOUT_S)
         except Exception:
             pass  # the registry may be what failed; the run reads as crashed and doctor can fix it
+        self.reporter.finish()
 
     def finish(self, state: TrainState, received: int | None) -> None:
+        """The registry first (the run is over whatever the terminal does), then the reporter."""
+        status, name = ("completed", "") if received is None else ("interrupted", signal.Signals(received).name)
+        error = {"error": f"stopped by {name}"} if name else {}
+        self.registry.finish_run(self._row(), status, end_step=state.step, final_metrics=self.latest or None, **error)
+        self.registry.settle(SETTLE_TIMEOUT_S if received is None else BOOKKEEPING_TIMEOUT_S)
         self.reporter.finish()
         if received is None:
-            self.registry.finish_run(self._row(), "completed", end_step=state.step, final_metrics=self.latest or None)
             return
-        name = signal.Signals(received).name
-        self.registry.finish_run(
-            self._row(),
-            "interrupted",
-            end_step=state.step,
-            final_metrics=self.latest or None,
-            error=f"stopped by {name}",
-        )
         saved = self.last_checkpoint.name if self.last_checkpoint else "none"
         raise Interrupted(
             f"stopped by {name} at step {state.step}; checkpoint {saved} written; "

@@ -5,13 +5,14 @@ or their curves. Torch-free; the CLI only writes what ``run`` returns (JSON, CSV
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import compare, listing, plots
 from .details import SCHEMA_VERSION, detail, flat
 from .errors import BadInput
 from .home import Home
+from .registry import Registry
 
 __all__ = ["SCHEMA_VERSION", "Request", "Shown", "detail", "run"]
 
@@ -44,20 +45,32 @@ class Request:
 @dataclass(frozen=True)
 class Shown:
     """What ``octlm show`` writes: ``document`` with --json; ``header`` and ``rows`` with --csv
-    (and for the text tables); ``text``, when set, as it is."""
+    (and for the text tables); ``text``, when set, as it is; ``warnings`` on stderr first."""
 
     mode: str
     document: dict[str, Any]
     header: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
     text: str | None = None
+    warnings: tuple[str, ...] = ()
 
 
 def run(home: Home, request: Request) -> Shown:
     """Answer ``octlm show``; BadInput for conflicting options, unknown IDs, columns or filters."""
     if request.as_json and request.as_csv:
         raise BadInput("--json and --csv cannot be used together: choose one")
-    return VIEWS[request.mode](home, request)
+    return replace(VIEWS[request.mode](home, request), warnings=damaged_cells(home))
+
+
+def damaged_cells(home: Home) -> tuple[str, ...]:
+    """A warning per registry cell that is not valid JSON: shown as empty, every other row as usual."""
+    with Registry(home.registry, create=False) as registry:
+        cells = registry.malformed_cells()
+    return tuple(
+        f"{home.registry.name}: {table} row {row_id}: {column} is not valid JSON; shown as empty "
+        "(`octlm doctor --repair` clears it)"
+        for table, row_id, column in cells
+    )
 
 
 def _list(home: Home, request: Request) -> Shown:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,10 +17,11 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from .errors import Refused
-from .fsutil import atomic_write
+from .fsutil import atomic_write, read_regular
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIALS = (BOS, EOS, PAD)
+MAX_BYTES = 1 << 30  # a tokenizer.json of a million tokens is about 60 MB
 
 
 class Tokenizer:
@@ -59,8 +61,14 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: Path) -> Tokenizer:
+        """Load octlm's own ``tokenizer.json``: a regular file (not a link) within ``MAX_BYTES``."""
         try:
-            return cls(HFTokenizer.from_file(str(path)))
+            text = read_regular(path, max_bytes=MAX_BYTES, follow=False).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) else "not UTF-8"
+            raise Refused(f"{path}: not a readable tokenizer ({reason}); delete it to retrain") from None
+        try:
+            return cls(HFTokenizer.from_str(text))
         except Exception as error:  # tokenizers raises a bare Exception on a bad file
             raise Refused(
                 f"{path}: not a readable tokenizer ({str(error).splitlines()[0]}); delete it to retrain"
@@ -77,28 +85,31 @@ class Tokenizer:
         ids = self.inner.encode(text, add_special_tokens=False).ids
         return [self.bos_id, *ids, self.eos_id] if add_special_tokens else ids
 
+    def encode_each(self, texts: list[str]) -> list[np.ndarray]:
+        """``<|bos|> text <|eos|>`` of each document (int64)."""
+        encodings = self.inner.encode_batch(texts, add_special_tokens=False) if texts else []
+        bos, eos = np.array([self.bos_id]), np.array([self.eos_id])
+        return [np.concatenate((bos, np.asarray(e.ids, dtype=np.int64), eos)).astype(np.int64) for e in encodings]
+
     def encode_documents(self, texts: list[str]) -> np.ndarray:
         """``<|bos|> text <|eos|>`` for every document, joined into one stream (int64)."""
-        if not texts:
-            return np.zeros(0, dtype=np.int64)
-        encodings = self.inner.encode_batch(texts, add_special_tokens=False)
-        pieces = []
-        bos, eos = np.array([self.bos_id]), np.array([self.eos_id])
-        for encoding in encodings:
-            pieces += [bos, np.asarray(encoding.ids, dtype=np.int64), eos]
-        return np.concatenate(pieces).astype(np.int64)
+        pieces = self.encode_each(texts)
+        return np.concatenate(pieces).astype(np.int64) if pieces else np.zeros(0, dtype=np.int64)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.inner.decode(list(ids), skip_special_tokens=True)
 
 
 def load_or_train(path: Path, texts: list[str], vocab_size: int) -> tuple[Tokenizer, bool]:
-    """Reuse ``path`` if it exists (never retrain silently); else train and save. Returns (tokenizer, trained).
+    """Reuse ``path`` if it exists (never retrain silently); else train. Returns (tokenizer, trained).
+
+    A trained tokenizer is not saved here: the caller saves it (``Tokenizer.save``) only once the
+    corpus has encoded with it, so a failure never leaves a tokenizer behind to be reused silently.
 
     A small corpus may yield fewer tokens than ``vocab_size``; the model's embedding keeps the
     configured size either way, so only a tokenizer larger than the config is refused.
     """
-    if path.exists():
+    if os.path.lexists(path):
         tokenizer = Tokenizer.load(path)
         if tokenizer.vocab_size > vocab_size:
             raise Refused(
@@ -106,6 +117,4 @@ def load_or_train(path: Path, texts: list[str], vocab_size: int) -> tuple[Tokeni
                 "it is never retrained silently; restore the config or start over with `octlm train --restart`"
             )
         return tokenizer, False
-    tokenizer = Tokenizer.train(texts, vocab_size)
-    tokenizer.save(path)
-    return tokenizer, True
+    return Tokenizer.train(texts, vocab_size), True

@@ -2,7 +2,8 @@
 
 Knows nothing of octlm's config sections, so the config modules can all build on it. Messages name only
 the dotted key (``training.steps: expected an integer, got text ('many')``); whoever knows the file
-(``config.from_dict``, ``Config.with_keys``) puts its name in front.
+(``config.from_dict``, ``Config.with_keys``) puts its name in front. A value quoted in a message is cut
+to ``SHOWN`` characters (``shown``), so a megabyte of YAML never comes back as an error line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, get_args, get_origin
 from .errors import ConfigError
 
 _FLOAT_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+SHOWN = 60  # characters of an offending value quoted in a message
 
 # Range rules a field can name in its metadata ("bound"), with the test each value must pass.
 BOUNDS = {
@@ -49,7 +51,7 @@ def coerce(value: Any, kind: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {kind_of(value)}")
         if not math.isfinite(value):
-            raise ConfigError(f"{where}: expected a finite number, got {value}")
+            raise ConfigError(f"{where}: expected a finite number, got {shown(value)}")
         return float(value)
     if kind is str:
         if not isinstance(value, str):
@@ -58,18 +60,29 @@ def coerce(value: Any, kind: Any, where: str) -> Any:
     raise TypeError(kind)  # pragma: no cover - a programming error, not user input
 
 
-def check_bound(value: Any, bound: str, where: str) -> None:
-    """Raise naming ``where`` unless ``value`` keeps to the named range rule ("" for none)."""
+def check_bound(value: Any, bound: str, where: str, maximum: int | None = None) -> None:
+    """Raise naming ``where`` unless ``value`` keeps to the named range rule ("" for none) and,
+    when given, stays at or below ``maximum`` (every size has one, so nothing overflows later)."""
     if bound:
         test, rule = BOUNDS[bound]
         if not test(value):
-            raise ConfigError(f"{where}: {rule}, got {value}")
+            raise ConfigError(f"{where}: {rule}, got {shown(value)}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{where}: must be at most {maximum:,}, got {shown(value)}")
 
 
 def check_choice(value: Any, choices: tuple[str, ...], where: str) -> None:
     """Raise naming ``where`` unless ``value`` is one of ``choices`` (empty: anything goes)."""
     if choices and value not in choices:
-        raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
+        raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {shown(value, quote=True)}")
+
+
+def shown(value: Any, quote: bool = False) -> str:
+    """``value`` for a message, cut to ``SHOWN`` characters with an ellipsis (``repr`` with ``quote``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**SHOWN:
+        return f"a number of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
+    text = repr(value) if quote else str(value)
+    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
 
 
 def kind_of(value: Any) -> str:
@@ -79,9 +92,9 @@ def kind_of(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
     if isinstance(value, (int, float)):
-        return f"a number ({value})"
+        return f"a number ({shown(value)})"
     if isinstance(value, str):
-        return f"text ({value!r})"
+        return f"text ({shown(value, quote=True)})"
     if isinstance(value, (list, tuple)):
         return "a list"
     if isinstance(value, dict):

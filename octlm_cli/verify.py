@@ -5,17 +5,25 @@ Both runs happen in scratch homes (never the experiment's own checkpoints or run
 resumes from the previous checkpoint in a new Python process, up to M. Then every model
 tensor, optimizer tensor, random state, the run file and the loss of the next batch after
 M are compared bit for bit.
+
+Each segment is a child interpreter started with ``-P`` (no working directory on ``sys.path``) in
+the scratch home, so a ``./octlm_cli`` planted where the user stands never runs; the user's own
+environment (``PYTHONPATH``, user site-packages) still applies. Each runs in a process group of its
+own: a signal to ``verify-resume`` stops the child and its group, removes the scratch folder (unless
+``--keep-scratch``) and exits 129/130/143.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +33,22 @@ import torch
 from . import checkpoint, experiments, runfile
 from .artifacts import ExperimentFiles, restore
 from .config import to_yaml
-from .errors import BadInput, OctlmError
+from .errors import BadInput, Interrupted, OctlmError
 from .home import Home
 from .loop import train_step
 from .prepare import PreparedData, data_root, prepare
 from .registry import Registry
 from .reporting import QuietReporter
+from .session import SIGNAL_EXIT, handled_signals
+
+STOP_GRACE_S = 10.0  # a stopped segment may finish its step; then its process group is killed
+# The child runs the octlm that runs this process: found where the interpreter looks (an installed
+# octlm), else in the folder that holds this package (appended, so it shadows nothing).
+CHILD = (
+    "import sys; folder = sys.argv.pop(1); folder in sys.path or sys.path.append(folder); "
+    "sys.argv[0] = 'octlm'; from octlm_cli.cli.app import main; main()"
+)
+PACKAGE_FOLDER = Path(__file__).resolve().parent.parent
 
 
 def parse_splits(text: str, until: int) -> list[int]:
@@ -60,15 +78,71 @@ def _scratch_home(root: Path, plan: Plan) -> Home:
 
 
 def _segment(home: Home, args: list[str], data_root: Path) -> float:
-    command = [sys.executable, "-m", "octlm_cli", "--home", str(home.root), *args]
+    """One segment in a child process; its failure is one line, a signal to this process stops it."""
+    command = [sys.executable, "-P", "-c", CHILD, str(PACKAGE_FOLDER), "--home", str(home.root), *args]
+    env = {**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(data_root)}
     started = time.perf_counter()
-    done = subprocess.run(
-        command, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(data_root)}
-    )
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise OctlmError(f"segment `octlm {' '.join(args)}` failed with exit {done.returncode}: {tail}")
+    with subprocess.Popen(
+        command,
+        cwd=home.root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: a Ctrl-C reaches this process, which stops it
+    ) as child:
+        try:
+            _, stderr = child.communicate()
+        except BaseException:
+            _stop(child)
+            raise
+    if child.returncode != 0:
+        tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise OctlmError(f"segment `octlm {' '.join(args)}` failed with exit {child.returncode}: {tail}")
     return time.perf_counter() - started
+
+
+def _stop(child: subprocess.Popen[str]) -> None:
+    """SIGTERM to the child's process group, SIGKILL to whatever is left of it after a grace period."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(STOP_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):  # the group outlives its leader while members remain
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(outcome: str) -> Iterator[None]:
+    """The first SIGHUP/SIGINT/SIGTERM raises ``Interrupted`` (129/130/143) where it lands, saying
+    ``outcome``; later ones are ignored while the command stops its child and cleans up."""
+    stopping = False
+
+    def handle(signum: int, frame: object) -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            name = signal.Signals(signum)
+            raise Interrupted(f"verify-resume stopped by {name.name}; {outcome}", SIGNAL_EXIT[name])
+
+    previous = {signum: signal.signal(signum, handle) for signum in handled_signals()}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Signals wait until the block is done (a cleanup that must not stop halfway), then arrive."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_EXIT)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNAL_EXIT)
 
 
 def _tensors(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -130,7 +204,8 @@ def verify_resume(
     splits = parse_splits(split_text, final)
     files = ExperimentFiles(home, experiment_id)
     home.ensure_writable()
-    with Registry(home.registry) as registry:
+    outcome = "its child process was stopped and its scratch folder " + ("kept" if keep_scratch else "removed")
+    with _stopped_by_signals(outcome), Registry(home.registry) as registry:
         experiments.register(home, registry, config)
         with files.lock():
             prepared = prepare(home, config, files.tokenizer)  # trains the experiment's tokenizer once if it has none
@@ -159,23 +234,32 @@ class Plan:
 def _in_scratch(
     plan: Plan, prepared: PreparedData, keep_scratch: bool, report: Callable[[str], None]
 ) -> dict[str, Any]:
-    scratch = Path(tempfile.mkdtemp(prefix=f"octlm-verify-{plan.experiment_id}-"))
+    scratch: Path | None = None
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_EXIT)  # no signal until the cleanup knows the folder
     try:
-        a = _scratch_home(scratch / "a", plan)
-        b = _scratch_home(scratch / "b", plan)
-        report(f"(a) one process: steps 0 -> {plan.until}")
-        seconds = {"a": _segment(a, ["train", plan.experiment_id, "--until", str(plan.until)], plan.data_root)}
-        bounds = [*plan.splits, plan.until]
-        report(f"(b) {len(bounds)} processes: steps 0 -> {' -> '.join(map(str, bounds))}")
-        seconds["b"] = _segment(b, ["train", plan.experiment_id, "--until", str(bounds[0])], plan.data_root)
-        for stop in bounds[1:]:
-            seconds["b"] += _segment(b, ["resume", plan.experiment_id, "--until", str(stop)], plan.data_root)
-        result = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
+        scratch = Path(tempfile.mkdtemp(prefix=f"octlm-verify-{plan.experiment_id}-"))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNAL_EXIT)
+        result = _both_runs(scratch, plan, prepared, report)
     finally:
-        if keep_scratch:
-            report(f"scratch kept at {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        with _signals_held():  # the folder goes entirely, even if a signal arrives meanwhile
+            if scratch is not None and keep_scratch:
+                report(f"scratch kept at {scratch}")
+            elif scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+    return result
+
+
+def _both_runs(scratch: Path, plan: Plan, prepared: PreparedData, report: Callable[[str], None]) -> dict[str, Any]:
+    a = _scratch_home(scratch / "a", plan)
+    b = _scratch_home(scratch / "b", plan)
+    report(f"(a) one process: steps 0 -> {plan.until}")
+    seconds = {"a": _segment(a, ["train", plan.experiment_id, "--until", str(plan.until)], plan.data_root)}
+    bounds = [*plan.splits, plan.until]
+    report(f"(b) {len(bounds)} processes: steps 0 -> {' -> '.join(map(str, bounds))}")
+    seconds["b"] = _segment(b, ["train", plan.experiment_id, "--until", str(bounds[0])], plan.data_root)
+    for stop in bounds[1:]:
+        seconds["b"] += _segment(b, ["resume", plan.experiment_id, "--until", str(stop)], plan.data_root)
+    result = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
     result["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
     return result
 

@@ -214,7 +214,7 @@ def test_describe_keys_covers_every_key_in_file_order() -> None:
         "type": "int",
         "default": 200,
         "fingerprinted": True,
-        "doc": "optimizer steps in the run",
+        "doc": "optimizer steps in the run; at most 1,000,000,000",
     }
     assert by_key["data.sources"]["type"] == "list of str"
     assert by_key["data.sources"]["default"] == ["builtin:docs"]

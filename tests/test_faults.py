@@ -160,7 +160,7 @@ def test_one_writer_per_experiment_and_dead_locks_do_not_block(home: Path) -> No
             "-c",
             (
                 "import sys, time\nfrom pathlib import Path\nfrom octlm_cli.locking import ExperimentLock\n"
-                f"with ExperimentLock(Path({str(home / 'checkpoints' / 'EXP-001')!r}), 'EXP-001'):\n"
+                f"with ExperimentLock(Path({str(home / 'locks' / 'EXP-001.lock')!r}), 'EXP-001'):\n"
                 "    print('held', flush=True)\n    time.sleep(60)\n"
             ),
         ],

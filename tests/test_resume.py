@@ -103,6 +103,12 @@ def test_overfit_reaches_its_threshold(home: Path) -> None:
     assert (home / "runs" / "EXP-001-overfit.jsonl").exists()
     failed = cli(home, "overfit", "EXP-001", "--steps", "2", "--max-loss", "0.01", "-q")
     assert failed.exit_code == 1
+    # --steps trains a variant; the experiment's registered config stays the file's.
+    from octlm_cli.registry import Registry
+
+    with Registry(home / "registry.db", create=False) as registry:
+        row = registry.experiment("EXP-001")
+    assert row is not None and row["config_json"]["training"]["steps"] == 12  # decoded by the registry
 
 
 def test_sample_needs_a_checkpoint_then_is_seeded(home: Path) -> None:

@@ -17,6 +17,7 @@ import typer
 
 from .. import __version__
 from . import commands_config, commands_experiments, commands_tools, commands_training, render
+from .common import OctlmGroup, StrictCommand
 
 HELP = (
     "Train miniature decoder-only language models with a loop that resumes exactly, and prove it.\n\n"
@@ -51,8 +52,9 @@ def _root(ctx: typer.Context, home: HomeOption = None, version: VersionOption = 
 
 def _typer(**options: Any) -> typer.Typer:
     return typer.Typer(
-        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None, **options
-    )
+        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+        cls=OctlmGroup, **options,
+    )  # fmt: skip
 
 
 COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists them
@@ -71,16 +73,16 @@ CONFIG_COMMANDS: dict[str, Callable[..., Any]] = {"keys": commands_config.keys}
 app = _typer(name="octlm", help=HELP)
 app.callback()(_root)
 for name, command in COMMANDS.items():
-    app.command(name)(command)
+    app.command(name, cls=StrictCommand)(command)  # every option checked: finite, within limits, UTF-8
 config_app = _typer(name="config", help="Describe the experiment config.")
 for name, command in CONFIG_COMMANDS.items():
-    config_app.command(name)(command)
+    config_app.command(name, cls=StrictCommand)(command)
 app.add_typer(config_app)
 
 
 def main() -> None:
     try:
-        app()
+        app()  # OctlmGroup.main exits through common.finish: stdout flushed, a closed pipe taken quietly
     except KeyboardInterrupt:  # outside a training loop (which handles it itself)
         render.error("interrupted")
         sys.exit(130)

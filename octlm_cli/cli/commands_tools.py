@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import BadInput
+from ..home import validate_id
 from . import render
 from .common import JsonOption, handled, home_of
 
@@ -18,6 +19,14 @@ RepairOption = Annotated[
     bool,
     typer.Option(
         "--repair", help="Fix what can be fixed: rebuild lost rows from experiments/*.yaml and the checkpoints."
+    ),
+]
+OtherHostsOption = Annotated[
+    bool,
+    typer.Option(
+        "--other-hosts",
+        help="With --repair: also mark crashed the runs left running by another host (octlm cannot check "
+        "a process there; use it when you know they stopped).",
     ),
 ]
 BenchIdArgument = Annotated[
@@ -57,11 +66,16 @@ BENCH_HEADERS = (
 
 
 @handled
-def doctor(ctx: typer.Context, repair: RepairOption = False, as_json: JsonOption = False) -> None:
-    """Check the registry against the files (missing, orphaned or corrupt checkpoints, stuck runs)."""
+def doctor(
+    ctx: typer.Context, repair: RepairOption = False, other_hosts: OtherHostsOption = False, as_json: JsonOption = False
+) -> None:
+    """Check the registry against the files (missing, orphaned, foreign or corrupt checkpoints, checksums that
+    disagree, malformed rows, stuck runs). Checking reads only; --repair fixes what it can."""
     from .. import doctor as doctors  # imports torch (through checkpoint)
 
-    report = doctors.run(home_of(ctx), repair=repair)
+    if other_hosts and not repair:
+        raise BadInput("--other-hosts marks runs of other hosts crashed: give it with --repair")
+    report = doctors.run(home_of(ctx), repair=repair, other_hosts=other_hosts)
     if as_json:
         render.emit_json(report)
     else:
@@ -84,11 +98,13 @@ def bench(
     as_json: JsonOption = False,
 ) -> None:
     """Time training steps against this machine's measured matmul peak (MFU), checkpoints and resume."""
+    if steps <= 0:
+        raise BadInput(f"--steps {steps}: must be positive")
+    if experiment_id is not None:
+        validate_id(experiment_id)  # `bench ''` is no ID (checked before torch loads)
     from .. import bench as benches  # imports torch
 
     config = benches.resolve_config(home_of(ctx), experiment_id, preset)
-    if steps <= 0:
-        raise BadInput(f"--steps {steps}: must be positive")
     report = benches.run(config, benches.parse_precisions(precision, config), steps, compile)
     if as_json:
         render.emit_json(report)

@@ -12,7 +12,7 @@ import typer
 
 from . import render
 from .common import IdArgument, JsonOption, QuietOption, UntilOption, handled, home_of
-from .progress import ConsoleReporter
+from .progress import ConsoleReporter, hangup_safe, output_may_vanish
 
 RestartOption = Annotated[
     bool, typer.Option("--restart", help="Discard existing checkpoints, tokenizer and run file, and start over.")
@@ -84,10 +84,12 @@ def _summary_line(result: dict[str, Any]) -> str:
 
 
 def _finish(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        render.emit_json(result)
-    else:
-        render.info(_summary_line(result))
+    """The summary of a run that is already recorded: a reader that left cannot turn it into a failure."""
+    with output_may_vanish():
+        if as_json:
+            render.emit_json(result)
+        else:
+            render.info(_summary_line(result))
 
 
 @handled
@@ -100,10 +102,7 @@ def train(
     quiet: QuietOption = False,
 ) -> None:
     """Train an experiment from step 0 (refuses existing progress unless --restart)."""
-    from .. import runner  # imports torch
-
-    reporter = ConsoleReporter(quiet)
-    _finish(runner.train(home_of(ctx), experiment_id, restart=restart, until=until, reporter=reporter), as_json)
+    _train(ctx, "train", experiment_id, as_json, quiet, restart=restart, until=until)
 
 
 @handled
@@ -116,10 +115,17 @@ def resume(
     quiet: QuietOption = False,
 ) -> None:
     """Continue from the newest valid checkpoint (or start at 0); exits 0 at once when complete."""
+    _train(ctx, "resume", experiment_id, as_json, quiet, step=step, until=until)
+
+
+def _train(ctx: typer.Context, use_case: str, experiment_id: str, as_json: bool, quiet: bool, **options: Any) -> None:
+    """``train`` or ``resume`` with a progress reporter; a hung-up terminal never fails the run."""
     from .. import runner  # imports torch
 
-    reporter = ConsoleReporter(quiet)
-    _finish(runner.resume(home_of(ctx), experiment_id, step=step, until=until, reporter=reporter), as_json)
+    with hangup_safe():
+        reporter = ConsoleReporter(quiet)
+        result = getattr(runner, use_case)(home_of(ctx), experiment_id, reporter=reporter, **options)
+        _finish(result, as_json)
 
 
 @handled
@@ -134,7 +140,8 @@ def verify_resume(
     """Prove exact resume: one run 0->M against runs split at N in new processes, compared bit for bit."""
     from .. import verify  # imports torch
 
-    result = verify.verify_resume(home_of(ctx), experiment_id, split_at, until, keep_scratch, progress=render.info)
+    with hangup_safe():
+        result = verify.verify_resume(home_of(ctx), experiment_id, split_at, until, keep_scratch, progress=render.info)
     if as_json:
         render.emit_json(result)
     else:
@@ -173,8 +180,9 @@ def overfit(
     """Memorise one block, then greedy-decode it back; exit 0 when the final loss <= --max-loss."""
     from .. import runner  # imports torch
 
-    reporter = ConsoleReporter(quiet)
-    result = runner.overfit(home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter)
+    with hangup_safe():
+        reporter = ConsoleReporter(quiet)
+        result = runner.overfit(home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter)
     if as_json:
         render.emit_json(result)
     else:
@@ -191,9 +199,9 @@ def _print_overfit(experiment_id: str, result: dict[str, Any]) -> None:
         title=f"overfit {experiment_id}: one block, {result['steps']} steps",
     )
     print("--- block ---")
-    print(result["block_text"])
+    print(render.plain(result["block_text"], multiline=True))
     print("--- greedy decode ---")
-    print(result["decoded_text"])
+    print(render.plain(result["decoded_text"], multiline=True))
     print(f"{experiment_id}: {result['verdict'].upper()}: {result['summary']}")
 
 
@@ -215,9 +223,9 @@ def sample(
     home = home_of(ctx)
     result = sampling.sample(
         home, experiment_id, prompt=prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-        seed=seed, step=step,
+        seed=seed, step=step, warn=render.warn,
     )  # fmt: skip
     if as_json:
         render.emit_json(result)
     else:
-        print(prompt + result["text"])
+        print(render.plain(prompt + result["text"], multiline=True))

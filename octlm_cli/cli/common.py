@@ -1,23 +1,41 @@
-"""What every command module shares: the error handling (``handled``), the home from ``ctx.obj`` and
-the option aliases. Imports nothing from ``app.py``, which registers the commands."""
+"""What every command module shares: the error handling (``handled``), strict option parsing
+(``StrictCommand``, ``OctlmGroup``), the home from ``ctx.obj`` and the option aliases. Imports nothing
+from ``app.py``, which registers the commands.
+
+Every way a command can end maps to one line on stderr and an exit code, never a traceback: domain
+errors (their own code), bad option values (2, checked for every option of every command: finite
+numbers, integers within their limit, text that is valid UTF-8), numbers too large, undecodable
+text, allocation failures (3), and a reader who closed stdout (``octlm show | head``: quietly, 0).
+"""
 
 from __future__ import annotations
 
+import errno
 import functools
+import math
 import os
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar, cast
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from ..errors import REFUSED, OctlmError
+from ..errors import BAD_INPUT, REFUSED, BadInput, OctlmError
 from ..home import Home
+from ..validation import shown
 from . import render
 
 F = TypeVar("F", bound=Callable[..., Any])
 OUT_OF_MEMORY = "out of memory{}: lower training.batch_size, model.context_length or the model's size"
+# Upper limits of options, by parameter name, in every command (and 2**63 for any integer): generous,
+# but below where torch, an allocation or a loop over them would fail or run for ever.
+OPTION_LIMITS: dict[str, float] = {
+    "steps": 10**9, "until": 10**9, "step": 10**9, "limit": 10**9, "max_new_tokens": 100_000, "top_k": 2**20,
+    "temperature": 1000.0, "max_loss": 1e6,
+}  # fmt: skip
+PATH_OPTIONS = frozenset({"home"})  # a path may hold any bytes the filesystem allows
 
 # Options shared by several commands.
 SetOption = Annotated[
@@ -45,6 +63,99 @@ def home_of(ctx: typer.Context) -> Home:
     return Home.locate((ctx.obj or {}).get("home"))
 
 
+# ---------------------------------------------------------------- strict options
+
+
+def check_option(name: str, flag: str, value: Any) -> None:
+    """BadInput naming ``flag`` unless ``value`` is finite, within its limit and valid UTF-8 text."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    for item in values:
+        if isinstance(item, bool) or item is None:
+            continue
+        if isinstance(item, float) and not math.isfinite(item):
+            raise BadInput(f"{flag} {item}: must be a finite number")
+        limit = OPTION_LIMITS.get(name, 2**63 - 1)
+        if isinstance(item, (int, float)) and item > limit:
+            raise BadInput(f"{flag} {shown(item)}: must be at most {limit:,}")
+        if isinstance(item, (int, float)) and item < -(2**63):
+            raise BadInput(f"{flag} {shown(item)}: must be at least {-(2**63):,}")
+        if isinstance(item, str) and name not in PATH_OPTIONS and any("\ud800" <= c <= "\udfff" for c in item):
+            raise BadInput(f"{flag}: not valid UTF-8 text (undecodable bytes); give it in UTF-8")
+
+
+class StrictCommand(TyperCommand):
+    """A command whose every option value is checked (``check_option``) once parsed, before it runs."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        for param in self.get_params(ctx):
+            option = param.param_type_name == "option"
+            flag = max(param.opts, key=len) if option else str(getattr(param, "human_readable_name", param.name))
+            check_option(param.name or "", flag, ctx.params.get(param.name or ""))
+        return rest
+
+
+class OctlmGroup(TyperGroup):
+    """The root group: usage errors as one line (``octlm: error: ...``) with exit 2, and stdout flushed
+    at the end with a closed pipe taken quietly, so no run of octlm ends in a traceback."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            result = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+            code = result if isinstance(result, int) and not isinstance(result, bool) else 0
+        except typer.TyperException as error:
+            code = _usage_error(error)
+        except typer.Abort:
+            render.error("aborted")
+            code = 1
+        except OctlmError as error:  # a bad option value found by StrictCommand
+            code = report(error) or 1
+        if not standalone_mode:
+            return code
+        finish(code)
+
+
+def _usage_error(error: typer.TyperException) -> int:
+    if type(error).__name__ == "NoArgsIsHelpError":  # a bare `octlm`: the help, as usual
+        show = getattr(error, "show", None)
+        if show is not None:
+            show()
+    else:
+        ctx = getattr(error, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        render.error(error.format_message() + hint)
+    return int(getattr(error, "exit_code", BAD_INPUT))
+
+
+def finish(code: int) -> None:
+    """Exit with ``code`` after flushing stdout and stderr; a reader who left (a closed pipe) costs nothing."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            _silence(stream)
+    sys.exit(code)
+
+
+def _silence(stream: Any) -> None:
+    """Send whatever ``stream`` still holds to /dev/null (Python flushes it again at exit, and would fail)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+# ---------------------------------------------------------------- errors
+
+
 def handled(fn: F) -> F:
     """Map domain errors to one line on stderr and their exit code; never a traceback."""
 
@@ -52,7 +163,9 @@ def handled(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (OctlmError, MemoryError, RuntimeError, OSError, sqlite3.Error) as exc:
+        except (typer.Exit, typer.Abort):
+            raise
+        except (OctlmError, MemoryError, RuntimeError, OSError, sqlite3.Error, ValueError, ArithmeticError) as exc:
             code = report(exc)
             if code is None:
                 raise
@@ -64,25 +177,49 @@ def handled(fn: F) -> F:
 def report(exc: BaseException) -> int | None:
     """Say what went wrong in one line on stderr and return the exit code; None: not ours to handle."""
     if isinstance(exc, OctlmError):
-        if exc.exit_code in (130, 143):  # stopped by a signal: a note, not an error
+        if exc.exit_code in (129, 130, 143):  # stopped by a signal: a note, not an error
             render.info(f"octlm: {exc}")
         else:
             render.error(str(exc))
         return exc.exit_code
-    if isinstance(exc, BrokenPipeError):  # `octlm show | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    if isinstance(exc, MemoryError):
-        render.error(OUT_OF_MEMORY.format(""))
-    elif isinstance(exc, RuntimeError):  # torch reports running out of device memory as a RuntimeError
-        if "out of memory" not in str(exc).lower():
-            return None
-        render.error(OUT_OF_MEMORY.format(" on the device"))
-    elif isinstance(exc, OSError):  # a full disk, a vanished folder: one line, existing state untouched
+    if isinstance(exc, OSError) and exc.errno == errno.EPIPE:  # `octlm show | head`: the reader left
+        _silence(sys.stdout)
+        return 0
+    if isinstance(exc, (MemoryError, RuntimeError)):
+        return _resources(exc)
+    if isinstance(exc, OSError):  # a full disk, a vanished folder: one line, existing state untouched
         where = f": {exc.filename}" if exc.filename else ""
         render.error(f"{exc.strerror or exc}{where}; nothing already written was changed")
     elif isinstance(exc, sqlite3.Error):
         render.error(f"registry error: {exc}")
     else:
+        return _bad_value(exc)
+    return REFUSED
+
+
+def _resources(exc: BaseException) -> int | None:
+    """Allocation failures (MemoryError; torch's "can't allocate memory" on a CPU, OutOfMemoryError on a GPU)."""
+    text = str(exc).lower()
+    if isinstance(exc, RecursionError):
+        render.error("input nested too deeply to read")
+        return BAD_INPUT
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text:
+        render.error(OUT_OF_MEMORY.format(""))
+    elif type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text:
+        render.error(OUT_OF_MEMORY.format(" on the device"))
+    else:
         return None
     return REFUSED
+
+
+def _bad_value(exc: BaseException) -> int | None:
+    """Values octlm was given that it cannot use: undecodable text, numbers too large, malformed values."""
+    if isinstance(exc, UnicodeError):
+        render.error(f"text that is not valid UTF-8 ({getattr(exc, 'reason', exc)}): give it in UTF-8")
+    elif isinstance(exc, OverflowError):
+        render.error(f"a number too large to use ({exc}): lower it")
+    elif isinstance(exc, (ValueError, ArithmeticError)):
+        render.error(f"bad value: {str(exc)[:300]}")
+    else:
+        return None
+    return BAD_INPUT

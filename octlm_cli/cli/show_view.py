@@ -28,10 +28,12 @@ PROVENANCE_HEADERS = (
 
 
 def write(shown: Shown, request: Request) -> None:
+    for warning in shown.warnings:
+        render.warn(warning)
     if request.as_json:
         render.emit_json(shown.document)
     elif shown.text is not None:
-        sys.stdout.write(shown.text)
+        sys.stdout.write(render.plain(shown.text, multiline=True))
     elif request.as_csv:
         write_csv(shown.header, shown.rows)
     elif shown.mode == "list":
@@ -44,10 +46,13 @@ def write(shown: Shown, request: Request) -> None:
 
 
 def write_csv(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> None:
+    """CSV of plain text: control characters out (line breaks and tabs stay, quoted as CSV quotes them)."""
     writer = csv.writer(sys.stdout)
     writer.writerow(header)
     for row in rows:
-        writer.writerow(["" if v is None else v for v in row])
+        writer.writerow(
+            ["" if v is None else render.plain(v, multiline=True) if isinstance(v, str) else v for v in row]
+        )
 
 
 def _list(shown: Shown, request: Request) -> None:
@@ -63,7 +68,7 @@ def _list(shown: Shown, request: Request) -> None:
 
 def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
     step = f"{r['step'] or 0}/{r['steps']}" if r["steps"] else "-"
-    updated = (r["updated"] or "")[:16].replace("T", " ")
+    updated = _cut(r["updated"], 16).replace("T", " ")
     return (r["id"], r["description"], r["status"], step, r["train_loss"], r["eval_loss"], r["perplexity"],
             r["bits_per_byte"], r["tokens"], r["last_verdict"], updated)  # fmt: skip
 
@@ -79,29 +84,35 @@ def print_detail(console: Console, item: dict[str, Any]) -> None:
         console.print(render.table("runs", RUN_HEADERS, (_run_row(r) for r in item["runs"])))
         console.print(render.table("provenance", PROVENANCE_HEADERS, (_provenance_row(r) for r in item["runs"])))
     if item["checkpoints"]:
-        rows = ((c["step"], c["path"], c["size"], c["sha256"][:16]) for c in item["checkpoints"])
+        rows = ((c["step"], c["path"], c["size"], _cut(c["sha256"], 16)) for c in item["checkpoints"])
         console.print(render.table("checkpoints", ("step", "path", "size", "sha256"), rows))
     if item["verifications"]:
-        rows = ((v["kind"], v["verdict"], (v["created"] or "")[:19], v["details"].get("summary", ""))
+        rows = ((v["kind"], v["verdict"], _cut(v["created"], 19), v["details"].get("summary", ""))
                 for v in item["verifications"])  # fmt: skip
         console.print(render.table("verdicts", ("kind", "verdict", "when", "summary"), rows))
 
 
 def _run_row(r: dict[str, Any]) -> tuple[Any, ...]:
     metrics = r["latest_metrics"] if isinstance(r["latest_metrics"], dict) else {}
-    return (r["id"], r["kind"], r["status"], f"{r['start_step']}->{r['end_step']}", (r["started"] or "")[:19],
+    return (r["id"], r["kind"], r["status"], f"{r['start_step']}->{r['end_step']}", _cut(r["started"], 19),
             r["host"], r["pid"], r["device"], r["dtype"], r["threads"], metrics.get("train_loss"),
             metrics.get("eval_loss"))  # fmt: skip
 
 
 def _provenance_row(r: dict[str, Any]) -> tuple[Any, ...]:
-    command = " ".join(r["argv"]) if isinstance(r["argv"], list) else r["argv"]
+    command = " ".join(map(str, r["argv"])) if isinstance(r["argv"], list) else r["argv"]
     versions = f"{r['octlm_version']}/{r['python_version']}/{r['torch_version']}"
     dirty = {1: "yes", 0: "no"}.get(r["git_dirty"])
-    return (r["id"], command, (r["git_commit"] or "")[:12], dirty, versions, _duration(r), r["resumed_from"])
+    return (r["id"], command, _cut(r["git_commit"], 12), dirty, versions, _duration(r), r["resumed_from"])
+
+
+def _cut(value: Any, length: int) -> str:
+    """The first ``length`` characters of a cell as text ("" for none), whatever the registry holds."""
+    return "" if value is None else str(value)[:length]
 
 
 def _duration(run: dict[str, Any]) -> float | None:
-    if not run.get("started") or not run.get("ended"):
+    try:
+        return round((datetime.fromisoformat(run["ended"]) - datetime.fromisoformat(run["started"])).total_seconds(), 1)
+    except (TypeError, ValueError):  # not finished, or a timestamp damaged outside octlm
         return None
-    return round((datetime.fromisoformat(run["ended"]) - datetime.fromisoformat(run["started"])).total_seconds(), 1)

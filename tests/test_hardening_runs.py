@@ -1,0 +1,316 @@
+"""Issue 12, the runs' side: each attack reproduced with real files, processes, pipes, terminals and signals.
+
+Untrusted homes and working directories (item 1), a "complete" that was not (3), pipes and hang-ups (4),
+``--restart`` that destroyed before it validated (5), a registry locked by another process (6) and
+signals to ``verify-resume`` (12). Every test here fails on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pty
+import select
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import cli, json_out, write_experiment
+
+from octlm_cli import checkpoint
+
+OCTLM = Path(sys.executable).with_name("octlm")  # the console script, as a user runs it (not `python -m`)
+STEADY = {"training": {"steps": 1200, "warmup_steps": 20, "eval_interval": 50}, "checkpoint": {"interval": 100}}
+# The locked registry: how long the test waits for the training to finish under the lock. The old code
+# waited 60 s for the lock at its first write, so it cannot finish in time; the fix defers each write
+# after session.BOOKKEEPING_TIMEOUT_S (2 s), so the whole training takes a few seconds under the lock.
+LOCKED_TRAINING_DEADLINE_S = 30.0
+ENV = {**os.environ, "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}  # one core each: other tests may run beside
+
+
+def start(home: Path, *args: str, **options) -> subprocess.Popen:
+    options.setdefault("stdout", subprocess.PIPE)
+    options.setdefault("stderr", subprocess.PIPE)
+    env = {**ENV, **options.pop("env", {})}
+    return subprocess.Popen([str(OCTLM), "--home", str(home), *args], text=True, env=env, **options)
+
+
+def wait_for(condition, process: subprocess.Popen | None = None, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the process ended first (exit {process.returncode})")
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def has_progress(home: Path) -> bool:
+    run_file = home / "runs" / "EXP-001.jsonl"
+    return run_file.exists() and run_file.stat().st_size > 0
+
+
+def steps(home: Path, experiment_id: str = "EXP-001") -> list[int]:
+    return [step for step, _ in checkpoint.listing(home / "checkpoints" / experiment_id)]
+
+
+def last_run(home: Path) -> dict:
+    return json_out(cli(home, "show", "EXP-001", "--json"))["runs"][-1]
+
+
+def checkpoint_rows(home: Path) -> list[str]:
+    with sqlite3.connect(home / "registry.db") as conn:
+        return sorted(row[0] for row in conn.execute("select path from checkpoints where experiment_id = 'EXP-001'"))
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+# ---------------------------------------------------------------- item 1: untrusted homes
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_homes_git_config_never_runs(home: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "fsmonitor-ran"
+    git = ["git", "-C", str(home), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "experiments", "corpus"], ["commit", "-qm", "home"]):
+        subprocess.run([*git, *args], check=True, timeout=30)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30).stdout.strip()
+    (home / ".gitattributes").write_text("* filter=evil\n")  # a clean filter that `git status` would run
+    for key, value in (("core.fsmonitor", f"touch {marker}"), ("filter.evil.clean", f"touch {marker}; cat")):
+        subprocess.run([*git, "config", key, value], check=True, timeout=30)
+    (home / "corpus" / "doc0.txt").touch()  # stale stat data: git would re-read the file through the filter
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    assert not marker.exists()
+    assert last_run(home)["git_commit"] == head
+
+
+def test_a_planted_package_in_the_working_directory_never_runs(home: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "planted-ran"
+    planted = tmp_path / "cwd" / "octlm_cli"
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (planted / "__main__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    done = subprocess.run(
+        [str(OCTLM), "--home", str(home), "verify-resume", "EXP-001", "--split-at", "6", "--json"],
+        cwd=planted.parent,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=ENV,
+    )
+    assert not marker.exists()
+    assert done.returncode == 0, done.stderr
+    assert json_out(done)["identical"]
+
+
+# ---------------------------------------------------------------- item 3: "complete" that was not
+
+
+def test_an_edited_finished_config_is_refused_with_the_diff(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    config = home / "experiments" / "EXP-001.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["training"]["learning_rate"] = 4e-3
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    for command in (["resume", "EXP-001"], ["sample", "EXP-001", "--max-new-tokens", "4"]):
+        result = cli(home, *command)
+        assert result.exit_code == 3, result.stderr
+        assert "training.learning_rate: 0.003 -> 0.004" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_foreign_or_overfit_final_checkpoint_is_refused(home: Path) -> None:
+    write_experiment(home, "EXP-002")  # the very same config: only the checkpoint's owner differs
+    assert cli(home, "train", "EXP-002", "-q").exit_code == 0
+    assert cli(home, "overfit", "EXP-001", "-q").exit_code in (0, 1)
+    folder = home / "checkpoints" / "EXP-001"
+    for source, reason in ((home / "checkpoints" / "EXP-002", "belongs to EXP-002"), (folder / "overfit", "overfit")):
+        for name in ("step-000012.pt", "step-000012.sha256"):
+            shutil.copy2(source / name, folder / name)
+        for command in (["resume", "EXP-001"], ["resume", "EXP-001", "--step", "12"], ["sample", "EXP-001"]):
+            result = cli(home, *command)
+            assert result.exit_code == 3, (command, result.stderr)
+            assert reason in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_sample_says_when_it_falls_back_to_an_older_checkpoint(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    newest = checkpoint.path_for(home / "checkpoints" / "EXP-001", 12)
+    newest.write_bytes(newest.read_bytes()[:1000])
+    result = cli(home, "sample", "EXP-001", "--max-new-tokens", "4", "--json")
+    assert result.exit_code == 0 and json_out(result)["step"] == 8
+    assert "warning: skipped an invalid checkpoint: step-000012.pt" in result.stderr
+
+
+# ---------------------------------------------------------------- item 4: pipes and hang-ups
+
+
+def test_train_piped_into_head_finishes_the_run(home: Path) -> None:
+    write_experiment(home, training={"steps": 300, "eval_interval": 5}, checkpoint={"interval": 50})
+    script = f"{OCTLM} --home {home} train EXP-001 2>&1 | head -1; exit ${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120, env=ENV)
+    assert done.returncode == 0, done.stdout
+    assert len(done.stdout.splitlines()) == 1
+    assert last_run(home)["status"] == "completed" and last_run(home)["end_step"] == 300
+    assert steps(home) == [200, 250, 300]
+    assert checkpoint_rows(home) == [f"checkpoints/EXP-001/step-000{s}.pt" for s in (200, 250, 300)]
+
+
+def test_sighup_checkpoints_and_exits_129(home: Path) -> None:
+    write_experiment(home, **STEADY)
+    process = start(home, "train", "EXP-001")
+    wait_for(lambda: has_progress(home), process)
+    process.send_signal(signal.SIGHUP)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 129, stderr
+    assert "stopped by SIGHUP" in stderr and "Traceback" not in stderr
+    assert steps(home) and steps(home)[-1] < 1200
+    run = last_run(home)
+    assert run["status"] == "interrupted" and run["end_step"] == steps(home)[-1]
+
+
+def test_nohup_keeps_a_run_going_past_a_hang_up() -> None:
+    from octlm_cli.session import SignalGuard
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with SignalGuard():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with SignalGuard():
+            assert signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, signal.SIG_IGN)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_sigterm_after_the_terminal_hung_up_checkpoints_and_exits_143(home: Path) -> None:
+    write_experiment(home, **STEADY)
+    master, slave = pty.openpty()
+    process = start(home, "train", "EXP-001", stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    try:
+        deadline = time.monotonic() + 60
+        while not has_progress(home) and time.monotonic() < deadline:  # the progress bar is drawn meanwhile
+            if select.select([master], [], [], 0.05)[0]:
+                os.read(master, 65536)
+    finally:
+        os.close(master)  # the terminal hangs up: every later write to it fails with EIO
+    time.sleep(0.5)
+    assert process.poll() is None, "a hung-up terminal stopped the training"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143
+    assert steps(home) and steps(home)[-1] < 1200
+    run = last_run(home)
+    assert run["status"] == "interrupted" and run["end_step"] == steps(home)[-1]
+
+
+# ---------------------------------------------------------------- item 5: validate, then discard
+
+
+def snapshot(home: Path) -> dict[str, str]:
+    """Every file octlm keeps for EXP-001 (checkpoints, tokenizer, run files) and its registry rows."""
+    files = [*(home / "checkpoints" / "EXP-001").rglob("*"), *(home / "runs").glob("EXP-001*")]
+    state = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
+    with sqlite3.connect(home / "registry.db") as conn:
+        for table in ("checkpoints", "runs"):
+            state[table] = repr(conn.execute(f"select * from {table} order by id").fetchall())
+    return state
+
+
+def test_restart_or_overfit_with_a_typo_in_the_sources_keeps_everything(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    assert cli(home, "overfit", "EXP-001", "--steps", "4", "-q").exit_code in (0, 1)
+    config = home / "experiments" / "EXP-001.yaml"
+    config.write_text(config.read_text().replace("corpus/*.txt", "corpsu/*.txt"))
+    before = snapshot(home)
+    assert any(name.endswith("tokenizer.json") for name in before) and any("/overfit/" in n for n in before)
+    for command in (["train", "EXP-001", "--restart"], ["overfit", "EXP-001", "--steps", "4"]):
+        result = cli(home, *command)
+        assert result.exit_code == 2 and "corpsu" in result.stderr, result.stderr
+        assert snapshot(home) == before
+
+
+# ---------------------------------------------------------------- item 6: a locked registry
+
+
+def hold_write_lock(database: Path) -> subprocess.Popen:
+    """Another process opens a write transaction on the registry and keeps it until told to stop."""
+    if shutil.which("sqlite3"):
+        holder = subprocess.Popen(["sqlite3", str(database)], stdin=subprocess.PIPE, text=True)
+        assert holder.stdin is not None
+        holder.stdin.write("BEGIN IMMEDIATE;\n")
+        holder.stdin.flush()
+    else:
+        script = (
+            f"import sqlite3,sys; c=sqlite3.connect({str(database)!r}); c.execute('BEGIN IMMEDIATE'); sys.stdin.read()"
+        )
+        holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, text=True)
+
+    def locked() -> bool:
+        with contextlib.closing(sqlite3.connect(database, timeout=0, isolation_level=None)) as probe:
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                return True
+            probe.execute("ROLLBACK")
+            return False
+
+    wait_for(locked, holder, timeout=30)
+    return holder
+
+
+def test_a_registry_locked_by_another_process_does_not_stop_training(home: Path) -> None:
+    write_experiment(home, training={"steps": 600, "eval_interval": 10}, checkpoint={"interval": 100})
+    process = start(home, "train", "EXP-001")
+    wait_for(lambda: has_progress(home), process)
+    holder = hold_write_lock(home / "registry.db")
+    try:
+        final = checkpoint.path_for(home / "checkpoints" / "EXP-001", 600)
+        wait_for(final.exists, timeout=LOCKED_TRAINING_DEADLINE_S)  # trained to the end under the lock
+        assert holder.poll() is None and process.poll() is None  # still locked: the run waits to record itself
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()  # the transaction ends with its process
+        holder.wait(timeout=30)
+    _, stderr = process.communicate(timeout=150)
+    assert process.returncode == 0, stderr
+    assert "bookkeeping deferred, training goes on" in stderr
+    run = last_run(home)
+    assert run["status"] == "completed" and run["end_step"] == 600 and run["latest_metrics"]["step"] == 600
+    assert checkpoint_rows(home) == [f"checkpoints/EXP-001/step-000{s}.pt" for s in (400, 500, 600)]
+
+
+# ---------------------------------------------------------------- item 12: signals to verify-resume
+
+
+def test_sigterm_to_verify_resume_stops_its_child_and_removes_its_scratch(home: Path, tmp_path: Path) -> None:
+    write_experiment(home, **STEADY)
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    process = start(home, "verify-resume", "EXP-001", "--split-at", "600", env={"TMPDIR": str(scratch_root)})
+    wait_for(lambda: bool(processes_mentioning(str(scratch_root))), process, timeout=120)
+    wait_for(lambda: any(scratch_root.glob("*/a/runs/EXP-001.jsonl")), process, timeout=120)  # a child trains
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr
+    assert "stopped by SIGTERM" in stderr and "Traceback" not in stderr
+    assert list(scratch_root.glob("octlm-verify-*")) == []  # (torch may leave its own cache folder here)
+    assert processes_mentioning(str(scratch_root)) == []
