@@ -31,6 +31,7 @@ from .config_schema import (
     CheckpointConfig,
     Config,
     DataConfig,
+    InitConfig,
     ModelConfig,
     TokenizerConfig,
     TrainingConfig,
@@ -53,6 +54,7 @@ __all__ = [
     "CheckpointConfig",
     "Config",
     "DataConfig",
+    "InitConfig",
     "ModelConfig",
     "TokenizerConfig",
     "TrainingConfig",
@@ -192,7 +194,7 @@ def to_yaml(config: Config) -> str:
     """The resolved config as YAML, sections in their usual order."""
     body = config.to_dict()
     ordered = {k: body[k] for k in TOP_LEVEL if body.get(k)}
-    ordered.update({k: body[k] for k in SECTIONS})
+    ordered.update({k: body[k] for k in SECTIONS if k != "init" or config.init != InitConfig()})
     return yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
 
 

@@ -122,6 +122,12 @@ class TrainingConfig(_Section):
     device: str = _doc("{choices}", "auto", choices=DEVICES)
     compile: bool = _doc("train through torch.compile (needs a C++ compiler on CPU, Triton on GPU)", False)
     eval_interval: int = _doc("evaluate and log every N steps (and at the end)", 20, bound="positive", maximum=10**9)
+    log_interval: int = _doc(
+        "log the training loss (averaged since the last log), learning rate and gradient norm every N steps",
+        5,
+        bound="positive",
+        maximum=10**9,
+    )
     eval_blocks: int = _doc(
         "validation blocks per evaluation (fixed, no randomness)", 16, bound="positive", maximum=2**20
     )
@@ -145,12 +151,32 @@ class CheckpointConfig(_Section):
     keep: int = _doc("newest checkpoints kept (the final one always is)", 3, bound="positive", maximum=10**6)
 
 
+@dataclass(frozen=True)
+class InitConfig(_Section):
+    """Where step 0 comes from when an experiment is forked from another's checkpoint (``new --init-from``)."""
+
+    KEY = "init"
+    parent: str = _doc("the checkpoint forked from, as ID@STEP (empty: a fresh initialisation)", "")
+    checkpoint: str = _doc("that checkpoint's path, relative to the home", "")
+    sha256: str = _doc("that checkpoint's sha256: its weights are step 0's", "")
+    optimizer: bool = _doc("also start from its optimizer and sampler state", False)
+
+    def check(self) -> None:
+        if bool(self.checkpoint) != bool(self.sha256):
+            self.fail("sha256" if self.checkpoint else "checkpoint", "init.checkpoint and init.sha256 go together")
+        if self.sha256 and (len(self.sha256) != 64 or set(self.sha256) - set("0123456789abcdef")):
+            self.fail("sha256", "must be 64 lowercase hexadecimal digits")
+        if self.optimizer and not self.sha256:
+            self.fail("optimizer", "needs init.checkpoint and init.sha256")
+
+
 SECTIONS: dict[str, type[_Section]] = {
     "data": DataConfig,
     "tokenizer": TokenizerConfig,
     "model": ModelConfig,
     "training": TrainingConfig,
     "checkpoint": CheckpointConfig,
+    "init": InitConfig,
 }
 TOP_LEVEL = ("id", "description", "preset")
 
@@ -165,12 +191,15 @@ BOOKKEEPING = frozenset(
         "training.device",
         "checkpoint.interval",
         "checkpoint.keep",
+        "training.log_interval",
+        "init.parent",
+        "init.checkpoint",
     }
 )
 
 # Keys added after the first release, left out of the fingerprint while they hold these values,
 # so that adding a key never changes the fingerprint of an existing experiment.
-ADDED_LATER = {"training.compile": False}
+ADDED_LATER: dict[str, Any] = {"training.compile": False, "init.sha256": "", "init.optimizer": False}
 
 
 @dataclass(frozen=True)
@@ -183,6 +212,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    init: InitConfig = field(default_factory=InitConfig)
 
     def __post_init__(self) -> None:
         for key in TOP_LEVEL:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from .. import __version__
-from . import commands_config, commands_experiments, commands_tools, commands_training, render
+from . import commands_config, commands_experiments, commands_lifecycle, commands_tools, commands_training, render
 from .common import OctlmGroup, StrictCommand
 
 HELP = (
@@ -58,7 +58,7 @@ def _typer(**options: Any) -> typer.Typer:
 
 
 COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists them
-    "new": commands_experiments.new,
+    "new": commands_lifecycle.new,
     "show": commands_experiments.show,
     "train": commands_training.train,
     "resume": commands_training.resume,
@@ -67,6 +67,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists
     "sample": commands_training.sample,
     "doctor": commands_tools.doctor,
     "bench": commands_tools.bench,
+    **commands_lifecycle.COMMANDS,
 }
 CONFIG_COMMANDS: dict[str, Callable[..., Any]] = {"keys": commands_config.keys}
 

@@ -1,4 +1,4 @@
-"""Commands that create and inspect experiments: ``new`` and ``show``. Torch-free."""
+"""``octlm show``: the list, one experiment in detail, several side by side, curves. Torch-free."""
 
 from __future__ import annotations
 
@@ -7,35 +7,10 @@ from typing import Annotated
 
 import typer
 
-from .. import experiments
 from .. import show as shows
-from ..presets import DESCRIPTIONS
 from . import render, show_view
-from .common import JsonOption, SetOption, handled, home_of
+from .common import JsonOption, handled, home_of
 
-NewIdArgument = Annotated[
-    str | None,
-    typer.Argument(metavar="[ID]", help="EXP-<digits>; omitted: the next free EXP-NNN.", show_default=False),
-]
-PresetOption = Annotated[
-    str | None,
-    typer.Option(
-        "--preset",
-        metavar="NAME",
-        help="Start from a preset (default day1). " + "; ".join(f"{n}: {t}" for n, t in DESCRIPTIONS.items()) + ".",
-        show_default=False,
-    ),
-]
-FromOption = Annotated[
-    str | None,
-    typer.Option("--from", metavar="ID", help="Copy the config of an existing experiment.", show_default=False),
-]
-DescriptionOption = Annotated[
-    str | None,
-    typer.Option(
-        "--description", metavar="TEXT", help="One line saying what this experiment tries.", show_default=False
-    ),
-]
 IdsArgument = Annotated[
     list[str] | None,
     typer.Argument(
@@ -81,30 +56,6 @@ ColumnsOption = Annotated[
     ),
 ]
 CsvOption = Annotated[bool, typer.Option("--csv", help="Write CSV on stdout.")]
-
-
-@handled
-def new(
-    ctx: typer.Context,
-    experiment_id: NewIdArgument = None,
-    preset: PresetOption = None,
-    from_id: FromOption = None,
-    overrides: SetOption = None,
-    description: DescriptionOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Write experiments/<ID>.yaml and register it; print the ID on stdout."""
-    home = home_of(ctx)
-    base = experiments.load(home, from_id) if from_id else None
-    config = experiments.build(preset=preset, from_config=base, overrides=overrides or [], description=description)
-    created = experiments.create(home, experiment_id, config)
-    path = home.config_path(created.id)
-    if as_json:
-        render.emit_json({"id": created.id, "path": str(path), "config_hash": created.fingerprint,
-                          "config": created.to_dict()})  # fmt: skip
-    else:
-        print(created.id)
-        render.info(f"wrote {path}")
 
 
 @handled
