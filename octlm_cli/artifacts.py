@@ -1,6 +1,6 @@
 """The one keeper of an experiment's files: checkpoint folders, tokenizer, run files, lock,
-retention, discarding and leftovers; and the translation of training state to and from a
-checkpoint record.
+retention, discarding and leftovers; the translation of training state to and from a checkpoint
+record; a fork's step 0 from its parent checkpoint (``init_from``); and what a run would train under now.
 
 Layout in a home: ``checkpoints/<ID>/`` holds the main track's ``step-NNNNNN.pt`` files and the
 ``tokenizer.json``; ``checkpoints/<ID>/overfit/`` the overfit track's; the run files are
@@ -15,16 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, rng
+from . import checkpoint, corpus, data, rng
 from .checkpoint import Fingerprints, Loaded, Record
 from .config import Config
 from .errors import Refused
 from .home import Home
 from .locking import ExperimentLock
 from .loop import TrainState
-from .prepare import PreparedData
+from .prepare import PreparedData, data_root
 from .registry import Registry
 from .reporting import Reporter
+from .tokenizer import Tokenizer
 
 TOKENIZER = "tokenizer.json"
 OVERFIT = "overfit"
@@ -62,6 +63,13 @@ class ExperimentFiles:
         sizes = {str(self.home.root / row["path"]): row["size"] for row in rows if isinstance(row.get("size"), int)}
         return checkpoint.newest_valid(self.folder, registry.digests(self.home.root, self.experiment_id), step, sizes)
 
+    def discardable(self) -> list[str]:
+        """What ``discard`` removes, relative to the home: checkpoints with their steps, the tokenizer,
+        the run files and the overfit folder (only what exists)."""
+        found = [f"{self.relative(path)} (step {step})" for step, path in checkpoint.listing(self.folder)]
+        paths = (self.tokenizer, self.main.run_file, self.overfit.run_file, self.overfit.folder)
+        return found + [self.relative(path) + ("/" if path.is_dir() else "") for path in paths if path.exists()]
+
     def discard(self, registry: Registry) -> None:
         """``--restart``: checkpoints, tokenizer and run file go; registry rows of old runs stay as history."""
         for _, path in checkpoint.listing(self.folder):
@@ -71,6 +79,7 @@ class ExperimentFiles:
         checkpoint.clean_leftovers(self.folder)
         self.tokenizer.unlink(missing_ok=True)
         self.main.run_file.unlink(missing_ok=True)
+        registry.cut_metrics(self.experiment_id, self.main.kind, 0)
 
     def clear_overfit(self, registry: Registry) -> None:
         """The overfit track always starts from step 0: its checkpoints, rows and run file go."""
@@ -80,6 +89,7 @@ class ExperimentFiles:
                 registry.remove_checkpoint(row["path"])
         shutil.rmtree(self.overfit.folder, ignore_errors=True)
         self.overfit.run_file.unlink(missing_ok=True)
+        registry.cut_metrics(self.experiment_id, OVERFIT, 0)
 
 
 def record_of(
@@ -101,7 +111,22 @@ def record_of(
         config=state.config.to_dict(),
         environment=checkpoint.environment(state.device, state.config.training.precision, state.optimizer_impl),
         metrics=metrics,
+        log_accumulator=state.accumulator.state_dict(),
     )
+
+
+def fingerprints_now(home: Home, config: Config, tokenizer_path: Path) -> Fingerprints:
+    """What a run would train under now, computed without writing anything: the config's fingerprint,
+    the tokenizer file's, and the dataset hash (the corpus is read and hashed, nothing is encoded)."""
+    if not tokenizer_path.exists():
+        raise Refused(
+            f"{tokenizer_path} is missing, so {config.id}'s final checkpoint cannot be checked against it: "
+            f"restore it, or start over with `octlm train {config.id} --restart`"
+        )
+    tokenizer = Tokenizer.load(tokenizer_path)
+    sources, fraction = config.data.sources, config.data.validation_fraction
+    found = corpus.load(sources, data_root(home), fraction, config.data.max_bytes)
+    return Fingerprints(config.fingerprint, data.dataset_hash(found, tokenizer), tokenizer.fingerprint)
 
 
 def restore(prepared: PreparedData, loaded: Loaded, reporter: Reporter) -> TrainState:
@@ -137,7 +162,49 @@ def load_record(state: TrainState, record: Record) -> None:
         step=record.step,
         elapsed_seconds=record.elapsed_seconds,
         rng_state=record.rng[0],
+        log_accumulator=record.log_accumulator,
     )
+
+
+def init_from(state: TrainState, home: Home, fingerprints: Fingerprints, reporter: Reporter) -> Path:
+    """Step 0 of a fork (``init``): the parent checkpoint's weights, and with ``init.optimizer`` its optimizer
+    and sampler state; never its step, schedule or random states. Refuses a file that is missing or not
+    byte for byte ``init.sha256``, and a parent whose model does not fit this config. Returns its path."""
+    init, config = state.config.init, state.config
+    path = home.root / init.checkpoint
+    if not path.is_file():
+        raise Refused(f"{config.id} forks from {init.parent or init.checkpoint}, but {path} is missing")
+    try:
+        record = checkpoint.read(path, init.sha256, exact=True)
+    except checkpoint.InvalidCheckpoint as error:
+        raise Refused(
+            f"{config.id} cannot fork from {init.checkpoint} (init.sha256 {init.sha256[:12]}): {error}"
+        ) from None
+    _check_shapes(state, record, init.parent or init.checkpoint)
+    if record.fingerprints.tokenizer != fingerprints.tokenizer:
+        reporter.warn(f"{init.parent or init.checkpoint} was trained with another tokenizer than {config.id}'s")
+    state.model.load_state_dict(record.model)
+    if init.optimizer:
+        own = [{k: v for k, v in group.items() if k != "params"} for group in state.optimizer.param_groups]
+        state.optimizer.load_state_dict(record.optimizer)
+        for group, settings in zip(state.optimizer.param_groups, own, strict=True):
+            group.update(settings)  # this config's betas, decay and rate; the parent's moments
+        state.sampler.load_state_dict(record.sampler)
+    return path
+
+
+def _check_shapes(state: TrainState, record: Record, parent: str) -> None:
+    """One line when the parent's weights do not fit this model (the first tensor that differs)."""
+    own = state.model.state_dict()
+    for name in sorted(set(own) | set(record.model)):
+        theirs, mine = record.model.get(name), own.get(name)
+        if theirs is None or mine is None or tuple(theirs.shape) != tuple(mine.shape):
+            there = tuple(theirs.shape) if theirs is not None else "absent"
+            here = tuple(mine.shape) if mine is not None else "absent"
+            raise Refused(
+                f"{parent}'s model does not fit {state.config.id}'s config: {name} is {there} there, {here} here; "
+                "forks keep the model's shape"
+            )
 
 
 class CheckpointKeeper:

@@ -62,6 +62,7 @@ class Record:
     config: dict[str, Any]
     environment: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+    log_accumulator: dict[str, Any] = field(default_factory=dict)  # loss sum and count since the last log
 
     def to_payload(self) -> dict[str, Any]:
         """The dict ``torch.save`` writes: ``format``, then every field in declaration order."""
@@ -100,6 +101,7 @@ class Record:
             config=bounded.mapping(flat["config"], "config", sections=True),
             environment=bounded.mapping(flat.get("environment") or {}, "environment"),
             metrics=bounded.mapping(flat.get("metrics") or {}, "metrics"),
+            log_accumulator=bounded.mapping(flat.get("log_accumulator") or {}, "log_accumulator"),
         )
 
 
@@ -223,11 +225,11 @@ def size_cap(known_size: int | None) -> int:
     return known_size + max(known_size // 8, 1 << 20)
 
 
-def read(path: Path, known_sha256: str | None = None, known_size: int | None = None) -> Record:
+def read(path: Path, known_sha256: str | None = None, known_size: int | None = None, *, exact: bool = False) -> Record:
     """Verify and load a checkpoint; raise ``InvalidCheckpoint`` for anything not to be trusted.
 
     The file must be a regular file, not a link, within ``size_cap``; it is read once, checked
-    against its checksums, and only then unpickled (tensors and plain values only)."""
+    against its checksums (only ``known_sha256`` when ``exact``), and only then unpickled."""
     try:
         payload = read_regular(path, max_bytes=size_cap(known_size), follow=False)
     except OSError as error:
@@ -236,7 +238,7 @@ def read(path: Path, known_sha256: str | None = None, known_size: int | None = N
     # Either record is written by octlm only for bytes it wrote; a crash can leave one of them
     # stale (between the checksum and checkpoint renames, or before the registry commit), so
     # the bytes must match at least one, and a file that matches none is never trusted.
-    known = [d for d in (expected_digest(path), known_sha256) if d is not None]
+    known = [d for d in ((None if exact else expected_digest(path)), known_sha256) if d is not None]
     if not known:
         raise InvalidCheckpoint(f"{path.name}: no checksum to verify it against ({sidecar(path).name} missing)")
     if digest not in known:

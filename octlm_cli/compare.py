@@ -39,11 +39,11 @@ def _figures(item: dict[str, Any], records: Records, common: int) -> dict[str, A
         "description": item["description"],
         "status": item["status"],
         "step": item["step"],
-        "final": {k: last.get(k) for k in METRICS},
+        "final": {k: _latest(records, k) for k in METRICS},
         "best": {k: min((r[k] for r in records if r.get(k) is not None), default=None) for k in METRICS},
         "at_equal_tokens": {
             "tokens": equal.get("tokens") if equal else None,
-            **{k: (equal or {}).get(k) for k in METRICS},
+            **{k: _latest(records, k, common) if equal else None for k in METRICS},
         },
         "tokens": last.get("tokens"),
         "tokens_per_second": last.get("tokens_per_second"),
@@ -56,6 +56,15 @@ def _figures(item: dict[str, Any], records: Records, common: int) -> dict[str, A
 def _verdict(verifications: list[dict[str, Any]], kind: str) -> str | None:
     found = [v for v in verifications if v["kind"] == kind]
     return found[-1]["verdict"] if found else None
+
+
+def _latest(records: Records, key: str, tokens: int | None = None) -> Any:
+    """The newest value of ``key`` (at or before ``tokens``): a run file logs the training loss more
+    often than it evaluates, so the last record may not hold every metric."""
+    for record in reversed(records):
+        if record.get(key) is not None and (tokens is None or (record.get("tokens") or 0) <= tokens):
+            return record[key]
+    return None
 
 
 def _at_tokens(records: Records, tokens: int) -> dict[str, Any] | None:

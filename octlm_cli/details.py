@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sqlite3
 from typing import Any
 
 from . import experiments, runfile
@@ -35,6 +36,7 @@ def detail(home: Home, experiment_id: str) -> dict[str, Any]:
         runs = registry.runs(experiment_id)
         checkpoints = registry.checkpoints(experiment_id)
         verdicts = registry.verifications(experiment_id)
+        notes = _notes(registry, experiment_id)
     training = [run for run in runs if run["kind"] in TRAINING_KINDS]
     last = training[-1] if training else None
     return {
@@ -48,11 +50,35 @@ def detail(home: Home, experiment_id: str) -> dict[str, Any]:
             "data": _newest(runs, "data_hash"),
             "tokenizer": _newest(runs, "tokenizer_hash"),
         },
+        **lifecycle(row or {}, resolved, notes),
         "config": resolved,
         "runs": runs,
         "checkpoints": checkpoints,
         "verifications": verdicts,
     }
+
+
+def lifecycle(row: dict[str, Any], config: dict[str, Any], notes: list[Any]) -> dict[str, Any]:
+    """Tags, notes, archived and the parent checkpoint of a fork (``init.parent``), whichever the registry
+    row and config hold (a registry without them reads as none)."""
+    init = config.get("init") if isinstance(config.get("init"), dict) else {}
+    tags = row.get("tags")
+    return {
+        "tags": [str(t) for t in tags] if isinstance(tags, list) else [],
+        "notes": notes,
+        "archived": bool(row.get("archived")),
+        "parent": (init or {}).get("parent") or None,
+    }
+
+
+def _notes(registry: Registry, experiment_id: str) -> list[Any]:
+    """The experiment's notes, when this registry keeps them (``Registry.notes``)."""
+    read = getattr(registry, "notes", None)
+    try:
+        found = read(experiment_id) if callable(read) else []
+    except sqlite3.OperationalError:  # a registry from before notes, opened read-only
+        return []
+    return list(found) if isinstance(found, (list, tuple)) else []
 
 
 def run_records(home: Home, experiment_id: str) -> list[dict[str, Any]]:

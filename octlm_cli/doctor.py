@@ -11,7 +11,10 @@ left ``running`` by a process that is gone (pid and start time) or by another ho
 be checked from here (``--repair --other-hosts`` marks those crashed); a checkpoint whose
 ``.sha256`` file and registry row disagree (the file's bytes say which one is stale, and
 ``--repair`` rewrites that one); and a checkpoint in ``checkpoints/<ID>/`` that records another
-experiment or another track (``overfit``): foreign, never used to rebuild rows.
+experiment or another track (``overfit``): foreign, never used to rebuild rows. Rows of an experiment
+whose YAML is gone are removed by ``--repair`` (as ``octlm rm --keep-files``). A run rebuilt from
+checkpoints reads ``completed`` at ``training.steps`` and ``stopped`` before it. Each problem says whether
+``--repair`` can fix it, and ``advice`` recommends it only then.
 """
 
 from __future__ import annotations
@@ -34,16 +37,42 @@ from .registry import Registry, now
 Problem = dict[str, Any]
 
 
+# What --repair cannot fix: the files themselves are wrong, and only a person can tell how.
+UNREPAIRABLE = frozenset({"invalid config", "invalid checkpoint", "foreign checkpoint"})
+
+
 def _problem(kind: str, where: str, detail: str, repaired: bool = False) -> Problem:
-    return {"kind": kind, "where": where, "detail": detail, "repaired": repaired}
+    return {
+        "kind": kind,
+        "where": where,
+        "detail": detail,
+        "repaired": repaired,
+        "repairable": kind not in UNREPAIRABLE,
+    }
 
 
 def run(home: Home, repair: bool = False, other_hosts: bool = False) -> dict[str, Any]:
+    """The report: {"home", "repair", "problems", "healthy", "advice"}; ``advice`` is the closing line, which
+    recommends ``--repair`` only when it would fix something still listed."""
     with Registry(home.registry, create=repair) as registry:  # checking never creates or writes a registry
         problems = _damaged_cells(home, registry, repair)
         problems += _experiments(home, registry, repair) + _stuck_runs(registry, repair, other_hosts)
     unrepaired = [p for p in problems if not p["repaired"]]
-    return {"home": str(home.root), "repair": repair, "problems": problems, "healthy": not unrepaired}
+    return {"home": str(home.root), "repair": repair, "problems": problems, "healthy": not unrepaired,
+            "advice": advice(problems)}  # fmt: skip
+
+
+def advice(problems: list[Problem]) -> str:
+    """The closing line: healthy, or what to do about the problems left (the repair that fixes some, or none)."""
+    left = [p for p in problems if not p["repaired"]]
+    if not left:
+        return "healthy"
+    fixable = [p for p in left if p["repairable"]]
+    if not fixable:
+        return f"problems found ({len(left)}) that --repair cannot fix: see the detail of each"
+    hosts = " --other-hosts" if any(p["kind"] == "run on another host" for p in fixable) else ""
+    share = "" if len(fixable) == len(left) else f" ({len(fixable)} of {len(left)} it can fix)"
+    return f"problems found: run `octlm doctor --repair{hosts}`{share}"
 
 
 def _damaged_cells(home: Home, registry: Registry, repair: bool) -> list[Problem]:
@@ -58,7 +87,7 @@ def _damaged_cells(home: Home, registry: Registry, repair: bool) -> list[Problem
 
 
 def _repair_cell(home: Home, registry: Registry, table: str, row_id: Any, column: str) -> None:
-    if table == "experiments":  # the YAML file holds the config: register it again
+    if (table, column) == ("experiments", "config_json"):  # the YAML file holds the config: register it again
         try:
             experiments.register(home, registry, experiments.load(home, str(row_id)))
             return
@@ -83,8 +112,20 @@ def _experiments(home: Home, registry: Registry, repair: bool) -> list[Problem]:
             problems.append(_problem("experiment without row", experiment_id, detail, repair))
         problems += _checkpoints(home, registry, experiment_id, repair)
     for experiment_id in sorted(registered - set(ids)):
-        problems.append(_problem("row without config", experiment_id, f"no experiments/{experiment_id}.yaml"))
+        problems.append(_row_without_config(home, registry, experiment_id, repair))
     return problems
+
+
+def _row_without_config(home: Home, registry: Registry, experiment_id: str, repair: bool) -> Problem:
+    """Rows of an experiment whose config is gone: repairing removes them all, as ``octlm rm --keep-files``."""
+    fixed = repair and _locked(home, experiment_id, lambda: registry.remove_experiment(experiment_id))
+    if fixed:
+        detail = f"no experiments/{experiment_id}.yaml; its rows were removed (files, if any, kept)"
+    elif repair:
+        detail = f"no experiments/{experiment_id}.yaml; left alone: the experiment is locked by a running process"
+    else:
+        detail = f"no experiments/{experiment_id}.yaml; --repair removes its rows (as `octlm rm --keep-files`)"
+    return _problem("row without config", experiment_id, detail, fixed)
 
 
 def _stuck_runs(registry: Registry, repair: bool, other_hosts: bool) -> list[Problem]:
@@ -236,8 +277,9 @@ def _missing_run(registry: Registry, experiment_id: str, step: int, record: chec
             latest_metrics=record.metrics, host=None, pid=None, torch_version=environment.get("torch"),
             device=environment.get("device"), dtype=environment.get("dtype"), threads=environment.get("threads"),
         )  # fmt: skip
+        last = isinstance(steps, int) and step >= steps  # else ``stopped``, as a run ended by --until records itself
         registry.finish_run(
-            run_id, "completed" if step == steps else "interrupted", final_metrics=record.metrics,
+            run_id, "completed" if last else "stopped", final_metrics=record.metrics,
             error=f"rebuilt from checkpoints by octlm doctor --repair at {now()}",
         )  # fmt: skip
     detail = f"progress up to step {step} not in runs"

@@ -5,18 +5,22 @@ Torch-free: ``octlm new`` and ``octlm show`` run through here and must start fas
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from . import config as cfg
-from .errors import BadInput
-from .fsutil import check_regular, create_temporary
+from .errors import BadInput, OctlmError, Refused
+from .fsutil import check_regular, create_temporary, open_regular, read_regular
 from .home import Home, id_number, validate_id
 from .presets import preset as preset_raw
 from .registry import Registry
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes of YAML
+FORK_POINT = re.compile(r"(EXP-[0-9]{1,9})@([0-9]{1,12})")
 
 
 def load(home: Home, experiment_id: str) -> cfg.Config:
@@ -51,9 +55,16 @@ def register(home: Home, registry: Registry, config: cfg.Config) -> None:
 
 
 def build(
-    *, preset: str | None, from_config: cfg.Config | None, overrides: list[str], description: str | None
+    *,
+    preset: str | None,
+    from_config: cfg.Config | None,
+    overrides: list[str],
+    description: str | None,
+    init: dict[str, Any] | None = None,
 ) -> cfg.Config:
-    """Resolve a new experiment's config (without its ID) from a preset or another experiment."""
+    """Resolve a new experiment's config (without its ID) from a preset or another experiment, and with
+    ``init`` (``fork_init``) the checkpoint its step 0 starts from. Copied from another experiment, the
+    description defaults to where it came from: "from EXP-008: training.learning_rate=1e-3"."""
     if preset and from_config is not None:
         raise BadInput("--preset and --from cannot be used together: choose one")
     if from_config is not None:
@@ -61,10 +72,77 @@ def build(
     else:
         raw = preset_raw(preset or "day1")
     raw = cfg.apply_overrides(raw, overrides)
+    if init is not None:
+        raw["init"] = init
+    parent = init["parent"] if init is not None else from_config.id if from_config is not None else None
+    if description is None and parent:
+        description = f"from {parent}" + (f": {', '.join(overrides)}" if overrides else "")
     if description is not None:
         raw["description"] = description
     raw.pop("id", None)
     return cfg.from_dict(raw, "--set" if overrides else "new")
+
+
+def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> dict[str, Any]:
+    """The ``init`` section of a fork from ``ID@STEP`` (``new --init-from``): the checkpoint's path relative to
+    the home and its sha256, read from its ``.sha256`` file and checked against its bytes (torch-free).
+    BadInput for a malformed spec, an unknown experiment or a step without a checkpoint; Refused for a
+    checkpoint whose bytes do not match its checksum."""
+    match = FORK_POINT.fullmatch(spec.strip())
+    if match is None:
+        raise BadInput(f"--init-from {spec!r}: expected ID@STEP, e.g. EXP-008@200")
+    parent, step = match.group(1), int(match.group(2))
+    folder = home.checkpoint_dir(parent)
+    if not home.config_path(parent).exists() and not folder.is_dir():
+        raise BadInput(f"--init-from {spec}: unknown experiment {parent}")
+    path = folder / f"step-{step:06d}.pt"
+    if not path.is_file():
+        steps = sorted(int(p.stem[5:]) for p in folder.glob("step-*.pt") if p.stem[5:].isdigit())
+        have = f"its checkpoints are at steps {', '.join(map(str, steps))}" if steps else "it has no checkpoints"
+        raise BadInput(f"--init-from {spec}: {parent} has no checkpoint at step {step}; {have}")
+    digest = _verified_digest(path)
+    return {"parent": f"{parent}@{step}", "checkpoint": str(path.relative_to(home.root)), "sha256": digest,
+            "optimizer": optimizer}  # fmt: skip
+
+
+def _verified_digest(path: Path) -> str:
+    """The sha256 of ``path`` as its ``.sha256`` file gives it, once the file's bytes agree."""
+    try:
+        written = read_regular(path.with_suffix(".sha256"), max_bytes=4096, follow=False).decode().split()[0]
+    except (OSError, IndexError, UnicodeDecodeError):
+        raise Refused(f"{path.name}: no readable {path.with_suffix('.sha256').name} to verify it against") from None
+    try:
+        with open(open_regular(path, max_bytes=None, follow=False), "rb") as handle:
+            actual = hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError as error:
+        raise Refused(f"{path}: cannot be read: {error.strerror or error}") from None
+    if actual != written:
+        raise Refused(f"{path.name}: checksum mismatch (truncated or corrupted); it cannot be forked from")
+    return actual
+
+
+def same_fingerprint(home: Home, config: cfg.Config) -> list[str]:
+    """The other experiments (registered, or only a file) whose config fingerprint equals ``config``'s."""
+    with Registry(home.registry, create=False) as registry:
+        found, known = set(registry.same_config(config.fingerprint)), set(registry.experiment_ids())
+    for other in unregistered_files(home, known | {config.id}):
+        try:
+            if load(home, other).fingerprint == config.fingerprint:
+                found.add(other)
+        except OctlmError:
+            continue
+    return sorted(found - {config.id})
+
+
+def description(home: Home, experiment_id: str) -> str | None:
+    """The description in ``experiments/<ID>.yaml`` as it reads now (None when the file is missing or
+    invalid): the views show it rather than the registry's copy, which is synced only when written."""
+    if not home.config_path(experiment_id).exists():
+        return None
+    try:
+        return load(home, experiment_id).description
+    except OctlmError:
+        return None
 
 
 def create(home: Home, experiment_id: str | None, config: cfg.Config) -> cfg.Config:

@@ -8,48 +8,81 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from . import experiments
-from .config import flatten
+from .config import describe_keys, flatten
 from .errors import BadInput
 from .home import Home
 from .registry import Registry
 
 LIST_COLUMNS = (
     "id", "description", "status", "step", "steps", "train_loss", "eval_loss",
-    "perplexity", "bits_per_byte", "tokens", "last_verdict", "updated",
+    "perplexity", "bits_per_byte", "tokens", "last_verdict", "updated", "tags", "archived",
 )  # fmt: skip
+NUMERIC_COLUMNS = frozenset({"step", "steps", "train_loss", "eval_loss", "perplexity", "bits_per_byte", "tokens"})
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "=": operator.eq, "<": operator.lt, ">": operator.gt,
+    "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "==": operator.eq, "=": operator.eq,
+    "<": operator.lt, ">": operator.gt, "~": operator.contains,
 }  # fmt: skip
-WHERE = re.compile(r"\s*([A-Za-z_][\w.]*)\s*(<=|>=|!=|=|<|>)\s*(.*?)\s*")
+WHERE = re.compile(r"\s*([A-Za-z_][\w.]*)\s*(==|!=|<=|>=|=|<|>|~)\s*(.*?)\s*")
+WHERE_HELP = "KEY OP VALUE, KEY a listing column or a config key, OP one of == (or =), !=, <, <=, >, >=, ~ (contains)"
 Row = dict[str, Any]
 
 
-def rows(home: Home) -> list[Row]:
-    """One row per experiment (registered or only a file), by ID, with every listing column."""
+def rows(home: Home, include_archived: bool = True) -> list[Row]:
+    """One row per experiment (registered or only a file), by ID, with every listing column; archived
+    experiments only with ``include_archived``."""
     with Registry(home.registry, create=False) as registry:
         summaries = registry.summary_rows()
         running = {row["experiment_id"]: row["status"] for row in registry.running_runs()}
     out = [
-        {key: row.get(key) for key in LIST_COLUMNS} | {"status": running.get(row["id"], row["status"] or "new")}
+        {key: row.get(key) for key in LIST_COLUMNS}
+        | {"description": _description(home, row), "tags": _tags(row.get("tags"))}
+        | {"status": running.get(row["id"], row["status"] or "new")}
+        | {"archived": bool(row.get("archived"))}
         for row in summaries
     ]
     for missing in experiments.unregistered_files(home, {row["id"] for row in summaries}):
-        out.append({key: None for key in LIST_COLUMNS} | {"id": missing, "status": "new"})
+        out.append(
+            {key: None for key in LIST_COLUMNS} | {"id": missing, "status": "new", "tags": []} | {"archived": False}
+        )
     out.sort(key=lambda row: str(row["id"]))
-    return out
+    return out if include_archived else [row for row in out if not row["archived"]]
+
+
+def _description(home: Home, row: Row) -> Any:
+    """The YAML's description when the file changed after the row was last written (edits show at once)."""
+    try:
+        changed = home.config_path(row["id"]).stat().st_mtime
+        written = datetime.fromisoformat(row["updated"]).timestamp() if row.get("updated") else 0.0
+    except (OSError, ValueError, BadInput):
+        return row.get("description")
+    fresh = experiments.description(home, row["id"]) if changed > written else None
+    return row.get("description") if fresh is None else fresh
+
+
+def _tags(value: Any) -> list[str]:
+    return [str(tag) for tag in value] if isinstance(value, list) else []
 
 
 def select(
-    home: Home, *, where: list[str], sort: str | None, limit: int | None, columns: list[str] | None
+    home: Home,
+    *,
+    where: list[str],
+    sort: str | None,
+    limit: int | None,
+    columns: list[str] | None,
+    include_archived: bool = False,
 ) -> list[Row]:
-    """The rows ``octlm show`` lists: filtered, sorted, cut to ``limit`` and to ``columns`` (default LIST_COLUMNS)."""
-    found = rows(home)
+    """The rows ``octlm show`` lists: filtered, sorted, cut to ``limit`` and to ``columns`` (default LIST_COLUMNS);
+    archived experiments only with ``include_archived``."""
+    tests = [predicate(expression) for expression in where]  # a malformed filter is BadInput before any read
+    found = rows(home, include_archived)
     if any("." in text for text in [*where, sort or "", *(columns or [])]):
         found = with_config(home, found)
-    found = filter_rows(found, where, sort, limit)
+    found = filter_rows([row for row in found if all(test(row) for test in tests)], [], sort, limit)
     return project(found, columns)
 
 
@@ -87,27 +120,68 @@ def _number(text: Any) -> float | None:
         return None
 
 
-def predicate(expression: str) -> Callable[[Row], bool]:
-    """``eval_loss<2.5``, ``status=completed``, ``model.n_layers=4``: a Python predicate, never SQL."""
+def config_keys() -> dict[str, str]:
+    """{config key: its type} (``training.steps``: ``int``)."""
+    return {item["key"]: str(item["type"]) for item in describe_keys()}
+
+
+def parse_where(expression: str) -> tuple[str, str, str]:
+    """``(key, op, value)`` of a ``--where`` expression; BadInput naming what is wrong with it."""
     match = WHERE.fullmatch(expression)
     if not match:
-        raise BadInput(f"--where {expression!r}: expected KEY OP VALUE with OP one of <, <=, =, !=, >=, >")
+        raise BadInput(f"--where {expression!r}: expected {WHERE_HELP}")
     key, op, raw = match.groups()
-    compare_with = OPERATORS[op]
-    wanted_number = _number(raw)
+    if raw == "" or raw[0] in "<>=!~":
+        raise BadInput(f"--where {expression!r}: malformed value {raw!r} after {op!r}; expected {WHERE_HELP}")
+    types = config_keys()
+    if key not in LIST_COLUMNS and key not in types:
+        raise BadInput(f"--where {key}: unknown key; use a listing column ({', '.join(LIST_COLUMNS)}) or a config key")
+    numeric = key in NUMERIC_COLUMNS or types.get(key) in ("int", "float")
+    if numeric and op not in ("~",) and _number(raw) is None:
+        raise BadInput(f"--where {expression!r}: {key} is a number; {raw!r} is not")
+    return key, "==" if op == "=" else op, raw
+
+
+def predicate(expression: str) -> Callable[[Row], bool]:
+    """``eval_loss<2.5``, ``status=completed``, ``model.n_layers==4``, ``description~lr``: a Python predicate,
+    never SQL. A number given with decimals matches at that precision (``eval_loss==4.39`` matches 4.3912)."""
+    key, op, raw = parse_where(expression)
+    wanted = _number(raw)
 
     def test(row: Row) -> bool:
         value = row.get(key)
         if value is None:
-            return False
+            return op == "!="
+        if isinstance(value, list):
+            return _any_item(op, raw, value)
         have = _number(value) if not isinstance(value, bool) else None
-        if wanted_number is not None and have is not None:
-            return compare_with(have, wanted_number)
-        if op not in ("=", "!="):
-            return False
-        return compare_with(str(value).lower() if isinstance(value, bool) else str(value), raw)
+        if op == "~":
+            return raw.lower() in _text(value).lower()
+        if wanted is not None and have is not None:
+            return _compare_numbers(op, have, wanted, raw)
+        return bool(OPERATORS[op](_text(value), raw))  # text: equal, or in order (an ID, a date)
 
     return test
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _any_item(op: str, raw: str, items: list[Any]) -> bool:
+    """A list (tags): ``==`` one item is ``raw``, ``!=`` none is, ``~`` one contains it."""
+    texts = [_text(item) for item in items]
+    if op == "~":
+        return any(raw.lower() in t.lower() for t in texts)
+    return (raw in texts) if op != "!=" else raw not in texts
+
+
+def _compare_numbers(op: str, have: float, wanted: float, raw: str) -> bool:
+    if op in ("==", "!=") and "." in raw and "e" not in raw.lower():
+        decimals = len(raw.split(".", 1)[1])
+        same = abs(have - wanted) <= 0.5 * 10**-decimals + 1e-12
+        return same if op == "==" else not same
+    return bool(OPERATORS[op](have, wanted))
 
 
 def filter_rows(found: list[Row], where: list[str], sort: str | None, limit: int | None) -> list[Row]:

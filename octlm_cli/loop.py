@@ -87,6 +87,38 @@ def make_objective(model: Decoder, device: torch.device, precision: str, compile
     return torch.compile(objective, dynamic=False)
 
 
+class LogAccumulator:
+    """The training loss summed on the device since the last logged record, and how many steps that is.
+
+    ``add`` never syncs with the host; ``take`` (at a logged step) does, once. The mean is defined as
+    ``float(sum of float64(loss)) / count``, summed in step order, so it is the same split or not:
+    the running sum and count travel in the checkpoint (``state_dict`` / ``load_state_dict``).
+    """
+
+    def __init__(self, device: torch.device):
+        self.dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+        self.total = torch.zeros((), dtype=self.dtype, device=device)
+        self.count = 0
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.total += loss.to(self.dtype)
+        self.count += 1
+
+    def take(self) -> float:
+        """The mean since the last ``take`` (the one host sync), and a fresh start."""
+        mean = self.total.item() / max(1, self.count)
+        self.total.zero_()
+        self.count = 0
+        return mean
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"loss_sum": self.total.item(), "count": self.count} if self.count else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.total.fill_(float(state.get("loss_sum", 0.0)))
+        self.count = int(state.get("count", 0))
+
+
 @dataclass
 class TrainState:
     """Everything that carries training progress, with ``state_dict`` / ``load_state_dict``."""
@@ -101,6 +133,16 @@ class TrainState:
     objective: Callable[..., torch.Tensor]
     step: int = 0
     elapsed: float = 0.0  # seconds of training before this process, for the run file
+    log: LogAccumulator | None = None  # the loss since the last logged record (built with the state)
+
+    def __post_init__(self) -> None:
+        if self.log is None:
+            self.log = LogAccumulator(self.device)
+
+    @property
+    def accumulator(self) -> LogAccumulator:
+        assert self.log is not None
+        return self.log
 
     @classmethod
     def fresh(cls, config: Config, device: torch.device, num_blocks: int, batch_size: int | None = None) -> TrainState:
@@ -131,6 +173,7 @@ class TrainState:
         step: int,
         elapsed_seconds: float,
         rng_state: dict[str, Any],
+        log_accumulator: dict[str, Any] | None = None,
     ) -> None:
         """Continue from saved progress (a checkpoint's parts)."""
         self.model.load_state_dict(model)
@@ -140,6 +183,7 @@ class TrainState:
             self.scaler.load_state_dict(scaler)
         self.step = int(step)
         self.elapsed = float(elapsed_seconds)
+        self.accumulator.load_state_dict(log_accumulator or {})
         rng.restore(rng_state)  # last: after the model and optimizer are built, right before the first batch
 
 
@@ -200,12 +244,30 @@ def evaluate(
 
 @dataclass
 class LoopHooks:
-    """How the loop reports; every hook is optional."""
+    """How the loop reports; every hook is optional. ``on_eval`` receives every logged record."""
 
     on_step: Callable[[int], None] = lambda step: None
     on_eval: Callable[[dict[str, Any]], None] = lambda record: None
     on_checkpoint: Callable[[TrainState], None] = lambda state: None
     should_stop: Callable[[], bool] = lambda: False
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """When the loop logs, evaluates and checkpoints; none of it touches a random stream."""
+
+    eval_interval: int
+    checkpoint_interval: int
+    log_interval: int = 0  # 0: log only where it evaluates
+
+    def evaluates(self, step: int, last: int) -> bool:
+        return step % self.eval_interval == 0 or step == last
+
+    def logs(self, step: int, last: int) -> bool:
+        return bool(self.log_interval and step % self.log_interval == 0) or self.evaluates(step, last)
+
+    def checkpoints(self, step: int, until: int) -> bool:
+        return step % self.checkpoint_interval == 0 or step == until
 
 
 def train_until(
@@ -217,14 +279,18 @@ def train_until(
     eval_interval: int,
     checkpoint_interval: int,
     hooks: LoopHooks,
+    log_interval: int = 0,
 ) -> bool:
     """Train from ``state.step`` to ``until``; True when ``should_stop`` ended the loop early.
 
-    Evaluates at multiples of ``eval_interval`` and at the config's last step, never elsewhere,
-    so where a run is split does not change its run file. Checkpoints at multiples of
-    ``checkpoint_interval``, at ``until`` and when stopped. Cadence never touches a random stream.
+    Logs a record at multiples of ``log_interval``, and evaluates (adding the evaluation to that
+    step's record) at multiples of ``eval_interval`` and at the config's last step, never elsewhere,
+    so where a run is split does not change its run file. Each record's ``train_loss`` is the mean
+    since the previous record. Checkpoints at multiples of ``checkpoint_interval``, at ``until`` and
+    when stopped.
     """
     schedule = for_config(state.config.training)
+    cadence, last = Cadence(eval_interval, checkpoint_interval, log_interval), state.config.training.steps
     state.model.train()
     while state.step < until:
         if hooks.should_stop():
@@ -232,26 +298,31 @@ def train_until(
             return True
         learning_rate = schedule(state.step)
         loss, norm = train_step(state, train_blocks, learning_rate)
+        state.accumulator.add(loss)
         hooks.on_step(state.step)
-        if state.step % eval_interval == 0 or state.step == state.config.training.steps:
-            hooks.on_eval(_record(state, eval_blocks, learning_rate, loss, norm))
-        if state.step % checkpoint_interval == 0 or state.step == until:
+        if cadence.logs(state.step, last):
+            evaluation = _evaluation(state, eval_blocks) if cadence.evaluates(state.step, last) else {}
+            hooks.on_eval(_record(state, learning_rate, norm, evaluation))
+        if cadence.checkpoints(state.step, until):
             hooks.on_checkpoint(state)
     return False
 
 
+def _evaluation(state: TrainState, eval_blocks: TokenBlocks) -> dict[str, float]:
+    precision, batch_size = state.config.training.precision, state.sampler.batch_size
+    return evaluate(state.model, eval_blocks, state.device, precision, batch_size)
+
+
 def _record(
-    state: TrainState, eval_blocks: TokenBlocks, learning_rate: float, loss: torch.Tensor, norm: torch.Tensor
+    state: TrainState, learning_rate: float, norm: torch.Tensor, evaluation: dict[str, float]
 ) -> dict[str, Any]:
-    """One run-file record: the logged step's loss and norm (the only host syncs), and an evaluation."""
-    evaluation = evaluate(
-        state.model, eval_blocks, state.device, state.config.training.precision, state.sampler.batch_size
-    )
+    """One run-file record: the mean loss since the last record and the logged step's gradient norm
+    (the only host syncs), and the evaluation at an evaluation step."""
     return {
         "step": state.step,
         "tokens": state.tokens,
         "lr": learning_rate,
-        "train_loss": loss.item(),
+        "train_loss": state.accumulator.take(),
         **evaluation,
         "gradient_norm": norm.item(),
     }

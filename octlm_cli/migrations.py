@@ -122,22 +122,26 @@ def m003_pid_start_json_guards(db: Database) -> None:
     # taken for the run; and the summary view again, each JSON cell read only when it is valid JSON,
     # so one damaged cell no longer fails every read of the view.
     db.table("runs").add_column("pid_start", int)
+    _guarded_summary_view(db, lifecycle=False)
+
+
+def _guarded_summary_view(db: Database, lifecycle: bool) -> None:
+    """The summary view (m002's columns) with each JSON cell read only when it is valid JSON (m003 on);
+    with ``lifecycle`` also ``archived`` and ``tags`` (m004 on)."""
+    metrics = ",\n".join(
+        f"case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.{name}') end as {name}"
+        for name in ("train_loss", "eval_loss", "perplexity", "bits_per_byte", "tokens")
+    )
+    extra = "e.archived, case when json_valid(e.tags) then e.tags end as tags," if lifecycle else ""
     db.execute("drop view if exists experiment_summary")
     db.create_view(
         "experiment_summary",
-        """
+        f"""
         select
-          e.id, e.description, e.preset, e.created, e.config_hash,
+          e.id, e.description, e.preset, e.created, e.config_hash, {extra}
           r.status, r.kind as last_run_kind, r.end_step as step,
           case when json_valid(e.config_json) then json_extract(e.config_json, '$.training.steps') end as steps,
-          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.train_loss') end
-            as train_loss,
-          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.eval_loss') end as eval_loss,
-          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.perplexity') end
-            as perplexity,
-          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.bits_per_byte') end
-            as bits_per_byte,
-          case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.tokens') end as tokens,
+          {metrics},
           (select v.kind || ': ' || v.verdict from verifications v
              where v.experiment_id = e.id order by v.id desc limit 1) as last_verdict,
           coalesce(r.updated, e.updated) as updated
@@ -147,6 +151,39 @@ def m003_pid_start_json_guards(db: Database) -> None:
           order by id desc limit 1)
         """,
     )
+
+
+# The tables of m004 as created then.
+NOTES_V1: dict[str, type] = {"id": int, "experiment_id": str, "created": str, "text": str}
+METRICS_V1: dict[str, type] = {
+    "id": int,
+    "experiment_id": str,
+    "run_id": int,
+    "track": str,  # train | overfit
+    "step": int,
+    "tokens": int,
+    "lr": float,
+    "train_loss": float,
+    "eval_loss": float,
+    "perplexity": float,
+    "bits_per_byte": float,
+    "gradient_norm": float,
+    "elapsed_seconds": float,
+    "tokens_per_second": float,
+}
+
+
+@migrations()
+def m004_lifecycle_metrics(db: Database) -> None:
+    # The experiment lifecycle (archived, tags as a JSON list, notes) and the run files' records as rows,
+    # so sqlite-utils and Datasette can chart curves; the summary view again, with archived and tags.
+    db.table("experiments").add_column("archived", int, not_null_default=0)
+    db.table("experiments").add_column("tags", str)
+    db.table("notes").create(NOTES_V1, pk="id", foreign_keys=[("experiment_id", "experiments", "id")])
+    db.table("notes").create_index(["experiment_id"])
+    db.table("metrics").create(METRICS_V1, pk="id", foreign_keys=[("experiment_id", "experiments", "id")])
+    db.table("metrics").create_index(["experiment_id", "track", "step"])
+    _guarded_summary_view(db, lifecycle=True)
 
 
 NAMES = [m.name for m in migrations._migrations]

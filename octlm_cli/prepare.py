@@ -1,4 +1,6 @@
-"""From a config to training data: corpus, tokenizer (trained once, then reused), token streams, blocks."""
+"""From a config to training data: corpus, tokenizer (trained once, then reused), token streams, blocks.
+
+Each long phase (reading, training the tokenizer, encoding, then the first step) is told to the reporter."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from . import corpus, data, runtime
 from .checkpoint import Fingerprints
 from .config import Config
 from .home import Home
-from .tokenizer import Tokenizer, load_or_train
+from .reporting import QuietReporter, Reporter
+from .tokenizer import Tokenizer, cache_path, from_cache, load_or_train, to_cache
 
 
 def data_root(home: Home) -> Path:
@@ -43,19 +46,26 @@ class PreparedData:
         return PreparedData(self.config, self.device, self.tokenizer, block, block, self.data_hash, self.notes)
 
 
-def prepare(home: Home, config: Config, tokenizer_path: Path) -> PreparedData:
-    """Set up the process, then read the corpus, load or train the tokenizer and cut blocks.
+def prepare(
+    home: Home, config: Config, tokenizer_path: Path, reporter: Reporter | None = None, first_step: bool = True
+) -> PreparedData:
+    """Set up the process, then read the corpus, load (or take from the cache, or train) the tokenizer and
+    cut blocks, telling ``reporter`` each phase; with ``first_step``, the last phase is the first step.
 
-    A newly trained tokenizer is saved only after the whole corpus has encoded with it."""
+    A newly trained or cached tokenizer is saved only after the whole corpus has encoded with it."""
+    report = reporter or QuietReporter()
     device = runtime.prepare_process(config)
-    found = corpus.load(config.data.sources, data_root(home), config.data.validation_fraction, config.data.max_bytes)
-    tokenizer, trained = load_or_train(tokenizer_path, [d.text for d in found.train], config.tokenizer.vocab_size)
+    found = _read_corpus(home, config, report)
+    tokenizer, how, cached = _tokenizer(home, config, tokenizer_path, found, report)
     data_hash = data.dataset_hash(found, tokenizer)
+    report.phase("encoding", f"{_megabytes(found)} MB with {tokenizer.vocab_size:,} tokens")
     streams = data.token_streams(found, tokenizer, home.cache, data_hash)
     notes = [streams.note] if streams.note else []
-    if trained:
+    if how != "loaded":
         tokenizer.save(tokenizer_path)
-        notes.append(f"trained tokenizer ({tokenizer.vocab_size} tokens) -> {tokenizer_path}")
+        notes.append(_tokenizer_note(how, tokenizer, tokenizer_path, cached))
+    if how == "trained":
+        to_cache(tokenizer, cached)
     train_blocks = data.make_blocks(streams.train, tokenizer, config.model.context_length)
     if len(streams.validation):
         validation = data.make_blocks(streams.validation, tokenizer, config.model.context_length)
@@ -63,4 +73,46 @@ def prepare(home: Home, config: Config, tokenizer_path: Path) -> PreparedData:
         notes.append("no validation documents: evaluating on training blocks (set data.validation_fraction)")
         validation = train_blocks
     eval_blocks = validation.select(slice(0, config.training.eval_blocks))
+    if first_step:
+        _first_step(config, device, report)
     return PreparedData(config, device, tokenizer, train_blocks, eval_blocks, data_hash, tuple(notes))
+
+
+def _megabytes(found: corpus.Corpus) -> str:
+    documents = (*found.train, *found.validation)
+    return f"{sum(len(d.text.encode('utf-8', 'surrogatepass')) for d in documents) / 1e6:,.1f}"
+
+
+def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
+    report.phase("reading corpus")
+    found = corpus.load(config.data.sources, data_root(home), config.data.validation_fraction, config.data.max_bytes)
+    count = len(found.train) + len(found.validation)
+    report.phase("reading corpus", f"{_megabytes(found)} MB, {count:,} documents")
+    return found
+
+
+def _tokenizer(
+    home: Home, config: Config, path: Path, found: corpus.Corpus, report: Reporter
+) -> tuple[Tokenizer, str, Path]:
+    """The experiment's tokenizer, the cached one, or a newly trained one (the library's own progress
+    on a terminal); how it was found; and where the cache keeps it."""
+    texts, vocab_size = [d.text for d in found.train], config.tokenizer.vocab_size
+    cached = cache_path(home.cache, texts, vocab_size)
+    if not os.path.lexists(path) and from_cache(cached) is None:
+        detail = f"{vocab_size:,} tokens on {len(texts):,} documents"
+        report.phase("training tokenizer", detail, own_progress=report.interactive)
+    tokenizer, how = load_or_train(path, texts, vocab_size, cached, show_progress=report.interactive)
+    return tokenizer, how, cached
+
+
+def _tokenizer_note(how: str, tokenizer: Tokenizer, path: Path, cached: Path) -> str:
+    if how == "cached":
+        return f"reused tokenizer from cache/{cached.name} ({tokenizer.vocab_size} tokens) -> {path}"
+    return f"trained tokenizer ({tokenizer.vocab_size} tokens) -> {path}"
+
+
+def _first_step(config: Config, device: torch.device, report: Reporter) -> None:
+    if config.training.compile:
+        report.phase("compiling (first step)", f"torch.compile on {device.type}, once per process")
+    else:
+        report.phase("first step")

@@ -1,5 +1,6 @@
-"""The SQLite run registry: experiments, runs, checkpoints and verdicts. All of octlm's SQL lives here
-(and the schema in ``migrations.py``).
+"""The SQLite run registry: experiments, runs, checkpoints, verdicts, metrics, tags and notes. All of
+octlm's SQL lives here and in ``registry_base.py`` (the connection and its columns; the schema is in
+``migrations.py``).
 
 Reads and writes go through the standard ``sqlite3`` module with WAL and a busy
 timeout, writes inside ``BEGIN IMMEDIATE`` transactions, so many octlm processes
@@ -7,204 +8,57 @@ on one box never fail with "database is locked". The schema is owned by
 ``migrations.py`` (sqlite-utils), imported only when a migration is pending, so
 ``octlm show`` stays light. This module never imports torch.
 
-``Registry(path, create=False)`` reads only: ``mode=ro`` (``immutable=1`` on a read-only medium), never
-creating, migrating (a pending migration runs on a copy in memory) or switching the journal mode.
-Reads return plain dicts with the JSON columns decoded (``argv``, ``latest_metrics``, ``final_metrics``,
-checkpoint ``metrics``, verification ``details``); a cell that is not valid JSON reads as ``None``
-(``malformed_cells`` names them). Writes accept only the known columns of their table.
+``Registry(path, create=False)`` reads only (see ``registry_base``). Reads return plain dicts with the JSON
+columns decoded; a cell that is not valid JSON reads as ``None`` (``malformed_cells`` names them). Writes
+accept only the known columns of their table.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
 import sqlite3
-import time
-import urllib.parse
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from .errors import BadInput, Refused
 from .liveness import effective_status, start_time
+from .registry_base import (
+    BUSY_TIMEOUT_S,
+    CHECKPOINT_COLUMNS,
+    EXPERIMENT_COLUMNS,
+    EXPERIMENT_TABLES,
+    JSON_CELLS,
+    JSON_COLUMNS,
+    KNOWN_MIGRATIONS,
+    METRIC_COLUMNS,
+    METRIC_FIELDS,
+    METRIC_TRACKS,
+    NOTE_COLUMNS,
+    RUN_COLUMNS,
+    TRAINING_KINDS,
+    VERIFICATION_COLUMNS,
+    RegistryBase,
+    checked,
+    now,
+)
 
-BUSY_TIMEOUT_S = 60.0
-KNOWN_MIGRATIONS = ("m001_initial", "m002_summary_view", "m003_pid_start_json_guards")  # = migrations.NAMES
+__all__ = [
+    "BUSY_TIMEOUT_S", "CHECKPOINT_COLUMNS", "EXPERIMENT_COLUMNS", "JSON_CELLS", "JSON_COLUMNS", "KNOWN_MIGRATIONS",
+    "METRIC_COLUMNS", "METRIC_FIELDS", "NOTE_COLUMNS", "RUN_COLUMNS", "TRAINING_KINDS", "VERIFICATION_COLUMNS",
+    "Registry", "now",
+]  # fmt: skip
 
-# The writable columns of each table ("id" is the database's); they mirror migrations.py (a test checks).
-EXPERIMENT_COLUMNS = ("description", "preset", "created", "updated", "yaml_path", "config_json", "config_hash")
-RUN_COLUMNS = (
-    "experiment_id", "kind", "status", "start_step", "end_step", "target_step", "started", "ended", "updated",
-    "host", "pid", "argv", "octlm_version", "python_version", "torch_version", "device", "dtype", "threads",
-    "git_commit", "git_dirty", "config_hash", "data_hash", "tokenizer_hash", "resumed_from", "latest_metrics",
-    "final_metrics", "error", "pid_start",
-)  # fmt: skip
-CHECKPOINT_COLUMNS = (
-    "experiment_id", "run_id", "step", "path", "sha256", "size", "tokens", "created", "config_hash",
-    "data_hash", "tokenizer_hash", "metrics",
-)  # fmt: skip
-VERIFICATION_COLUMNS = ("experiment_id", "run_id", "kind", "verdict", "created", "details")
-JSON_COLUMNS = frozenset({"argv", "latest_metrics", "final_metrics", "metrics", "details", "config_json"})
-JSON_CELLS = (  # (table, column) of every JSON cell, config_json included
-    ("experiments", "config_json"), ("runs", "argv"), ("runs", "latest_metrics"), ("runs", "final_metrics"),
-    ("checkpoints", "metrics"), ("verifications", "details"),
-)  # fmt: skip
-TRAINING_KINDS = ("train", "resume")
 SYNC_EXPERIMENT = (  # keeps ``updated`` when neither the config nor the description changed
     " on conflict(id) do update set description=excluded.description, preset=excluded.preset,"
     " yaml_path=excluded.yaml_path, config_json=excluded.config_json, config_hash=excluded.config_hash,"
     " updated=case when experiments.config_hash is excluded.config_hash"
     " and experiments.description is excluded.description then experiments.updated else excluded.updated end"
 )
-
-T = TypeVar("T")
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+MAX_TAGS, MAX_NOTE_CHARS = 100, 10_000
 
 
-def _checked(table: str, fields: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
-    """``fields`` with its JSON columns encoded; ValueError naming the first key that is not a column."""
-    for key in fields:
-        if key not in allowed:
-            raise ValueError(f"{table}: unknown column {key!r}")
-    return {k: json.dumps(v) if k in JSON_COLUMNS and not isinstance(v, str) else v for k, v in fields.items()}
-
-
-def _decoded(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with its JSON columns decoded; a malformed cell reads as None."""
-    for key in JSON_COLUMNS.intersection(row):
-        if isinstance(row[key], str):
-            try:
-                row[key] = json.loads(row[key])
-            except ValueError:
-                row[key] = None
-    return row
-
-
-class Registry:
-    def __init__(self, path: Path, *, create: bool = True, busy_timeout: float = BUSY_TIMEOUT_S):
-        self.busy_timeout, self.path, self.read_only = busy_timeout, path, not create
-        self.conn: sqlite3.Connection | None = None
-        if not create and not path.exists():
-            return  # every read answers empty; nothing is created
-        try:
-            self.conn = self._open_for_reading() if self.read_only else self._open_for_writing()
-            self._migrate()
-        except sqlite3.DatabaseError as error:
-            raise Refused(f"{path}: cannot be opened as an octlm registry: {error}") from None
-        except OSError as error:
-            raise BadInput(f"{path}: cannot be created: {error.strerror}") from None
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _open_for_writing(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
-
-    def _open_for_reading(self) -> sqlite3.Connection:
-        """``mode=ro``; ``immutable=1`` where a reader cannot create the WAL index (a read-only folder or medium)."""
-        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path))
-        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=self.busy_timeout, isolation_level=None)
-        try:
-            conn.execute("select count(*) from sqlite_master").fetchone()
-        except sqlite3.OperationalError as error:
-            conn.close()
-            if "unable to open" not in str(error) and "readonly" not in str(error):
-                raise
-            conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        return conn
-
-    def _retry(self, fn: Callable[[], T]) -> T:
-        # journal_mode changes ignore the busy handler on a fresh file; retry briefly.
-        deadline = time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as error:
-                if "locked" not in str(error) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-
-    def _connection(self) -> sqlite3.Connection:
-        if self.conn is None:
-            raise Refused(f"{self.path}: there is no registry here to write to")
-        return self.conn
-
-    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        if self.conn is None:
-            return []
-        return [_decoded(dict(row)) for row in self.conn.execute(sql, params).fetchall()]
-
-    def _applied(self) -> list[str]:
-        sql = "select 1 from sqlite_master where type='table' and name='_sqlite_migrations'"
-        if not self._rows(sql):
-            return []
-        rows = self._rows("select name from _sqlite_migrations where migration_set='octlm' order by id")
-        return [row["name"] for row in rows]
-
-    def _migrate(self) -> None:
-        applied = self._applied()
-        unknown = [name for name in applied if name not in KNOWN_MIGRATIONS]
-        if unknown:
-            raise Refused(
-                f"{self.path}: written by a newer octlm (unknown schema migration {unknown[0]}); "
-                "upgrade octlm to use this registry"
-            )
-        if len(applied) == len(KNOWN_MIGRATIONS):
-            return
-        # Imported only here: sqlite_utils stays out of `octlm show` and `octlm new` once migrated.
-        from sqlite_utils import Database
-
-        from .migrations import migrations
-
-        if self.read_only:  # never write the file: read an up-to-date copy in memory
-            memory = sqlite3.connect(":memory:", isolation_level=None)
-            self._connection().backup(memory)
-            self._connection().close()
-            self.conn, memory.row_factory = memory, sqlite3.Row
-        with self._transaction() as conn:
-            migrations.apply(Database(conn))
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that takes the write lock up front (waits, never fails busy)."""
-        conn = self._connection()
-        try:
-            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            else:
-                conn.execute("COMMIT")
-        except sqlite3.IntegrityError:
-            raise
-        except sqlite3.OperationalError as error:
-            raise Refused(f"{self.path}: the registry cannot be written ({error}); nothing was recorded") from None
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-
-    def __enter__(self) -> Registry:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
+class Registry(RegistryBase):
     # ------------------------------------------------------------------ experiments
 
     def add_experiment(self, experiment_id: str, **fields: str) -> None:
@@ -217,7 +71,7 @@ class Registry:
 
     def _put_experiment(self, experiment_id: str, fields: dict[str, Any], on_conflict: str) -> None:
         stamp = now()
-        row = _checked("experiments", {"created": stamp, "updated": stamp, **fields}, EXPERIMENT_COLUMNS)
+        row = checked("experiments", {"created": stamp, "updated": stamp, **fields}, EXPERIMENT_COLUMNS)
         columns, marks = ", ".join(row), ", ".join("?" for _ in row)
         with self._transaction() as conn:
             conn.execute(
@@ -260,6 +114,62 @@ class Registry:
         with self._transaction() as conn:
             conn.execute(f"update {table} set {column} = null where id = ?", (row_id,))
 
+    def same_config(self, config_hash: str) -> list[str]:
+        """IDs of the experiments registered with this config fingerprint."""
+        return [row["id"] for row in self._rows("select id from experiments where config_hash = ? order by id",
+                                                (config_hash,))]  # fmt: skip
+
+    # ------------------------------------------------------------------ lifecycle: archive, tags, notes, removal
+
+    def set_archived(self, experiment_id: str, archived: bool) -> bool:
+        """Archive or unarchive an experiment's row; False when there is no such row."""
+        with self._transaction() as conn:
+            cursor = conn.execute("update experiments set archived = ? where id = ?", (int(archived), experiment_id))
+            return cursor.rowcount > 0
+
+    def retag(self, experiment_id: str, add: list[str], remove: list[str]) -> list[str]:
+        """Add then remove tags in one transaction; the experiment's tags after it, sorted."""
+        with self._transaction() as conn:
+            row = conn.execute("select tags from experiments where id = ?", (experiment_id,)).fetchone()
+            if row is None:
+                raise ValueError(f"experiments: no row {experiment_id!r}")
+            tags = sorted((set(_tag_list(row["tags"])) | set(add)) - set(remove))
+            if len(tags) > MAX_TAGS:
+                raise ValueError(f"at most {MAX_TAGS} tags per experiment")
+            conn.execute("update experiments set tags = ? where id = ?", (json.dumps(tags), experiment_id))
+            return tags
+
+    def add_note(self, experiment_id: str, text: str) -> dict[str, Any]:
+        """Append a note to an experiment; the note's row."""
+        if not text.strip() or len(text) > MAX_NOTE_CHARS:
+            raise ValueError(f"a note holds 1 to {MAX_NOTE_CHARS:,} characters")
+        row = checked("notes", {"experiment_id": experiment_id, "created": now(), "text": text}, NOTE_COLUMNS)
+        with self._transaction() as conn:
+            cursor = conn.execute("insert into notes (experiment_id, created, text) values (?, ?, ?)",
+                                  tuple(row.values()))  # fmt: skip
+        return {"id": cursor.lastrowid, **row}
+
+    def notes(self, experiment_id: str) -> list[dict[str, Any]]:
+        """An experiment's notes, oldest first."""
+        return self._rows("select * from notes where experiment_id = ? order by id", (experiment_id,))
+
+    def row_counts(self, experiment_id: str) -> dict[str, int]:
+        """{table: rows of this experiment} for every table that holds some."""
+        key = {table: "id" if table == "experiments" else "experiment_id" for table in EXPERIMENT_TABLES}
+        sql = " union all ".join(f"select '{t}' as t, count(*) as n from {t} where {key[t]} = ?" for t in key)
+        rows = self._rows(sql, (experiment_id,) * len(key))
+        return {row["t"]: row["n"] for row in reversed(rows) if row["n"]}  # the experiment first
+
+    def remove_experiment(self, experiment_id: str) -> dict[str, int]:
+        """Delete every row of one experiment (metrics, notes, checkpoints, verdicts, runs, the experiment) in
+        one transaction; {table: rows deleted}. Rows of other experiments are never touched."""
+        removed = {}
+        with self._transaction() as conn:
+            for table in EXPERIMENT_TABLES:
+                column = "id" if table == "experiments" else "experiment_id"
+                removed[table] = conn.execute(f"delete from {table} where {column} = ?", (experiment_id,)).rowcount
+        return {table: removed[table] for table in reversed(EXPERIMENT_TABLES) if removed[table]}
+
     # ------------------------------------------------------------------ runs
 
     def start_run(self, experiment_id: str, kind: str, **fields: Any) -> int:
@@ -267,7 +177,7 @@ class Registry:
         defaults = {"status": "running", "started": stamp, "updated": stamp, "host": socket.gethostname()}
         fields = {"experiment_id": experiment_id, "kind": kind, **defaults, "pid": os.getpid(), **fields}
         fields.setdefault("pid_start", start_time(fields["pid"]) if fields["pid"] else None)  # liveness
-        row = _checked("runs", fields, RUN_COLUMNS)
+        row = checked("runs", fields, RUN_COLUMNS)
         columns, marks = ", ".join(row), ", ".join("?" for _ in row)
         with self._transaction() as conn:
             self._mark_crashed(conn, experiment_id)
@@ -275,7 +185,7 @@ class Registry:
             return int(cursor.lastrowid or 0)
 
     def update_run(self, run_id: int, **fields: Any) -> None:
-        row = _checked("runs", {**fields, "updated": now()}, RUN_COLUMNS)
+        row = checked("runs", {**fields, "updated": now()}, RUN_COLUMNS)
         assignments = ", ".join(f"{key} = ?" for key in row)  # keys are checked columns, never user text
         with self._transaction() as conn:
             conn.execute(f"update runs set {assignments} where id = ?", (*row.values(), run_id))
@@ -309,7 +219,7 @@ class Registry:
 
     def add_checkpoint(self, **row: Any) -> None:
         """Register a checkpoint file (or replace the row of the same ``path``)."""
-        fields = _checked("checkpoints", {"created": now(), **row}, CHECKPOINT_COLUMNS)
+        fields = checked("checkpoints", {"created": now(), **row}, CHECKPOINT_COLUMNS)
         columns, marks = ", ".join(fields), ", ".join("?" for _ in fields)
         updates = ", ".join(f"{key} = excluded.{key}" for key in fields if key != "path")
         with self._transaction() as conn:
@@ -339,7 +249,7 @@ class Registry:
         self, experiment_id: str, kind: str, verdict: str, details: dict[str, Any], run_id: int | None = None
     ) -> None:
         fields = {"experiment_id": experiment_id, "run_id": run_id, "kind": kind, "verdict": verdict}
-        row = _checked("verifications", {**fields, "created": now(), "details": details}, VERIFICATION_COLUMNS)
+        row = checked("verifications", {**fields, "created": now(), "details": details}, VERIFICATION_COLUMNS)
         columns, marks = ", ".join(row), ", ".join("?" for _ in row)
         with self._transaction() as conn:
             conn.execute(f"insert into verifications ({columns}) values ({marks})", tuple(row.values()))
@@ -348,3 +258,39 @@ class Registry:
         """Verdicts of an experiment, oldest first; ``details`` is a dict ({} when absent or unreadable)."""
         rows = self._rows("select * from verifications where experiment_id = ? order by id", (experiment_id,))
         return [{**row, "details": row["details"] if isinstance(row["details"], dict) else {}} for row in rows]
+
+    # ------------------------------------------------------------------ metrics (the run files' records as rows)
+
+    def add_metrics(self, experiment_id: str, track: str, run_id: int | None, record: dict[str, Any]) -> None:
+        """One run-file record as a row of ``metrics``; ValueError for a key that is not one of
+        ``METRIC_FIELDS`` (a record may lack the evaluation fields) or a track other than train and overfit."""
+        if track not in METRIC_TRACKS:
+            raise ValueError(f"metrics: unknown track {track!r}; one of {', '.join(METRIC_TRACKS)}")
+        unknown = [key for key in record if key not in METRIC_FIELDS]
+        if unknown:
+            raise ValueError(f"metrics: unknown column {unknown[0]!r}")
+        fields = {"experiment_id": experiment_id, "run_id": run_id, "track": track, **record}
+        row = checked("metrics", fields, METRIC_COLUMNS)
+        columns, marks = ", ".join(row), ", ".join("?" for _ in row)
+        with self._transaction() as conn:
+            conn.execute(f"insert into metrics ({columns}) values ({marks})", tuple(row.values()))
+
+    def cut_metrics(self, experiment_id: str, track: str, step: int) -> None:
+        """Delete the rows after ``step`` of one track, as a resume cuts its run file back."""
+        with self._transaction() as conn:
+            conn.execute(
+                "delete from metrics where experiment_id = ? and track = ? and step > ?", (experiment_id, track, step)
+            )
+
+    def metrics(self, experiment_id: str, track: str = "train") -> list[dict[str, Any]]:
+        """The metric rows of one track, by step (rows of one step in the order they were written)."""
+        sql = "select * from metrics where experiment_id = ? and track = ? order by step, id"
+        return self._rows(sql, (experiment_id, track))
+
+
+def _tag_list(cell: Any) -> list[str]:
+    try:
+        tags = json.loads(cell) if isinstance(cell, str) else []
+    except ValueError:
+        return []
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []

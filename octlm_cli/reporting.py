@@ -12,6 +12,14 @@ from typing import Any, Protocol
 
 
 class Reporter(Protocol):
+    interactive: bool  # a live display on a terminal: work may show its own progress there
+
+    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
+        """Long work named ``name`` begins now (the previous phase ends), or, called again with the same
+        name, what is now known about it (``detail``). A spinner on a terminal; elsewhere one timestamped
+        line for each call that carries a detail. ``own_progress``: the work draws its own progress on
+        the terminal, so the reporter draws nothing until the next call."""
+
     def start(self, info: dict[str, Any]) -> None: ...
     def step(self, step: int) -> None: ...
     def eval(self, record: dict[str, Any]) -> None: ...
@@ -22,6 +30,11 @@ class Reporter(Protocol):
 
 
 class QuietReporter:
+    interactive = False
+
+    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
+        pass
+
     def start(self, info: dict[str, Any]) -> None:
         pass
 
@@ -41,4 +54,23 @@ class QuietReporter:
         pass
 
     def finish(self) -> None:
+        pass
+
+
+class Segments(Protocol):
+    """How ``verify-resume`` shows its runs: each segment in a child process, and each line it says."""
+
+    def begin(self, label: str, start: int, until: int) -> None: ...
+    def line(self, label: str, text: str) -> None: ...
+    def end(self, label: str) -> None: ...
+
+
+class QuietSegments:
+    def begin(self, label: str, start: int, until: int) -> None:
+        pass
+
+    def line(self, label: str, text: str) -> None:
+        pass
+
+    def end(self, label: str) -> None:
         pass

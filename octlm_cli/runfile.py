@@ -1,5 +1,6 @@
-"""``runs/<ID>.jsonl``: one JSON object per evaluation, cut back on resume so it never holds
-duplicated or orphaned steps."""
+"""``runs/<ID>.jsonl``: one JSON object per logged step (every ``training.log_interval`` steps, with the
+evaluation's fields at evaluation steps), cut back on resume so it never holds duplicated or orphaned
+steps. The registry's ``metrics`` table holds the same records and is cut back with it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .errors import Refused
 from .fsutil import atomic_write, open_append, read_regular
 
 TIMING_FIELDS = ("elapsed_seconds", "tokens_per_second")
-MAX_BYTES = 1 << 30  # about four million evaluations
+MAX_BYTES = 1 << 30  # about four million records
 
 
 def read(path: Path) -> list[dict[str, Any]]:

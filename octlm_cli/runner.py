@@ -15,18 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, corpus, data, experiments, generate, runfile, runtime
-from .artifacts import CheckpointKeeper, ExperimentFiles, Track, restore
-from .checkpoint import Fingerprints
+from . import artifacts, checkpoint, experiments, generate, runfile, runtime
+from .artifacts import CheckpointKeeper, ExperimentFiles, Track, init_from, restore
 from .config import Config
 from .errors import BadInput, Refused
 from .home import Home
 from .loop import TrainState, evaluate
-from .prepare import PreparedData, data_root, prepare
+from .prepare import PreparedData, prepare
 from .registry import Registry
 from .reporting import QuietReporter, Reporter
 from .session import Bookkeeping, Session, summary
-from .tokenizer import Tokenizer
 
 RESTART_TOKENIZER = "tokenizer.restart.json"  # where --restart trains the new tokenizer before the old one goes
 
@@ -100,11 +98,9 @@ def _run_experiment(
 def _train_session(context: Context, start: Start, kind: str) -> Outcome:
     """Prepare the data and build the state (validating everything), discard, then train in one session."""
     try:
-        prepared = start.select(prepare(context.home, context.config, start.tokenizer or context.files.tokenizer))
-        if start.loaded is not None:
-            state = restore(prepared, start.loaded, context.reporter)
-        else:
-            state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), start.batch_size)
+        tokenizer = start.tokenizer or context.files.tokenizer
+        prepared = start.select(prepare(context.home, context.config, tokenizer, context.reporter))
+        state, forked = _build_state(context, start, prepared)
     except BaseException:
         if start.tokenizer is not None:  # a tokenizer trained for a restart that cannot go ahead
             start.tokenizer.unlink(missing_ok=True)
@@ -124,10 +120,21 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
             eval_blocks=prepared.eval_blocks,
             resumed_from=start.loaded.path if start.loaded else None,
             checkpoint_interval=start.checkpoint_interval,
+            forked_from=forked,
         )
     finally:
         books.close()
     return Outcome(session=session, state=state, prepared=prepared)
+
+
+def _build_state(context: Context, start: Start, prepared: PreparedData) -> tuple[TrainState, Path | None]:
+    """The state to train from: a checkpoint's, a fork's step 0 (``init``, main track only), or fresh."""
+    if start.loaded is not None:
+        return restore(prepared, start.loaded, context.reporter), None
+    state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), start.batch_size)
+    if not prepared.config.init.sha256 or start.track.kind != context.files.main.kind:
+        return state, None
+    return state, init_from(state, context.home, prepared.fingerprints, context.reporter)
 
 
 def _session(context: Context, start: Start, kind: str, prepared: PreparedData, books: Bookkeeping) -> Session:
@@ -162,8 +169,19 @@ def check_until(until: int | None, config: Config, start: int = 0) -> int:
 
 
 def train(
-    home: Home, experiment_id: str, *, restart: bool = False, until: int | None = None, reporter: Reporter | None = None
+    home: Home,
+    experiment_id: str,
+    *,
+    restart: bool = False,
+    until: int | None = None,
+    reporter: Reporter | None = None,
+    confirm: Callable[[list[str]], bool] | None = None,
 ) -> dict[str, Any]:
+    """Train from step 0. ``--restart`` discards the experiment's files once everything is validated;
+    ``confirm`` sees the list first (paths relative to the home) and may cancel; the result's
+    ``discarded`` lists what went."""
+    discarded: list[str] = []
+
     def plan(context: Context) -> Start:
         files = context.files
         existing = checkpoint.listing(files.folder)
@@ -178,14 +196,22 @@ def train(
             return Start(files.main, final)
         fresh = files.folder / RESTART_TOKENIZER  # trained while the old one still stands
         fresh.unlink(missing_ok=True)  # left by a restart that stopped halfway
+        return Start(files.main, final, discard=lambda: _discard(context, fresh, confirm, discarded), tokenizer=fresh)
 
-        def discard() -> None:
-            files.discard(context.registry)
-            fresh.replace(files.tokenizer)
+    result = _run_experiment(home, experiment_id, reporter, "train", plan).report()
+    return {**result, "discarded": discarded}
 
-        return Start(files.main, final, discard=discard, tokenizer=fresh)
 
-    return _run_experiment(home, experiment_id, reporter, "train", plan).report()
+def _discard(context: Context, fresh: Path, confirm: Callable[[list[str]], bool] | None, out: list[str]) -> None:
+    """``--restart``'s discard, once asked: the old files go and the freshly trained tokenizer takes their place."""
+    files = context.files
+    listed = [item for item in files.discardable() if item != files.relative(fresh)]
+    if listed and confirm is not None and not confirm(listed):
+        fresh.unlink(missing_ok=True)
+        raise Refused("--restart cancelled: nothing was discarded")
+    files.discard(context.registry)
+    fresh.replace(files.tokenizer)
+    out.extend(listed)
 
 
 # ---------------------------------------------------------------- resume
@@ -233,24 +259,10 @@ def check_owner(loaded: checkpoint.Loaded, experiment_id: str, kind: str = "trai
         )
 
 
-def fingerprints_now(home: Home, config: Config, tokenizer_path: Path) -> Fingerprints:
-    """What a run would train under now, computed without writing anything: the config's fingerprint,
-    the tokenizer file's, and the dataset hash (the corpus is read and hashed, nothing is encoded)."""
-    if not tokenizer_path.exists():
-        raise Refused(
-            f"{tokenizer_path} is missing, so {config.id}'s final checkpoint cannot be checked against it: "
-            f"restore it, or start over with `octlm train {config.id} --restart`"
-        )
-    tokenizer = Tokenizer.load(tokenizer_path)
-    sources, fraction = config.data.sources, config.data.validation_fraction
-    found = corpus.load(sources, data_root(home), fraction, config.data.max_bytes)
-    return Fingerprints(config.fingerprint, data.dataset_hash(found, tokenizer), tokenizer.fingerprint)
-
-
 def _complete(context: Context, loaded: checkpoint.Loaded) -> dict[str, Any]:
     """The final checkpoint, once it is shown to be this config's, data's and tokenizer's."""
     record, config = loaded.record, context.config
-    current = fingerprints_now(context.home, config, context.files.tokenizer)
+    current = artifacts.fingerprints_now(context.home, config, context.files.tokenizer)
     checkpoint.check_fingerprints(record, config=config, current=current, path=loaded.path)
     context.reporter.note(f"{config.id} is already complete at step {record.step}: nothing to do")
     return summary(

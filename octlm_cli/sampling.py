@@ -22,7 +22,7 @@ from .home import Home
 from .model import Decoder
 from .registry import Registry
 from .runner import check_owner
-from .tokenizer import Tokenizer
+from .tokenizer import BOS, EOS, PAD, Tokenizer
 
 
 def _check_options(max_new_tokens: int, temperature: float, top_k: int | None) -> None:
@@ -79,21 +79,29 @@ def sample(
         produced = generate.greedy(model, context, max_new_tokens, device, stop_id=tokenizer.eos_id)
     else:
         produced = generate.sample(
-            model,
-            context,
-            max_new_tokens,
-            device,
-            temperature=temperature,
-            top_k=top_k,
-            seed=seed,
+            model, context, max_new_tokens, device, temperature=temperature, top_k=top_k, seed=seed,
             stop_id=tokenizer.eos_id,
-        )
+        )  # fmt: skip
+    new = produced[len(context) :]
+    completion = tokenizer.decode(new)
     return {
         "id": experiment_id,
         "step": loaded.record.step,
         "checkpoint": str(loaded.path),
         "prompt": prompt,
-        "text": tokenizer.decode(produced[1:]),
-        "tokens": len(produced) - len(context),
+        "completion": completion,
+        "text": prompt + completion,
+        "tokens": len(new),
+        "special_tokens": _special_counts(tokenizer, new),
         "seed": seed,
     }
+
+
+def _special_counts(tokenizer: Tokenizer, ids: list[int]) -> dict[str, int]:
+    """How often each special token was generated (they decode to nothing), by name."""
+    names = {tokenizer.bos_id: BOS, tokenizer.eos_id: EOS, tokenizer.pad_id: PAD}
+    counts: dict[str, int] = {}
+    for token in ids:
+        if token in names:
+            counts[names[token]] = counts.get(names[token], 0) + 1
+    return counts

@@ -10,26 +10,23 @@ registry defers its rows, and output that nobody reads any more is the reporter'
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from . import checkpoint, loop, provenance, runfile
 from .artifacts import CheckpointKeeper, Track
+from .bookkeeping import BOOKKEEPING_TIMEOUT_S, SETTLE_TIMEOUT_S, Bookkeeping
 from .checkpoint import Fingerprints
 from .config import Config
 from .data import TokenBlocks
-from .errors import Interrupted, Refused
+from .errors import Interrupted
 from .loop import LoopHooks, TrainState
-from .registry import BUSY_TIMEOUT_S, Registry
 from .reporting import Reporter
 
+__all__ = ["Bookkeeping", "Session", "SignalGuard", "handled_signals", "summary"]
+
 SIGNAL_EXIT = {signal.SIGHUP: 129, signal.SIGINT: 130, signal.SIGTERM: 143}
-BOOKKEEPING_TIMEOUT_S = 2.0  # the longest one registry write during training waits for another process
-BACKOFF_S = (2.0, 60.0)  # the first and the longest pause before deferred writes are tried again
-SETTLE_TIMEOUT_S = 2 * BUSY_TIMEOUT_S  # how long a finished run waits to record itself
 
 
 def handled_signals() -> list[signal.Signals]:
@@ -64,78 +61,6 @@ class SignalGuard:
     @property
     def stop_requested(self) -> bool:
         return self.received is not None
-
-
-class Bookkeeping(Registry):
-    """The registry as a training run writes to it, so that a lock held elsewhere (a DB browser's open
-    transaction) never stops training: a write waits at most ``BOOKKEEPING_TIMEOUT_S``; while the
-    registry stays locked, writes are kept in order and retried with backoff at the next write, and at
-    the end (``settle``) for as long as any write would wait. What still cannot be written is left to
-    ``octlm doctor --repair``, which rebuilds rows from the files."""
-
-    def __init__(self, path: Path, reporter: Reporter, timeout: float = BOOKKEEPING_TIMEOUT_S):
-        super().__init__(path)
-        self.reporter, self.timeout = reporter, timeout
-        self.pending: list[Callable[[], None]] = []
-        self.retry_at, self.backoff = 0.0, BACKOFF_S[0]
-        self._wait(timeout)
-
-    def _wait(self, seconds: float) -> None:
-        self.busy_timeout = seconds
-        if self.conn is not None:
-            self.conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
-
-    def start_run(self, experiment_id: str, kind: str, **fields: Any) -> int:
-        """The run row is needed before training starts: this one write waits like any other command's."""
-        self._wait(BUSY_TIMEOUT_S)
-        try:
-            return super().start_run(experiment_id, kind, **fields)
-        finally:
-            self._wait(self.timeout)
-
-    def update_run(self, run_id: int, **fields: Any) -> None:
-        self._write(lambda: Registry.update_run(self, run_id, **fields))
-
-    def add_checkpoint(self, **row: Any) -> None:
-        self._write(lambda: Registry.add_checkpoint(self, **row))
-
-    def remove_checkpoint(self, path: str) -> None:
-        self._write(lambda: Registry.remove_checkpoint(self, path))
-
-    def _write(self, write: Callable[[], None]) -> None:
-        self.pending.append(write)
-        if time.monotonic() >= self.retry_at:
-            self.flush()
-
-    def flush(self) -> bool:
-        """Write what is pending, oldest first; True when nothing is left."""
-        while self.pending:
-            try:
-                self.pending[0]()
-            except (Refused, sqlite3.OperationalError) as error:  # locked, busy: keep it for later
-                if self.backoff == BACKOFF_S[0]:
-                    self.reporter.warn(f"bookkeeping deferred, training goes on: {error}")
-                self.retry_at, self.backoff = time.monotonic() + self.backoff, min(2 * self.backoff, BACKOFF_S[1])
-                return False
-            self.pending.pop(0)
-        if self.backoff != BACKOFF_S[0]:
-            self.reporter.note("the registry is writable again: deferred bookkeeping recorded")
-        self.backoff = BACKOFF_S[0]
-        return True
-
-    def settle(self, seconds: float) -> None:
-        """The last chance at the end of a run: wait up to ``seconds`` for the lock, then leave the rest to doctor."""
-        if not self.pending:
-            return
-        self.reporter.note(
-            f"waiting up to {seconds:.0f} s for the registry to record the run (checkpoints are written)"
-        )
-        self._wait(seconds)
-        if not self.flush():
-            self.reporter.warn(
-                f"{len(self.pending)} registry write(s) could not be made; `octlm doctor --repair` rebuilds them"
-            )
-        self._wait(self.timeout)
 
 
 def summary(
@@ -200,12 +125,17 @@ class Session:
         assert self.run_id is not None, "the run row is opened by start()"
         return self.run_id
 
-    def start(self, state: TrainState, until: int, resumed_from: Path | None) -> None:
-        """Open the run row; a resume cuts the run file back to its checkpoint's step."""
+    def start(self, state: TrainState, until: int, resumed_from: Path | None, forked_from: Path | None = None) -> None:
+        """Open the run row; a resume cuts the run file and the metrics back to its checkpoint's step.
+        A fork's first run records the parent checkpoint (path and sha256) where a resume records its own."""
         self.start_step, self.base_elapsed = state.step, state.elapsed
         if resumed_from is not None:  # already durable: a stop before the first step rewrites nothing
             self.saved_step, self.last_checkpoint = state.step, resumed_from
         runfile.cut(self.track.run_file, state.step)
+        self.registry.cut_metrics(self.config.id, self.track.kind, state.step)
+        origin = str(resumed_from.relative_to(self.home_root)) if resumed_from else None
+        if forked_from is not None:
+            origin = f"{forked_from.relative_to(self.home_root)} (init, sha256 {self.config.init.sha256})"
         environment = checkpoint.environment(state.device, self.config.training.precision, state.optimizer_impl)
         self.run_id = self.registry.start_run(
             self.config.id,
@@ -220,7 +150,7 @@ class Session:
             data_hash=self.fingerprints.data,
             tokenizer_hash=self.fingerprints.tokenizer,
             **provenance.run_fields(self.home_root),
-            resumed_from=str(resumed_from.relative_to(self.home_root)) if resumed_from else None,
+            resumed_from=origin,
         )
         self.reporter.start(
             {
@@ -235,6 +165,7 @@ class Session:
         )
 
     def on_eval(self, state: TrainState, record: dict[str, Any]) -> None:
+        """A logged record (with an evaluation at evaluation steps): run file, metrics table, run row."""
         elapsed = time.perf_counter() - self.started
         trained = (state.step - self.start_step) * state.tokens_per_step
         record = {
@@ -242,10 +173,12 @@ class Session:
             "elapsed_seconds": round(self.base_elapsed + elapsed, 3),
             "tokens_per_second": round(trained / max(elapsed, 1e-9), 1),
         }
-        self.latest = record
+        self.latest = {**self.latest, **record}  # the newest value of each field: evaluations are rarer than logs
         runfile.append(self.track.run_file, record)
-        self.registry.update_run(self._row(), latest_metrics=record, end_step=state.step)
-        self.reporter.eval(record)
+        self.registry.add_metrics(self.config.id, self.track.kind, self.run_id, record)
+        self.registry.update_run(self._row(), latest_metrics=self.latest, end_step=state.step)
+        if "eval_loss" in record:  # the reporter shows evaluations; the bar moves with every step
+            self.reporter.eval(record)
 
     def on_checkpoint(self, state: TrainState) -> None:
         if self.saved_step == state.step:
@@ -265,11 +198,12 @@ class Session:
         eval_blocks: TokenBlocks,
         resumed_from: Path | None,
         checkpoint_interval: int | None = None,
+        forked_from: Path | None = None,
     ) -> None:
         """Start, train to ``until`` under a signal guard, finish; raises ``Interrupted`` on a signal."""
         try:
             with SignalGuard() as guard:
-                self.start(state, until, resumed_from)
+                self.start(state, until, resumed_from, forked_from)
                 hooks = LoopHooks(
                     on_step=self.reporter.step,
                     on_eval=lambda record: self.on_eval(state, record),
@@ -284,6 +218,7 @@ class Session:
                     eval_interval=self.config.training.eval_interval,
                     checkpoint_interval=checkpoint_interval or self.config.checkpoint.interval,
                     hooks=hooks,
+                    log_interval=self.config.training.log_interval,
                 )
         except BaseException as error:
             self.fail(error)
@@ -307,7 +242,7 @@ class Session:
 
     def finish(self, state: TrainState, received: int | None) -> None:
         """The registry first (the run is over whatever the terminal does), then the reporter."""
-        status, name = ("completed", "") if received is None else ("interrupted", signal.Signals(received).name)
+        status, name = (self.status(state), "") if received is None else ("interrupted", signal.Signals(received).name)
         error = {"error": f"stopped by {name}"} if name else {}
         self.registry.finish_run(self._row(), status, end_step=state.step, final_metrics=self.latest or None, **error)
         self.registry.settle(SETTLE_TIMEOUT_S if received is None else BOOKKEEPING_TIMEOUT_S)
@@ -321,13 +256,17 @@ class Session:
             SIGNAL_EXIT[signal.Signals(received)],
         )
 
+    def status(self, state: TrainState) -> str:
+        """``completed`` only at the config's last step; a run that ended by ``--until`` before it is ``stopped``."""
+        return "completed" if state.step >= self.config.training.steps else "stopped"
+
     def summary(self, state: TrainState) -> dict[str, Any]:
         seconds = time.perf_counter() - self.started
         trained = (state.step - self.start_step) * state.tokens_per_step
         return summary(
             self.config,
             kind=self.kind,
-            status="completed",
+            status=self.status(state),
             start_step=self.start_step,
             end_step=state.step,
             tokens=state.tokens,

@@ -31,6 +31,7 @@ class Request:
     as_json: bool = False
     as_csv: bool = False
     width: int = 80  # of the --plot charts
+    include_archived: bool = False  # --all
 
     @property
     def mode(self) -> str:
@@ -75,7 +76,10 @@ def damaged_cells(home: Home) -> tuple[str, ...]:
 
 def _list(home: Home, request: Request) -> Shown:
     columns = listing.parse_columns(request.columns)
-    found = listing.select(home, where=list(request.where), sort=request.sort, limit=request.limit, columns=columns)
+    found = listing.select(
+        home, where=list(request.where), sort=request.sort, limit=request.limit, columns=columns,
+        include_archived=request.include_archived,
+    )  # fmt: skip
     header = listing.header(columns)
     document = {"schema_version": SCHEMA_VERSION, "home": str(home.root), "experiments": found}
     return Shown("list", document, header, [[row.get(column) for column in header] for row in found])

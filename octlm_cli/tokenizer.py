@@ -1,5 +1,9 @@
 """Byte-level BPE from Hugging Face ``tokenizers``: train once per experiment, then reuse.
 
+Training is deterministic, so a tokenizer trained on the same texts with the same vocabulary size is
+byte-identical: a home keeps one in ``cache/tokenizer-<texts hash>-<vocab>.json`` (its fingerprint
+beside it, checked on load) for the next experiment with the same data and vocabulary.
+
 Special tokens: ``<|bos|>``, ``<|eos|>``, ``<|pad|>``. The saved ``tokenizer.json`` loads with
 plain ``tokenizers.Tokenizer.from_file``. Its fingerprint is the SHA-256 of its canonical JSON.
 """
@@ -21,6 +25,7 @@ from .fsutil import atomic_write, read_regular
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIALS = (BOS, EOS, PAD)
+CACHE_FORMAT = "octlm-bpe-v1"  # a change to how octlm builds its BPE gets a new tag
 MAX_BYTES = 1 << 30  # a tokenizer.json of a million tokens is about 60 MB
 
 
@@ -46,7 +51,7 @@ class Tokenizer:
                 self.byte_lengths[index] = len(token)
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    def train(cls, texts: Iterable[str], vocab_size: int, show_progress: bool = False) -> Tokenizer:
         inner = HFTokenizer(models.BPE())
         inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         inner.decoder = decoders.ByteLevel()
@@ -54,7 +59,7 @@ class Tokenizer:
             vocab_size=vocab_size,
             special_tokens=list(SPECIALS),
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
+            show_progress=show_progress,
         )
         inner.train_from_iterator(texts, trainer)
         return cls(inner)
@@ -100,11 +105,47 @@ class Tokenizer:
         return self.inner.decode(list(ids), skip_special_tokens=True)
 
 
-def load_or_train(path: Path, texts: list[str], vocab_size: int) -> tuple[Tokenizer, bool]:
-    """Reuse ``path`` if it exists (never retrain silently); else train. Returns (tokenizer, trained).
+def texts_hash(texts: Iterable[str], vocab_size: int) -> str:
+    """What a trained tokenizer depends on: its format, the vocabulary size and every training text."""
+    digest = hashlib.sha256(f"{CACHE_FORMAT}:{vocab_size}:".encode())
+    for text in texts:
+        encoded = text.encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "little"))
+        digest.update(encoded)
+    return digest.hexdigest()
 
-    A trained tokenizer is not saved here: the caller saves it (``Tokenizer.save``) only once the
-    corpus has encoded with it, so a failure never leaves a tokenizer behind to be reused silently.
+
+def cache_path(cache_dir: Path, texts: list[str], vocab_size: int) -> Path:
+    return cache_dir / f"tokenizer-{texts_hash(texts, vocab_size)[:16]}-{vocab_size}.json"
+
+
+def from_cache(path: Path) -> Tokenizer | None:
+    """The cached tokenizer at ``path`` when it is there and matches the fingerprint stored beside it."""
+    try:
+        expected = read_regular(path.with_suffix(".fingerprint"), max_bytes=256, follow=False).decode().strip()
+        tokenizer = Tokenizer.load(path)
+    except (OSError, UnicodeDecodeError, Refused):
+        return None
+    return tokenizer if tokenizer.fingerprint == expected else None
+
+
+def to_cache(tokenizer: Tokenizer, path: Path) -> None:
+    """Keep a trained tokenizer for the next experiment; a cache that cannot be written is no error."""
+    try:
+        tokenizer.save(path)
+        atomic_write(path.with_suffix(".fingerprint"), f"{tokenizer.fingerprint}\n".encode())
+    except OSError:
+        pass
+
+
+def load_or_train(
+    path: Path, texts: list[str], vocab_size: int, cache: Path | None = None, show_progress: bool = False
+) -> tuple[Tokenizer, str]:
+    """Reuse ``path`` if it exists (never retrain silently); else take the cached one at ``cache`` (a
+    path from ``cache_path``) if it verifies; else train. Returns (tokenizer, "loaded" | "cached" | "trained").
+
+    A trained or cached tokenizer is not saved here: the caller saves it (``Tokenizer.save``) only once
+    the corpus has encoded with it, so a failure never leaves a tokenizer behind to be reused silently.
 
     A small corpus may yield fewer tokens than ``vocab_size``; the model's embedding keeps the
     configured size either way, so only a tokenizer larger than the config is refused.
@@ -116,5 +157,8 @@ def load_or_train(path: Path, texts: list[str], vocab_size: int) -> tuple[Tokeni
                 f"{path} has {tokenizer.vocab_size} tokens but tokenizer.vocab_size is {vocab_size}: "
                 "it is never retrained silently; restore the config or start over with `octlm train --restart`"
             )
-        return tokenizer, False
-    return Tokenizer.train(texts, vocab_size), True
+        return tokenizer, "loaded"
+    cached = from_cache(cache) if cache is not None else None
+    if cached is not None:
+        return cached, "cached"
+    return Tokenizer.train(texts, vocab_size, show_progress), "trained"

@@ -38,7 +38,7 @@ from .home import Home
 from .loop import train_step
 from .prepare import PreparedData, data_root, prepare
 from .registry import Registry
-from .reporting import QuietReporter
+from .reporting import QuietReporter, QuietSegments, Reporter, Segments
 from .session import SIGNAL_EXIT, handled_signals
 
 STOP_GRACE_S = 10.0  # a stopped segment may finish its step; then its process group is killed
@@ -77,11 +77,12 @@ def _scratch_home(root: Path, plan: Plan) -> Home:
     return home
 
 
-def _segment(home: Home, args: list[str], data_root: Path) -> float:
-    """One segment in a child process; its failure is one line, a signal to this process stops it."""
+def _segment(home: Home, args: list[str], plan: Plan, label: str, segments: Segments) -> float:
+    """One segment in a child process, its stderr lines passed on as they come; its failure is one line,
+    a signal to this process stops it."""
     command = [sys.executable, "-P", "-c", CHILD, str(PACKAGE_FOLDER), "--home", str(home.root), *args]
-    env = {**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(data_root)}
-    started = time.perf_counter()
+    env = {**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(plan.data_root)}
+    started, said = time.perf_counter(), ["(no output)"]
     with subprocess.Popen(
         command,
         cwd=home.root,
@@ -93,13 +94,17 @@ def _segment(home: Home, args: list[str], data_root: Path) -> float:
         start_new_session=True,  # its own process group: a Ctrl-C reaches this process, which stops it
     ) as child:
         try:
-            _, stderr = child.communicate()
+            assert child.stderr is not None
+            for line in child.stderr:
+                said = [line.rstrip("\n")] if line.strip() else said
+                segments.line(label, said[0])
+            child.wait()
         except BaseException:
             _stop(child)
             raise
+    segments.end(label)
     if child.returncode != 0:
-        tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise OctlmError(f"segment `octlm {' '.join(args)}` failed with exit {child.returncode}: {tail}")
+        raise OctlmError(f"segment `octlm {' '.join(args)}` failed with exit {child.returncode}: {said[0]}")
     return time.perf_counter() - started
 
 
@@ -195,7 +200,11 @@ def verify_resume(
     until: int | None = None,
     keep_scratch: bool = False,
     progress: Callable[[str], None] | None = None,
+    reporter: Reporter | None = None,
+    segments: Segments | None = None,
 ) -> dict[str, Any]:
+    """Runs (a) and (b) in scratch homes and compares them; ``reporter`` is told the phases of preparing
+    the data here, ``segments`` each child process and what it says."""
     report = progress or (lambda message: None)
     config = experiments.load(home, experiment_id)
     final = config.training.steps if until is None else until
@@ -208,11 +217,12 @@ def verify_resume(
     with _stopped_by_signals(outcome), Registry(home.registry) as registry:
         experiments.register(home, registry, config)
         with files.lock():
-            prepared = prepare(home, config, files.tokenizer)  # trains the experiment's tokenizer once if it has none
+            # trains the experiment's tokenizer once if it has none
+            prepared = prepare(home, config, files.tokenizer, reporter, first_step=False)
         # Both runs checkpoint only where they must: at the splits (by --until) and at the end.
         scratch = config.with_keys({"checkpoint.interval": final, "checkpoint.keep": len(splits) + 1})
         plan = Plan(experiment_id, to_yaml(scratch), files.tokenizer, splits, final, data_root(home), home.cache)
-        result = _in_scratch(plan, prepared, keep_scratch, report)
+        result = _in_scratch(plan, prepared, keep_scratch, report, segments or QuietSegments())
         result.update({"id": experiment_id, "split_at": splits, "until": final})
         registry.add_verification(experiment_id, "verify-resume", result["verdict"], result)
         return result
@@ -232,14 +242,14 @@ class Plan:
 
 
 def _in_scratch(
-    plan: Plan, prepared: PreparedData, keep_scratch: bool, report: Callable[[str], None]
+    plan: Plan, prepared: PreparedData, keep_scratch: bool, report: Callable[[str], None], segments: Segments
 ) -> dict[str, Any]:
     scratch: Path | None = None
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_EXIT)  # no signal until the cleanup knows the folder
     try:
         scratch = Path(tempfile.mkdtemp(prefix=f"octlm-verify-{plan.experiment_id}-"))
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNAL_EXIT)
-        result = _both_runs(scratch, plan, prepared, report)
+        result = _both_runs(scratch, plan, prepared, segments)
     finally:
         with _signals_held():  # the folder goes entirely, even if a signal arrives meanwhile
             if scratch is not None and keep_scratch:
@@ -249,19 +259,22 @@ def _in_scratch(
     return result
 
 
-def _both_runs(scratch: Path, plan: Plan, prepared: PreparedData, report: Callable[[str], None]) -> dict[str, Any]:
+def _both_runs(scratch: Path, plan: Plan, prepared: PreparedData, segments: Segments) -> dict[str, Any]:
     a = _scratch_home(scratch / "a", plan)
     b = _scratch_home(scratch / "b", plan)
-    report(f"(a) one process: steps 0 -> {plan.until}")
-    seconds = {"a": _segment(a, ["train", plan.experiment_id, "--until", str(plan.until)], plan.data_root)}
-    bounds = [*plan.splits, plan.until]
-    report(f"(b) {len(bounds)} processes: steps 0 -> {' -> '.join(map(str, bounds))}")
-    seconds["b"] = _segment(b, ["train", plan.experiment_id, "--until", str(bounds[0])], plan.data_root)
-    for stop in bounds[1:]:
-        seconds["b"] += _segment(b, ["resume", plan.experiment_id, "--until", str(stop)], plan.data_root)
+    bounds = [0, *plan.splits, plan.until]
+    seconds = {"a": _run_segment(a, plan, "(a)", 0, plan.until, segments), "b": 0.0}
+    for index, (begin, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        seconds["b"] += _run_segment(b, plan, f"(b{index + 1})", begin, stop, segments)
     result = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
     result["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
     return result
+
+
+def _run_segment(home: Home, plan: Plan, label: str, begin: int, stop: int, segments: Segments) -> float:
+    segments.begin(label, begin, stop)
+    verb = "resume" if begin else "train"
+    return _segment(home, [verb, plan.experiment_id, "--until", str(stop)], plan, label, segments)
 
 
 def _final(home: Home, plan: Plan) -> checkpoint.Loaded:

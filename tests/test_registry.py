@@ -142,6 +142,8 @@ def test_column_tuples_mirror_the_schema(tmp_path: Path) -> None:
     assert set(registry_module.RUN_COLUMNS) == columns(path, "runs") - {"id"}
     assert set(registry_module.CHECKPOINT_COLUMNS) == columns(path, "checkpoints") - {"id"}
     assert set(registry_module.VERIFICATION_COLUMNS) == columns(path, "verifications") - {"id"}
+    assert set(registry_module.NOTE_COLUMNS) == columns(path, "notes") - {"id"}
+    assert set(registry_module.METRIC_COLUMNS) == columns(path, "metrics") - {"id"}
 
 
 @pytest.mark.parametrize(
@@ -152,6 +154,7 @@ def test_column_tuples_mirror_the_schema(tmp_path: Path) -> None:
         lambda r, run: r.finish_run(run, "completed", colour="red"),
         lambda r, run: r.add_checkpoint(experiment_id="EXP-001", step=8, path="c/8", colour="red"),
         lambda r, run: r.update_run(run, **{"end_step = 0, status": "x"}),  # a key is never SQL
+        lambda r, run: r.add_metrics("EXP-001", "train", run, {"step": 8, "colour": "red"}),
     ],
 )
 def test_writes_refuse_unknown_columns_and_write_nothing(tmp_path: Path, write) -> None:
@@ -225,6 +228,8 @@ def test_a_missing_registry_answers_every_read_empty_and_stays_missing(tmp_path:
         assert not registry.has_training_run("EXP-001")
         assert registry.checkpoints("EXP-001") == [] and registry.digests(tmp_path, "EXP-001") == {}
         assert registry.verifications("EXP-001") == []
+        assert registry.metrics("EXP-001") == [] and registry.notes("EXP-001") == []
+        assert registry.row_counts("EXP-001") == {} and registry.same_config("h") == []
         with pytest.raises(Refused):
             registry.remove_checkpoint("c/1")
     assert not path.parent.exists()

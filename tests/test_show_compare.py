@@ -76,7 +76,7 @@ def test_listing_filters_sorting_limit_and_columns(trained: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(cli(trained, "show", "--csv").stdout)))
     assert [row["id"] for row in rows] == ["EXP-001", "EXP-002", "EXP-003"]
     assert float(rows[0]["eval_loss"]) == pytest.approx(losses["EXP-001"])
-    bad = cli(trained, "show", "--where", "eval_loss~3")
+    bad = cli(trained, "show", "--where", "eval_loss<<3")
     assert bad.exit_code == 2 and "expected KEY OP VALUE" in bad.stderr
 
 

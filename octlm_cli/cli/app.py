@@ -50,11 +50,65 @@ def _root(ctx: typer.Context, home: HomeOption = None, version: VersionOption = 
     ctx.obj = {"home": home}  # read by common.home_of
 
 
-def _typer(**options: Any) -> typer.Typer:
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+# The ``Examples:`` section of each command's help, by command name (``config keys`` for a subcommand). Commands
+# registered from other modules (``commands_lifecycle.COMMANDS``) take theirs from here too.
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "octlm": (
+        "octlm new --preset day1 --description 'first try'", "octlm train EXP-001", "octlm show",
+        "octlm show EXP-001 EXP-002", "octlm --install-completion",
+    ),
+    "new": (
+        "octlm new --preset day1", "octlm new EXP-010 --set training.steps=300 --description 'longer'",
+        "octlm new --from EXP-008 --set training.learning_rate=1e-3",
+        "octlm new --from EXP-008 --init-from EXP-008@200 --set training.steps=400",
+    ),
+    "show": (
+        "octlm show", "octlm show --where 'eval_loss<4' --sort eval_loss --limit 5",
+        "octlm show --where status=completed --where 'description~warmup'", "octlm show --all",
+        "octlm show --columns eval_loss,training.learning_rate --csv", "octlm show EXP-008",
+        "octlm show EXP-008 EXP-009 --all-keys", "octlm show EXP-008 EXP-009 --plot", "octlm show EXP-008 --json",
+    ),
+    "train": ("octlm train EXP-008", "octlm train EXP-008 --until 100", "octlm train EXP-008 --restart --yes"),
+    "resume": ("octlm resume EXP-008", "octlm resume EXP-008 --step 100 --until 200"),
+    "verify-resume": (
+        "octlm verify-resume EXP-008 --split-at 50", "octlm verify-resume EXP-008 --split-at 50 --until 100",
+    ),
+    "overfit": ("octlm overfit EXP-008", "octlm overfit EXP-008 --steps 300 --max-loss 0.5"),
+    "sample": (
+        "octlm sample EXP-008 --prompt 'def '", "octlm sample EXP-008 --prompt 'import ' --temperature 0",
+        "octlm sample EXP-008 --step 200 --max-new-tokens 64 --json",
+    ),
+    "doctor": ("octlm doctor", "octlm doctor --repair", "octlm doctor --json"),
+    "bench": ("octlm bench", "octlm bench EXP-008 --steps 20", "octlm bench --preset day2 --precision fp32,bf16"),
+    "rm": ("octlm rm EXP-012", "octlm rm EXP-012 --yes", "octlm rm EXP-012 --keep-files"),
+    "archive": ("octlm archive EXP-003", "octlm show --all"),
+    "unarchive": ("octlm unarchive EXP-003",),
+    "tag": ("octlm tag EXP-008 +baseline -old", "octlm show --where tags=baseline"),
+    "note": ('octlm note EXP-008 "lr too high"', "octlm show EXP-008"),
+    "config": ("octlm config keys", "octlm config keys --json"),
+    "config keys": ("octlm config keys", "octlm config keys --json"),
+}  # fmt: skip
+
+
+def examples(name: str) -> str | None:
+    """The ``Examples:`` lines of a command (None: it has none yet)."""
+    lines = EXAMPLES.get(name)
+    return "\n".join(lines) if lines else None
+
+
+def _typer(name: str, **options: Any) -> typer.Typer:
     return typer.Typer(
-        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
-        cls=OctlmGroup, **options,
+        name=name, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None, cls=OctlmGroup,
+        context_settings=HELP_OPTIONS, epilog=examples(name), **options,
     )  # fmt: skip
+
+
+def register(group: typer.Typer, commands: dict[str, Callable[..., Any]], prefix: str = "") -> None:
+    """Add ``commands`` to ``group``: every option checked (finite, within limits, UTF-8), ``-h``, examples."""
+    for name, command in commands.items():
+        settings = {**HELP_OPTIONS, **commands_lifecycle.CONTEXT_SETTINGS.get(name, {})}  # `tag ID -old`
+        group.command(name, cls=StrictCommand, context_settings=settings, epilog=examples(prefix + name))(command)
 
 
 COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists them
@@ -71,13 +125,11 @@ COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists
 }
 CONFIG_COMMANDS: dict[str, Callable[..., Any]] = {"keys": commands_config.keys}
 
-app = _typer(name="octlm", help=HELP)
+app = _typer("octlm", help=HELP, add_completion=True)  # --install-completion, --show-completion
 app.callback()(_root)
-for name, command in COMMANDS.items():
-    app.command(name, cls=StrictCommand)(command)  # every option checked: finite, within limits, UTF-8
-config_app = _typer(name="config", help="Describe the experiment config.")
-for name, command in CONFIG_COMMANDS.items():
-    config_app.command(name, cls=StrictCommand)(command)
+register(app, COMMANDS)
+config_app = _typer("config", help="Describe the experiment config.", add_completion=False)
+register(config_app, CONFIG_COMMANDS, prefix="config ")
 app.add_typer(config_app)
 
 

@@ -27,11 +27,5 @@ def keys(as_json: JsonOption = False) -> None:
 
 
 def default_text(value: Any) -> str:
-    """A default as one would write it in YAML: lists comma-separated, booleans lower-case."""
-    if isinstance(value, (list, tuple)):
-        return ", ".join(default_text(item) for item in value) or "[]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None or value == "":
-        return "null" if value is None else '""'
-    return str(value)
+    """A default as one would write it in YAML: ``[builtin:docs]``, ``false``, ``10000``, ``""``."""
+    return render.yaml_value(value)

@@ -9,7 +9,7 @@ import typer
 
 from .. import show as shows
 from . import render, show_view
-from .common import JsonOption, handled, home_of
+from .common import JsonOption, complete_ids, handled, home_of
 
 IdsArgument = Annotated[
     list[str] | None,
@@ -17,6 +17,7 @@ IdsArgument = Annotated[
         metavar="[ID]...",
         help="One experiment: its detail; several: side by side; none: list all.",
         show_default=False,
+        autocompletion=complete_ids,
     ),
 ]
 AllKeysOption = Annotated[
@@ -39,10 +40,14 @@ WhereOption = Annotated[
     typer.Option(
         "--where",
         metavar="EXPR",
-        help="Filter the list: KEY OP VALUE, e.g. 'eval_loss<2.5' or 'model.n_layers=4' (repeatable).",
+        help="Filter the list (repeatable; all must hold): KEY OP VALUE, KEY a listing column or a config key, "
+        "OP one of == (or =), !=, <, <=, >, >=, ~ (contains), e.g. 'eval_loss<2.5', 'model.n_layers==4', "
+        "'status=stopped', 'description~warmup', 'tags=baseline'. A number with decimals matches at that "
+        "precision (eval_loss==4.39 matches 4.3912). An unknown key or a malformed expression is exit 2.",
         show_default=False,
     ),
 ]
+AllOption = Annotated[bool, typer.Option("--all", "-a", help="List archived experiments too.")]
 LimitOption = Annotated[
     int | None, typer.Option("--limit", metavar="N", help="Show at most N experiments.", show_default=False)
 ]
@@ -70,11 +75,12 @@ def show(
     columns: ColumnsOption = None,
     as_json: JsonOption = False,
     as_csv: CsvOption = False,
+    include_archived: AllOption = False,
 ) -> None:
     """List experiments, show one in detail, or compare several side by side."""
     width = min(render.out_console().width, 120) if sys.stdout.isatty() else 80
     request = shows.Request(
         ids=tuple(ids or ()), all_keys=all_keys, plot=plot, sort=sort, where=tuple(where or ()), limit=limit,
-        columns=columns, as_json=as_json, as_csv=as_csv, width=width,
+        columns=columns, as_json=as_json, as_csv=as_csv, width=width, include_archived=include_archived,
     )  # fmt: skip
     show_view.write(shows.run(home_of(ctx), request), request)

@@ -13,7 +13,7 @@ import typer
 from ..errors import BadInput
 from ..home import validate_id
 from . import render
-from .common import JsonOption, handled, home_of
+from .common import JsonOption, complete_ids, handled, home_of
 
 RepairOption = Annotated[
     bool,
@@ -32,7 +32,10 @@ OtherHostsOption = Annotated[
 BenchIdArgument = Annotated[
     str | None,
     typer.Argument(
-        metavar="[ID]", help="Experiment whose model to time (default: EXP-008, else --preset).", show_default=False
+        metavar="[ID]",
+        help="Experiment whose model to time (default: EXP-008, else --preset).",
+        show_default=False,
+        autocompletion=complete_ids,
     ),
 ]
 BenchPresetOption = Annotated[
@@ -63,6 +66,10 @@ BENCH_HEADERS = (
     "precision", "ms/step", "tokens/s", "model GFLOP/s", "matmul peak GFLOP/s", "MFU", "ckpt MB", "save s", "load s",
     "ckpt cost %", "1st step fresh s", "1st step resumed s",
 )  # fmt: skip
+BENCH_DROPPABLE = (
+    "1st step resumed s", "1st step fresh s", "matmul peak GFLOP/s", "load s", "save s", "ckpt cost %",
+    "model GFLOP/s",
+)  # fmt: skip
 
 
 @handled
@@ -82,7 +89,7 @@ def doctor(
         if report["problems"]:
             rows = ((p["kind"], p["where"], p["detail"], "yes" if p["repaired"] else "no") for p in report["problems"])
             render.print_table(("problem", "where", "detail", "repaired"), rows, title=f"doctor {report['home']}")
-        print("healthy" if report["healthy"] else "problems found: run `octlm doctor --repair`")
+        print("healthy" if report["healthy"] else report.get("advice") or "problems found")
     if not report["healthy"]:
         raise typer.Exit(1)
 
@@ -109,12 +116,18 @@ def bench(
     if as_json:
         render.emit_json(report)
         return
+    print_bench(report, config.id or config.preset)
+
+
+def print_bench(report: dict[str, Any], name: str) -> None:
+    """The bench table (whole numbers always; low-priority columns dropped, named, on a narrow terminal)."""
     title = (
-        f"bench {config.id or config.preset}: {report['parameters']:,} parameters, "
-        f"{report['tokens_per_step']} tokens/step, {'compiled' if report['compile'] else 'eager'}, "
+        f"bench {name}: {report['parameters']:,} parameters, "
+        f"{report['tokens_per_step']:,} tokens/step, {'compiled' if report['compile'] else 'eager'}, "
         f"{report['machine']['threads']} threads, {report['machine']['device']}"
     )
-    render.print_table(BENCH_HEADERS, (_bench_row(r) for r in report["results"]), title=title)
+    rows = [_bench_row(r) for r in report["results"]]
+    render.print_table(BENCH_HEADERS, rows, title=title, droppable=BENCH_DROPPABLE)
     if "bf16_over_fp32_tokens_per_second" in report:
         print(
             f"bf16 / fp32 tokens/s: {report['bf16_over_fp32_tokens_per_second']}x "

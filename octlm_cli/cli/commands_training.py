@@ -6,6 +6,8 @@ Each imports ``runner``, ``verify`` or ``sampling`` inside its body: both import
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -13,9 +15,13 @@ import typer
 from . import render
 from .common import IdArgument, JsonOption, QuietOption, UntilOption, handled, home_of
 from .progress import ConsoleReporter, hangup_safe, output_may_vanish
+from .segments import SegmentsView
 
 RestartOption = Annotated[
     bool, typer.Option("--restart", help="Discard existing checkpoints, tokenizer and run file, and start over.")
+]
+YesOption = Annotated[
+    bool, typer.Option("--yes", "-y", help="With --restart: discard without asking, even on a terminal.")
 ]
 ResumeStepOption = Annotated[
     int | None,
@@ -98,11 +104,15 @@ def train(
     experiment_id: IdArgument,
     restart: RestartOption = False,
     until: UntilOption = None,
+    yes: YesOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Train an experiment from step 0 (refuses existing progress unless --restart)."""
-    _train(ctx, "train", experiment_id, as_json, quiet, restart=restart, until=until)
+    options: dict[str, Any] = {"restart": restart, "until": until}
+    if restart:
+        options["confirm"] = None if yes else "ask"
+    _train(ctx, "train", experiment_id, as_json, quiet, **options)
 
 
 @handled
@@ -120,12 +130,41 @@ def resume(
 
 def _train(ctx: typer.Context, use_case: str, experiment_id: str, as_json: bool, quiet: bool, **options: Any) -> None:
     """``train`` or ``resume`` with a progress reporter; a hung-up terminal never fails the run."""
-    from .. import runner  # imports torch
+    from .. import estimate, runner  # runner imports torch
 
+    home = home_of(ctx)
     with hangup_safe():
-        reporter = ConsoleReporter(quiet)
-        result = getattr(runner, use_case)(home_of(ctx), experiment_id, reporter=reporter, **options)
+        reporter = ConsoleReporter(quiet, lambda start, until: estimate.expected(home, experiment_id, start, until))
+        if options.get("confirm") == "ask":
+            options["confirm"] = _asker(reporter) if reporter.interactive and sys.stdin.isatty() else None
+        try:
+            result = getattr(runner, use_case)(home, experiment_id, reporter=reporter, **options)
+        finally:
+            reporter.close()
+        if options.get("restart"):
+            _say_discarded(result.get("discarded"), quiet)
         _finish(result, as_json)
+
+
+def _asker(reporter: ConsoleReporter) -> Callable[[list[str]], bool]:
+    """On a terminal, ``--restart`` shows what it would discard and asks first."""
+
+    def confirm(items: list[str]) -> bool:
+        with reporter.suspended():
+            render.info("--restart discards:\n" + "\n".join(f"  {render.plain(item)}" for item in items))
+            return typer.confirm("Discard them and start over?", default=False, err=True)
+
+    return confirm
+
+
+def _say_discarded(items: list[str] | None, quiet: bool) -> None:
+    if items is None or quiet:
+        return
+    with output_may_vanish():
+        if not items:
+            render.info("--restart: nothing to discard")
+        for item in items:
+            render.info(f"discarded {render.plain(item)}")
 
 
 @handled
@@ -141,7 +180,16 @@ def verify_resume(
     from .. import verify  # imports torch
 
     with hangup_safe():
-        result = verify.verify_resume(home_of(ctx), experiment_id, split_at, until, keep_scratch, progress=render.info)
+        reporter = ConsoleReporter()
+        segments = SegmentsView(before=reporter.close)
+        try:
+            result = verify.verify_resume(
+                home_of(ctx), experiment_id, split_at, until, keep_scratch,
+                progress=render.info, reporter=reporter, segments=segments,
+            )  # fmt: skip
+        finally:
+            reporter.close()
+            segments.close()
     if as_json:
         render.emit_json(result)
     else:
@@ -182,7 +230,10 @@ def overfit(
 
     with hangup_safe():
         reporter = ConsoleReporter(quiet)
-        result = runner.overfit(home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter)
+        try:
+            result = runner.overfit(home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter)
+        finally:
+            reporter.close()
     if as_json:
         render.emit_json(result)
     else:
@@ -225,7 +276,10 @@ def sample(
         home, experiment_id, prompt=prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
         seed=seed, step=step, warn=render.warn,
     )  # fmt: skip
+    if result.get("special_tokens") and not result["completion"]:
+        counts = ", ".join(f"{name} x{count}" for name, count in result["special_tokens"].items())
+        render.info(f"{result['tokens']} tokens generated, all special ({counts})")
     if as_json:
         render.emit_json(result)
     else:
-        print(render.plain(prompt + result["text"], multiline=True))
+        print(render.plain(result["text"], multiline=True))

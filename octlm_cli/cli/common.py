@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import inspect
 import math
 import os
 import sqlite3
@@ -37,11 +38,39 @@ OPTION_LIMITS: dict[str, float] = {
 }  # fmt: skip
 PATH_OPTIONS = frozenset({"home"})  # a path may hold any bytes the filesystem allows
 
+
+# ---------------------------------------------------------------- shell completion (torch-free, no registry)
+
+
+def complete_ids(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Experiment IDs for shell completion: the names of ``experiments/*.yaml`` in the home."""
+    try:
+        root = ctx.find_root()
+        home = Home.locate(root.params.get("home") or (root.obj or {}).get("home"))
+        names = sorted(path.stem for path in home.experiments.glob("*.yaml"))
+    except (OSError, OctlmError, ValueError):
+        return []
+    return [name for name in names if name.upper().startswith(incomplete.upper())]
+
+
+def complete_set_keys(incomplete: str) -> list[str]:
+    """``--set`` keys for shell completion, as ``KEY=`` (every key ``octlm config keys`` lists)."""
+    from ..config import describe_keys
+
+    if "=" in incomplete:
+        return []
+    return [f"{item['key']}=" for item in describe_keys() if str(item["key"]).startswith(incomplete)]
+
+
 # Options shared by several commands.
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
-        "--set", metavar="KEY=VALUE", help="Override a config key: SECTION.KEY=VALUE (repeatable).", show_default=False
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a config key: SECTION.KEY=VALUE (repeatable; `octlm config keys` lists them).",
+        show_default=False,
+        autocompletion=complete_set_keys,
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Write machine-readable JSON on stdout.")]
@@ -55,7 +84,9 @@ UntilOption = Annotated[
         show_default=False,
     ),
 ]
-IdArgument = Annotated[str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.")]
+IdArgument = Annotated[
+    str, typer.Argument(metavar="ID", help="The experiment, e.g. EXP-008.", autocompletion=complete_ids)
+]
 
 
 def home_of(ctx: typer.Context) -> Home:
@@ -84,7 +115,29 @@ def check_option(name: str, flag: str, value: Any) -> None:
 
 
 class StrictCommand(TyperCommand):
-    """A command whose every option value is checked (``check_option``) once parsed, before it runs."""
+    """A command whose every option value is checked (``check_option``) once parsed, before it runs; its
+    help reads as a person writes it (``ID``, ``[ID]...``, no Python types) and ends with its examples."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        return pieces + [usage_name(p) for p in self.get_params(ctx) if p.param_type_name == "argument"]
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        params = self.get_params(ctx)
+        arguments = [p for p in params if p.param_type_name == "argument" and not getattr(p, "hidden", False)]
+        if arguments:
+            with formatter.section("Arguments"):
+                formatter.write_dl([(usage_name(p).strip("[]."), getattr(p, "help", None) or "") for p in arguments])
+        options = [p.get_help_record(ctx) for p in params if p.param_type_name == "option"]
+        if any(options):
+            with formatter.section("Options"):
+                formatter.write_dl([record for record in options if record])
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return summary(self.help)
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        write_examples(self.epilog, formatter)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         rest = super().parse_args(ctx, args)
@@ -95,9 +148,39 @@ class StrictCommand(TyperCommand):
         return rest
 
 
+def usage_name(param: Any) -> str:
+    """An argument as the usage line shows it: ``ID`` (required), ``[ID]`` (optional), ``[ID]...`` (several)."""
+    name = str(param.metavar or (param.name or "").upper())
+    if name.startswith("["):
+        return name
+    many = "..." if param.nargs != 1 else ""
+    return f"{name}{many}" if param.required else f"[{name}]{many}"
+
+
+def summary(help_text: str | None) -> str:
+    """A command's first paragraph, whole, as one line (``octlm --help`` never cuts it with ``...``)."""
+    return " ".join(inspect.cleandoc(help_text or "").split("\n\n")[0].split())
+
+
+def write_examples(epilog: str | None, formatter: Any) -> None:
+    """The ``Examples:`` section: one command a line, as written (never re-wrapped)."""
+    if not epilog:
+        return
+    formatter.write_paragraph()
+    formatter.write("Examples:\n")
+    for line in epilog.splitlines():
+        formatter.write(f"  {line}\n" if line.strip() else "\n")
+
+
 class OctlmGroup(TyperGroup):
     """The root group: usage errors as one line (``octlm: error: ...``) with exit 2, and stdout flushed
     at the end with a closed pipe taken quietly, so no run of octlm ends in a traceback."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return summary(self.help)
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        write_examples(self.epilog, formatter)
 
     def main(
         self,

@@ -12,12 +12,13 @@ import contextlib
 import errno
 import os
 import select
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import render
 
@@ -79,27 +80,51 @@ def output_may_vanish() -> Iterator[None]:
             _to_devnull(2)
 
 
+def interactive_stderr(console: render.PlainConsole) -> bool:
+    """A terminal that can draw (``TERM=dumb`` gets plain lines, like a pipe)."""
+    return console.is_terminal and not console.is_dumb_terminal
+
+
+def stamped(message: str) -> str:
+    return f"{time.strftime('%H:%M:%S')} {message}"
+
+
 class ConsoleReporter:
-    def __init__(self, quiet: bool = False):
-        self.quiet = quiet
+    """Phases as spinners with their elapsed time, then a bar, on a terminal; timestamped lines elsewhere.
+
+    On a terminal a ticker thread redraws the spinners (and the bar until its first step) while the
+    work blocks; every write, from either thread, holds ``lock``."""
+
+    def __init__(self, quiet: bool = False, estimate: Callable[[int, int], str | None] | None = None):
+        self.quiet, self.estimate = quiet, estimate
         self.silent = False  # stderr stopped taking writes: nothing more is printed
         self.console = _Console(stderr=True, highlight=False)
-        self.interactive = self.console.is_terminal and not quiet
+        self.interactive = interactive_stderr(self.console) and not quiet
         self.progress: Progress | None = None
         self.task = TaskID(0)
         self.refreshed = 0.0
+        self.phases: Progress | None = None  # the live spinners of the phases so far
+        self.current: tuple[str, TaskID, float] | None = None  # the phase under way: name, row, start
+        self.lock = threading.RLock()
+        self.ticker: threading.Thread | None = None
+        self.plain = ("", "")  # off a terminal: the phase under way, and what it found, not yet said
 
     def _safely(self, write: Callable[[], None]) -> None:
-        if self.silent:
-            return
-        try:
-            write()
-        except OSError:
-            self._fall_silent()
+        with self.lock:
+            if self.silent:
+                return
+            try:
+                write()
+            except OSError:
+                self._fall_silent()
 
     def _fall_silent(self) -> None:
         self.silent = True
         self.console.quiet = True  # rich drops what it would still write (stopping the bar writes)
+        if self.phases is not None:
+            with contextlib.suppress(OSError):
+                self.phases.stop()
+            self.phases = None
         if self.progress is not None:
             with contextlib.suppress(OSError):
                 self.progress.stop()  # gives back sys.stdout and sys.stderr
@@ -108,14 +133,127 @@ class ConsoleReporter:
         release_vanished((1,))
 
     def _print(self, message: str, style: str | None = None) -> None:
-        console = self.progress.console if self.progress else self.console
+        live = self.progress or self.phases
+        console = live.console if live else self.console
         console.print(message, markup=False, highlight=False, soft_wrap=True, style=style)
 
+    # ------------------------------------------------------------ phases
+
+    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
+        if self.quiet:
+            return
+        if not self.interactive:
+            self._safely(lambda: self._plain_phase(name, detail))
+            return
+        self._safely(lambda: self._phase(name, detail, own_progress))
+
+    def _plain_phase(self, name: str, detail: str) -> None:
+        """A phase's line: at once when it begins with a detail; what it found (a detail that comes later)
+        once the next phase begins or the run starts, so that a failure stays one line on its own."""
+        if name == self.plain[0]:
+            self.plain = (name, stamped(f"{name}: {detail}") if detail else self.plain[1])
+            return
+        self._said_found()
+        self.plain = (name, "")
+        if detail:
+            self._print(stamped(f"{name}: {detail}"))
+
+    def _said_found(self) -> None:
+        if self.plain[1]:
+            self._print(self.plain[1])
+        self.plain = (self.plain[0], "")
+
+    def _phase(self, name: str, detail: str, own_progress: bool) -> None:
+        text = render.plain(f"{name}: {detail}" if detail else name)
+        if self.current is not None and self.current[0] == name and self.phases is not None:
+            self.phases.update(self.current[1], description=text)
+            return
+        self._end_phase()
+        if own_progress:  # the work draws below; the rows so far stay as they are
+            self._freeze()
+            self._print(stamped(text))
+            return
+        if self.phases is None:
+            self.phases = Progress(
+                SpinnerColumn(finished_text="✓"),
+                TextColumn("{task.description}", markup=False),
+                TimeElapsedColumn(),
+                console=self.console,
+                auto_refresh=False,
+            )
+            self.phases.start()
+        self.current = (name, self.phases.add_task(text, total=1), time.monotonic())
+        self.phases.refresh()
+        self._tick()
+
+    def _end_phase(self) -> None:
+        if self.current is not None and self.phases is not None:
+            self.phases.update(self.current[1], completed=1)
+            self.phases.stop_task(self.current[1])
+        self.current = None
+
+    def _freeze(self, drop_current: bool = False) -> None:
+        """Stop drawing the phases: their rows stay on the screen as last drawn (but the current one's,
+        with ``drop_current``: it goes on elsewhere, or it failed)."""
+        if self.phases is None:
+            return
+        if drop_current and self.current is not None:
+            self.phases.remove_task(self.current[1])
+        phases, self.phases = self.phases, None
+        phases.stop()
+
+    def _tick(self) -> None:
+        """Redraw the spinners, or the bar before its first step, while the work blocks."""
+        if self.ticker is not None and self.ticker.is_alive():
+            return
+
+        def run() -> None:
+            while not self.silent and self.current is not None:
+                time.sleep(REFRESH_S)
+                self._safely(self._redraw)
+
+        self.ticker = threading.Thread(target=run, name="octlm-progress", daemon=True)
+        self.ticker.start()
+
+    def _redraw(self) -> None:
+        if self.phases is not None:
+            self.phases.refresh()
+        elif self.progress is not None and self.current is not None:
+            elapsed = time.monotonic() - self.current[2]
+            self.progress.update(self.task, metrics=f"{self.current[0]} {elapsed:.0f} s")
+            self.progress.refresh()
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """No drawing while the user is asked something; the phase under way goes on afterwards."""
+        with self.lock:
+            current = self.current
+            self._safely(lambda: self._freeze(drop_current=True))
+            self.current = None
+        try:
+            yield
+        finally:
+            if current is not None:
+                self.phase(current[0])
+
+    def close(self) -> None:
+        """However the command ends: no spinner is left running (a failed phase's row goes)."""
+        self._safely(lambda: self._freeze(drop_current=True))
+        self.current = None
+        self.finish()
+
+    # ------------------------------------------------------------ the run
+
     def start(self, info: dict[str, Any]) -> None:
+        if not self.quiet:
+            self._safely(self._said_found)
         self.note(
             f"{info['kind']} {info['id']}: steps {info['start']} -> {info['until']}, "
             f"{info['parameters']:,} parameters, {info['device']}, {info['precision']}"
         )
+        line = self.estimate(info["start"], info["until"]) if self.estimate else None
+        if line:
+            self.note(line)
         if self.interactive:
             self._safely(lambda: self._start_bar(info))
 
@@ -130,14 +268,25 @@ class ConsoleReporter:
             transient=False,
             auto_refresh=False,  # every write happens here, in the training thread, where a failure is caught
         )
+        self._freeze(drop_current=True)  # the phase under way (the first step) goes on in the bar
+        waiting = f"{self.current[0]} 0 s" if self.current else ""
         self.task = self.progress.add_task(
-            "train", total=info["until"], completed=info["start"], id=info["id"], metrics=""
+            "train", total=info["until"], completed=info["start"], id=info["id"], metrics=waiting
         )
         self.progress.start()
+        if self.current is not None:
+            self._tick()
 
     def step(self, step: int) -> None:
+        if self.current is not None:
+            self._safely(self._first_step_done)
         if self.progress is not None:
             self._safely(lambda: self._advance(step))
+
+    def _first_step_done(self) -> None:
+        self.current = None
+        if self.progress is not None:
+            self.progress.update(self.task, metrics="")
 
     def _advance(self, step: int, force: bool = False) -> None:
         assert self.progress is not None
@@ -182,6 +331,7 @@ class ConsoleReporter:
         self._safely(lambda: self._print(f"octlm: warning: {message}", style="yellow"))
 
     def finish(self) -> None:
+        self.current = None
         if self.progress is not None:
             self._safely(self._stop_bar)
 

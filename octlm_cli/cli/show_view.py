@@ -8,8 +8,6 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console
-
 from ..config import flatten
 from ..show import Request, Shown
 from . import render
@@ -18,13 +16,16 @@ LIST_HEADERS = (
     "ID", "description", "status", "step", "train loss", "eval loss", "ppl", "bpb", "tokens", "verdict",
     "updated (UTC)",
 )  # fmt: skip
-LIST_DROPPABLE = ("updated (UTC)", "ppl", "train loss", "tokens", "verdict")
+LIST_DROPPABLE = ("updated (UTC)", "ppl", "train loss", "tokens", "verdict", "bpb")
 RUN_HEADERS = (
     "#", "kind", "status", "steps", "started", "host", "pid", "device", "dtype", "threads", "train loss", "eval loss",
 )  # fmt: skip
+RUN_DROPPABLE = ("threads", "dtype", "host", "device", "started", "train loss")
 PROVENANCE_HEADERS = (
     "#", "command", "git commit", "dirty", "versions (octlm/python/torch)", "duration s", "resumed from",
 )  # fmt: skip
+PROVENANCE_DROPPABLE = ("versions (octlm/python/torch)", "dirty", "resumed from", "git commit")
+LIFECYCLE = ("tags", "notes", "archived", "parent")  # shown in the detail when the document has them
 
 
 def write(shown: Shown, request: Request) -> None:
@@ -40,9 +41,39 @@ def write(shown: Shown, request: Request) -> None:
         _list(shown, request)
     elif shown.mode == "compare":
         title = " vs ".join(request.ids) + ("" if request.all_keys else "  (config: only keys that differ)")
-        render.print_table(("", *request.ids), shown.rows, title=title)
+        print_compare(list(request.ids), shown.rows, title)
     else:
-        print_detail(render.out_console(), shown.document)
+        print_detail(shown.document)
+
+
+def print_compare(ids: list[str], rows: list[list[Any]], title: str) -> None:
+    """Fields down, experiments across; each value formatted by its field's kind. On a terminal too narrow
+    for every experiment, several tables of as many experiments as fit, with a note saying so."""
+    body = [
+        [render.plain(row[0]), *(render.format_cell(render.kind_of(str(row[0])), v) for v in row[1:])] for row in rows
+    ]
+    groups = _groups(["", *ids], body, render.out_console().width) if render.terminal() else [list(range(len(ids)))]
+    if len(groups) > 1:
+        render.info(f"note: {len(ids)} experiments do not fit side by side: shown in {len(groups)} tables")
+    for number, group in enumerate(groups, 1):
+        header = ["", *(ids[i] for i in group)]
+        part = [[row[0], *(row[i + 1] for i in group)] for row in body]
+        suffix = f"  ({number}/{len(groups)})" if len(groups) > 1 else ""
+        render.print_table(header, part, title=title + suffix, kinds=["raw"] * len(header))
+
+
+def _groups(header: list[str], body: list[list[str]], width: int) -> list[list[int]]:
+    """Experiments (indexes) in groups whose tables, field column included, fit ``width``."""
+    widths = [max([len(header[c]), *(len(row[c]) for row in body)]) + 3 for c in range(len(header))]
+    groups: list[list[int]] = [[]]
+    used = widths[0]
+    for index, column in enumerate(widths[1:]):
+        if groups[-1] and used + column > width + 1:
+            groups.append([])
+            used = widths[0]
+        groups[-1].append(index)
+        used += column
+    return groups
 
 
 def write_csv(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> None:
@@ -73,30 +104,68 @@ def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
             r["bits_per_byte"], r["tokens"], r["last_verdict"], updated)  # fmt: skip
 
 
-def print_detail(console: Console, item: dict[str, Any]) -> None:
+def print_detail(item: dict[str, Any]) -> None:
+    """One experiment: its summary and config as ``key: value`` lines, then its runs, provenance,
+    checkpoints and verdicts as tables (rich on a terminal, plain text otherwise)."""
     fingerprints = item["fingerprints"]
-    console.print(render.key_values(f"{item['id']}  {item['description']}", [
-        ("status", item["status"]), ("step", item["step"]), ("config fingerprint", fingerprints["config"]),
-        ("data hash", fingerprints["data"]), ("tokenizer hash", fingerprints["tokenizer"]),
-    ]))  # fmt: skip
-    console.print(render.key_values("config", flatten(item["config"]).items()))
+    render.print_pairs(f"{item['id']}  {item['description']}", [
+        ("status", item["status"]), ("step", item["step"]), *_lifecycle(item),
+        ("config fingerprint", fingerprints["config"]), ("data hash", fingerprints["data"]),
+        ("tokenizer hash", fingerprints["tokenizer"]),
+    ])  # fmt: skip
+    _gap()
+    render.print_pairs("config", flatten(item["config"]).items())
     if item["runs"]:
-        console.print(render.table("runs", RUN_HEADERS, (_run_row(r) for r in item["runs"])))
-        console.print(render.table("provenance", PROVENANCE_HEADERS, (_provenance_row(r) for r in item["runs"])))
+        _gap()
+        render.print_table(RUN_HEADERS, [_run_row(r) for r in item["runs"]], title="runs", droppable=RUN_DROPPABLE)
+        _gap()
+        rows = [_provenance_row(r) for r in item["runs"]]
+        render.print_table(PROVENANCE_HEADERS, rows, title="provenance", droppable=PROVENANCE_DROPPABLE)
     if item["checkpoints"]:
-        rows = ((c["step"], c["path"], c["size"], _cut(c["sha256"], 16)) for c in item["checkpoints"])
-        console.print(render.table("checkpoints", ("step", "path", "size", "sha256"), rows))
+        _gap()
+        rows = [(c["step"], c["path"], c["size"], _cut(c["sha256"], 16)) for c in item["checkpoints"]]
+        render.print_table(("step", "path", "size", "sha256"), rows, title="checkpoints", droppable=("sha256",))
     if item["verifications"]:
-        rows = ((v["kind"], v["verdict"], _cut(v["created"], 19), v["details"].get("summary", ""))
-                for v in item["verifications"])  # fmt: skip
-        console.print(render.table("verdicts", ("kind", "verdict", "when", "summary"), rows))
+        _gap()
+        rows = [
+            (v["kind"], v["verdict"], _cut(v["created"], 19).replace("T", " "), _summary(v))
+            for v in item["verifications"]
+        ]
+        render.print_table(("kind", "verdict", "when", "summary"), rows, title="verdicts", droppable=("when",))
+
+
+def _lifecycle(item: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Tags, notes, archived and the parent checkpoint of a fork, when the document has them."""
+    pairs: list[tuple[str, Any]] = []
+    tags = item.get("tags")
+    if tags:
+        pairs.append(("tags", tags))
+    if item.get("archived"):
+        pairs.append(("archived", True))
+    if item.get("parent"):
+        pairs.append(("forked from", item["parent"]))
+    notes = item.get("notes") or []
+    for note in notes if isinstance(notes, list) else [notes]:
+        text = note.get("text") if isinstance(note, dict) else note
+        when = _cut(note.get("created"), 16).replace("T", " ") if isinstance(note, dict) else ""
+        pairs.append(("note", f"{when}  {text}".strip()))
+    return pairs
+
+
+def _summary(verification: dict[str, Any]) -> Any:
+    details = verification["details"]
+    return details.get("summary", "") if isinstance(details, dict) else ""
+
+
+def _gap() -> None:
+    sys.stdout.write("\n")
 
 
 def _run_row(r: dict[str, Any]) -> tuple[Any, ...]:
     metrics = r["latest_metrics"] if isinstance(r["latest_metrics"], dict) else {}
-    return (r["id"], r["kind"], r["status"], f"{r['start_step']}->{r['end_step']}", _cut(r["started"], 19),
-            r["host"], r["pid"], r["device"], r["dtype"], r["threads"], metrics.get("train_loss"),
-            metrics.get("eval_loss"))  # fmt: skip
+    started = _cut(r["started"], 19).replace("T", " ")
+    return (r["id"], r["kind"], r["status"], f"{r['start_step']}->{r['end_step']}", started, r["host"], r["pid"],
+            r["device"], r["dtype"], r["threads"], metrics.get("train_loss"), metrics.get("eval_loss"))  # fmt: skip
 
 
 def _provenance_row(r: dict[str, Any]) -> tuple[Any, ...]:

@@ -1,0 +1,205 @@
+"""Issue 13, training side: honest statuses, finer metrics (run file and registry), forks, --restart's list."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import cli, json_out, write_experiment
+
+from octlm_cli import checkpoint, runfile, runner
+from octlm_cli.errors import Refused
+from octlm_cli.home import Home
+from octlm_cli.registry import Registry
+
+EVAL_FIELDS = ("eval_loss", "perplexity", "bits_per_byte")
+METRIC_KEYS = {"step", "tokens", "lr", "train_loss", "gradient_norm", *EVAL_FIELDS}
+
+
+def records(home: Path, experiment: str = "EXP-001") -> list[dict[str, Any]]:
+    return runfile.without_timings(runfile.read(home / "runs" / f"{experiment}.jsonl"))
+
+
+def metrics_rows(home: Path, experiment: str = "EXP-001", track: str = "train") -> list[dict[str, Any]]:
+    with Registry(home / "registry.db") as registry:
+        return registry.metrics(experiment, track)
+
+
+def assert_metrics_match_run_file(home: Path, experiment: str = "EXP-001") -> None:
+    """The registry's metrics table holds the run file's records: same steps, same values."""
+    rows, kept = metrics_rows(home, experiment), records(home, experiment)
+    assert [row["step"] for row in rows] == [record["step"] for record in kept]
+    for row, record in zip(rows, kept, strict=True):
+        values = {k: v for k, v in row.items() if k in METRIC_KEYS and v is not None}
+        assert values == record
+
+
+def sibling(tmp_path: Path, home: Path, name: str, **training: Any) -> Path:
+    """Another home with the same corpus and EXP-001 with these training keys."""
+    other = tmp_path / name
+    shutil.copytree(home / "corpus", other / "corpus")
+    write_experiment(other, training=training)
+    return other
+
+
+def test_until_is_stopped_and_the_last_step_completed(home: Path) -> None:
+    stopped = cli(home, "train", "EXP-001", "--until", "6", "--json", "-q")
+    assert stopped.exit_code == 0, stopped.stderr
+    assert json_out(stopped)["status"] == "stopped"
+    done = cli(home, "resume", "EXP-001", "--json", "-q")
+    assert json_out(done)["status"] == "completed"
+    with Registry(home / "registry.db") as registry:
+        assert [run["status"] for run in registry.runs("EXP-001")] == ["stopped", "completed"]
+
+
+def test_records_average_the_loss_since_the_last_log(tmp_path: Path, home: Path) -> None:
+    every = sibling(tmp_path, home, "every", log_interval=1, eval_interval=6)
+    fours = sibling(tmp_path, home, "fours", log_interval=4, eval_interval=6)
+    for root in (every, fours):
+        assert cli(root, "train", "EXP-001", "-q").exit_code == 0
+    per_step = {record["step"]: record for record in records(every)}
+    assert sorted(per_step) == list(range(1, 13))
+    logged = records(fours)
+    assert [record["step"] for record in logged] == [4, 6, 8, 12]  # log 4, 8, 12; evaluation 6 and 12
+    previous = 0
+    for record in logged:
+        total = 0.0
+        for step in range(previous + 1, record["step"] + 1):
+            total += per_step[step]["train_loss"]  # float64, in step order
+        assert record["train_loss"] == total / (record["step"] - previous)
+        assert record["lr"] == per_step[record["step"]]["lr"]
+        assert record["gradient_norm"] == per_step[record["step"]]["gradient_norm"]  # the logged step's
+        assert all((key in record) == (record["step"] in (6, 12)) for key in EVAL_FIELDS)
+        previous = record["step"]
+    assert_metrics_match_run_file(every)
+    assert_metrics_match_run_file(fours)
+
+
+def test_split_between_logs_gives_the_same_run_file_and_metrics(tmp_path: Path, home: Path) -> None:
+    whole = sibling(tmp_path, home, "whole", log_interval=4, eval_interval=6)
+    split = sibling(tmp_path, home, "split", log_interval=4, eval_interval=6)
+    assert cli(whole, "train", "EXP-001", "-q").exit_code == 0
+    assert cli(split, "train", "EXP-001", "--until", "5", "-q").exit_code == 0  # mid-interval: 1 step summed
+    assert cli(split, "resume", "EXP-001", "--until", "10", "-q").exit_code == 0
+    assert [record["step"] for record in records(split)] == [4, 6, 8]
+    (split / "checkpoints" / "EXP-001" / "step-000010.pt").unlink()  # back to step 8: the file and table are cut
+    assert cli(split, "resume", "EXP-001", "-q").exit_code == 0
+    assert records(split) == records(whole)
+    assert_metrics_match_run_file(whole)
+    assert_metrics_match_run_file(split)
+    assert [row["step"] for row in metrics_rows(split)] == [4, 6, 8, 12]
+
+
+def fork(home: Path, experiment: str = "EXP-002", step: int = 8, optimizer: bool = False, **sections: Any) -> Path:
+    parent = checkpoint.path_for(home / "checkpoints" / "EXP-001", step)
+    init = {
+        "parent": f"EXP-001@{step}",
+        "checkpoint": str(parent.relative_to(home)),
+        "sha256": hashlib.sha256(parent.read_bytes()).hexdigest(),
+        "optimizer": optimizer,
+    }
+    write_experiment(home, experiment, init=init, **sections)
+    return parent
+
+
+@pytest.fixture
+def parent_home(home: Path) -> Path:
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    return home
+
+
+@pytest.mark.parametrize("optimizer", [False, True])
+def test_fork_starts_from_the_parent_checkpoint(parent_home: Path, optimizer: bool) -> None:
+    from octlm_cli import experiments
+    from octlm_cli.artifacts import init_from
+    from octlm_cli.checkpoint import Fingerprints
+    from octlm_cli.loop import TrainState
+    from octlm_cli.reporting import QuietReporter
+
+    parent_path = fork(parent_home, optimizer=optimizer, training={"weight_decay": 0.05})
+    config = experiments.load(Home(parent_home), "EXP-002")
+    parent = checkpoint.read(parent_path)
+    state = TrainState.fresh(config, torch.device("cpu"), 50)
+    fresh_sampler = state.sampler.state_dict().clone()
+    prints = Fingerprints("c", "d", parent.fingerprints.tokenizer)
+    assert init_from(state, Home(parent_home), prints, QuietReporter()) == parent_path
+    assert state.step == 0
+    for key, tensor in parent.model.items():
+        assert torch.equal(state.model.state_dict()[key], tensor), key
+    moments = state.optimizer.state_dict()["state"]
+    assert bool(moments) == optimizer
+    for index, values in moments.items():
+        for name, tensor in values.items():
+            assert torch.equal(tensor, parent.optimizer["state"][index][name]), (index, name)
+    assert torch.equal(state.sampler.state_dict(), parent.sampler if optimizer else fresh_sampler)
+    assert state.optimizer.param_groups[0]["weight_decay"] == 0.05  # the child's own setting
+
+
+def test_fork_refuses_another_shape_a_changed_file_and_a_missing_one(parent_home: Path) -> None:
+    fork(parent_home, "EXP-002", model={"d_model": 64})
+    shape = cli(parent_home, "train", "EXP-002", "-q")
+    assert shape.exit_code == 3 and "does not fit EXP-002's config" in shape.stderr
+    assert len(shape.stderr.strip().splitlines()) == 1
+    parent = fork(parent_home, "EXP-003", step=12)
+    tampered = parent_home / "checkpoints" / "EXP-001" / "step-000008.pt"
+    write_experiment(
+        parent_home, "EXP-004", init={"checkpoint": str(tampered.relative_to(parent_home)), "sha256": "0" * 64}
+    )
+    changed = cli(parent_home, "train", "EXP-004", "-q")
+    assert changed.exit_code == 3 and "checksum mismatch" in changed.stderr
+    parent.unlink()
+    missing = cli(parent_home, "train", "EXP-003", "-q")
+    assert missing.exit_code == 3 and "is missing" in missing.stderr
+    assert not (parent_home / "checkpoints" / "EXP-004" / "step-000004.pt").exists()
+
+
+def test_fork_resumes_exactly(tmp_path: Path, parent_home: Path) -> None:
+    parent = fork(parent_home, optimizer=True, training={"learning_rate": 1e-3, "log_interval": 3})
+    split = tmp_path / "split"
+    shutil.copytree(parent_home, split)
+    assert cli(parent_home, "train", "EXP-002", "-q").exit_code == 0
+    assert cli(split, "train", "EXP-002", "--until", "5", "-q").exit_code == 0
+    assert cli(split, "resume", "EXP-002", "-q").exit_code == 0
+    whole_final = checkpoint.read(checkpoint.path_for(parent_home / "checkpoints" / "EXP-002", 12))
+    split_final = checkpoint.read(checkpoint.path_for(split / "checkpoints" / "EXP-002", 12))
+    for key, tensor in whole_final.model.items():
+        assert torch.equal(split_final.model[key], tensor), key
+    assert torch.equal(whole_final.sampler, split_final.sampler)
+    assert records(split, "EXP-002") == records(parent_home, "EXP-002")
+    assert_metrics_match_run_file(split, "EXP-002")
+    with Registry(parent_home / "registry.db") as registry:
+        origin = registry.runs("EXP-002")[0]["resumed_from"]
+    assert str(parent.relative_to(parent_home)) in origin
+    assert hashlib.sha256(parent.read_bytes()).hexdigest() in origin
+
+
+def test_restart_asks_first_and_lists_what_it_discarded(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "--until", "8", "-q").exit_code == 0
+    folder = home / "checkpoints" / "EXP-001"
+    before = sorted(p.name for p in folder.iterdir())
+    asked: list[list[str]] = []
+
+    def decline(items: list[str]) -> bool:
+        asked.append(items)
+        return False
+
+    with pytest.raises(Refused, match="nothing was discarded"):
+        runner.train(Home(home), "EXP-001", restart=True, confirm=decline)
+    assert sorted(p.name for p in folder.iterdir()) == before
+    assert [row["step"] for row in metrics_rows(home)] == [r["step"] for r in records(home)] == [4, 5, 8]
+    expected = [
+        "checkpoints/EXP-001/step-000004.pt (step 4)",
+        "checkpoints/EXP-001/step-000008.pt (step 8)",
+        "checkpoints/EXP-001/tokenizer.json",
+        "runs/EXP-001.jsonl",
+    ]
+    assert asked == [expected]
+    result = runner.train(Home(home), "EXP-001", restart=True, until=4, confirm=lambda items: True)
+    assert result["discarded"] == expected
+    assert result["status"] == "stopped"
+    assert [record["step"] for record in records(home)] == [4]
+    assert [row["step"] for row in metrics_rows(home)] == [4]
