@@ -162,6 +162,10 @@ class InitConfig(_Section):
     optimizer: bool = _doc("also start from its optimizer and sampler state", False)
 
     def check(self) -> None:
+        if self.checkpoint.startswith("/") or ".." in self.checkpoint.split("/"):
+            self.fail("checkpoint", "must be a path inside the home, relative to it")
+        if self.parent and not self.checkpoint:
+            self.fail("parent", "needs init.checkpoint and init.sha256 (write them with `octlm new --init-from`)")
         if bool(self.checkpoint) != bool(self.sha256):
             self.fail("sha256" if self.checkpoint else "checkpoint", "init.checkpoint and init.sha256 go together")
         if self.sha256 and (len(self.sha256) != 64 or set(self.sha256) - set("0123456789abcdef")):

@@ -8,13 +8,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from . import config as cfg
 from .errors import BadInput, OctlmError, Refused
-from .fsutil import check_regular, create_temporary, open_regular, read_regular
+from .fsutil import atomic_writer, check_regular, create_temporary, open_regular, read_regular
 from .home import Home, id_number, validate_id
 from .presets import preset as preset_raw
 from .registry import Registry
@@ -101,8 +102,24 @@ def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> dict[str, An
         have = f"its checkpoints are at steps {', '.join(map(str, steps))}" if steps else "it has no checkpoints"
         raise BadInput(f"--init-from {spec}: {parent} has no checkpoint at step {step}; {have}")
     digest = _verified_digest(path)
-    return {"parent": f"{parent}@{step}", "checkpoint": str(path.relative_to(home.root)), "sha256": digest,
+    kept = _keep_parent(home, path, digest)
+    return {"parent": f"{parent}@{step}", "checkpoint": str(kept.relative_to(home.root)), "sha256": digest,
             "optimizer": optimizer}  # fmt: skip
+
+
+def _keep_parent(home: Home, path: Path, digest: str) -> Path:
+    """A fork's own reference to its parent checkpoint, ``checkpoints/forks/<sha256>.pt`` (a hard link, else a
+    copy), so the parent's retention, ``--restart`` or ``rm`` never takes a fork's step 0 away."""
+    kept = home.root / "checkpoints" / "forks" / f"{digest}.pt"
+    if kept.is_file():
+        return kept
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(path, kept)
+    except OSError:
+        with open(open_regular(path, max_bytes=None, follow=False), "rb") as source, atomic_writer(kept) as target:
+            shutil.copyfileobj(source, target)
+    return kept
 
 
 def _verified_digest(path: Path) -> str:

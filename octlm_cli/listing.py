@@ -13,7 +13,7 @@ from typing import Any
 
 from . import experiments
 from .config import describe_keys, flatten
-from .errors import BadInput
+from .errors import BadInput, OctlmError
 from .home import Home
 from .registry import Registry
 
@@ -45,8 +45,11 @@ def rows(home: Home, include_archived: bool = True) -> list[Row]:
         for row in summaries
     ]
     for missing in experiments.unregistered_files(home, {row["id"] for row in summaries}):
+        config = _file_config(home, missing) or {}
         out.append(
-            {key: None for key in LIST_COLUMNS} | {"id": missing, "status": "new", "tags": []} | {"archived": False}
+            {key: None for key in LIST_COLUMNS}
+            | {"id": missing, "status": "new", "tags": [], "archived": False}
+            | {"description": config.get("description"), "steps": config.get("training", {}).get("steps")}
         )
     out.sort(key=lambda row: str(row["id"]))
     return out if include_archived else [row for row in out if not row["archived"]]
@@ -95,7 +98,7 @@ def header(columns: list[str] | None) -> list[str]:
     """The columns a listing shows: ``id`` first, then the chosen ones (default: LIST_COLUMNS)."""
     if not columns:
         return list(LIST_COLUMNS)
-    unknown = [c for c in columns if c not in LIST_COLUMNS and "." not in c]
+    unknown = [c for c in columns if c not in LIST_COLUMNS and c not in config_keys()]
     if unknown:
         raise BadInput(f"--columns {unknown[0]}: unknown column; choose from {', '.join(LIST_COLUMNS)} or a config key")
     return ["id", *[c for c in columns if c != "id"]]
@@ -110,7 +113,17 @@ def with_config(home: Home, found: list[Row]) -> list[Row]:
     """Add flattened config keys to listing rows (for --where and --columns on config keys)."""
     with Registry(home.registry, create=False) as registry:
         configs = registry.configs()
+    for row in found:  # an experiment that is only a file so far: its YAML
+        if row["id"] not in configs and (config := _file_config(home, row["id"])) is not None:
+            configs[row["id"]] = config
     return [{**row, **{k: v for k, v in flatten(configs.get(row["id"], {})).items() if "." in k}} for row in found]
+
+
+def _file_config(home: Home, experiment_id: str) -> dict[str, Any] | None:
+    try:
+        return experiments.load(home, experiment_id).to_dict()
+    except OctlmError:
+        return None
 
 
 def _number(text: Any) -> float | None:
@@ -199,7 +212,7 @@ def filter_rows(found: list[Row], where: list[str], sort: str | None, limit: int
 def sort_rows(found: list[Row], sort: str) -> list[Row]:
     """Sort by a column or config key (``-key``: descending); rows without the key go last."""
     key, reverse = (sort[1:], True) if sort.startswith("-") else (sort, False)
-    if found and not any(key in row for row in found):
+    if key not in LIST_COLUMNS and key not in config_keys():
         raise BadInput(
             f"--sort {key}: unknown column; use a listing column or a config key such as training.learning_rate"
         )

@@ -101,12 +101,12 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
         tokenizer = start.tokenizer or context.files.tokenizer
         prepared = start.select(prepare(context.home, context.config, tokenizer, context.reporter))
         state, forked = _build_state(context, start, prepared)
+        if start.discard is not None:  # only now: everything above validated what it could
+            start.discard()
     except BaseException:
-        if start.tokenizer is not None:  # a tokenizer trained for a restart that cannot go ahead
+        if start.tokenizer is not None:  # a tokenizer trained for a restart that did not go ahead
             start.tokenizer.unlink(missing_ok=True)
         raise
-    if start.discard is not None:
-        start.discard()
     for note in prepared.notes:
         moved = start.tokenizer is not None  # the tokenizer a restart trained is the experiment's now
         context.reporter.note(note.replace(str(start.tokenizer), str(context.files.tokenizer)) if moved else note)

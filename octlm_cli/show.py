@@ -60,7 +60,19 @@ def run(home: Home, request: Request) -> Shown:
     """Answer ``octlm show``; BadInput for conflicting options, unknown IDs, columns or filters."""
     if request.as_json and request.as_csv:
         raise BadInput("--json and --csv cannot be used together: choose one")
+    _check_mode(request)
     return replace(VIEWS[request.mode](home, request), warnings=damaged_cells(home))
+
+
+def _check_mode(request: Request) -> None:
+    """Options that do not apply to the view asked for are an error, never silently ignored."""
+    listing_only = request.where or request.sort or request.limit is not None or request.columns
+    if request.ids and (listing_only or request.include_archived):
+        raise BadInput("--where, --sort, --limit, --columns and --all apply to the list: give them without an ID")
+    if request.all_keys and request.mode != "compare":
+        raise BadInput("--all-keys applies to a comparison: give two experiment IDs or more")
+    if request.plot and (not request.ids or request.as_csv):
+        raise BadInput("--plot draws the curves of the experiments named (text, or --json): give their IDs, no --csv")
 
 
 def damaged_cells(home: Home) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ import torch
 
 from . import checkpoint, experiments, runfile
 from .artifacts import ExperimentFiles, restore
-from .config import to_yaml
+from .config import Config, to_yaml
 from .errors import BadInput, Interrupted, OctlmError
 from .home import Home
 from .loop import train_step
@@ -74,6 +74,9 @@ def _scratch_home(root: Path, plan: Plan) -> Home:
     shutil.copy2(plan.tokenizer, files.tokenizer)
     plan.cache.mkdir(parents=True, exist_ok=True)
     home.cache.symlink_to(plan.cache, target_is_directory=True)
+    if plan.init_checkpoint:  # a fork starts from its parent's checkpoint, at the same place in the home
+        (root / plan.init_checkpoint).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(plan.home / plan.init_checkpoint, root / plan.init_checkpoint)
     return home
 
 
@@ -219,13 +222,20 @@ def verify_resume(
         with files.lock():
             # trains the experiment's tokenizer once if it has none
             prepared = prepare(home, config, files.tokenizer, reporter, first_step=False)
-        # Both runs checkpoint only where they must: at the splits (by --until) and at the end.
-        scratch = config.with_keys({"checkpoint.interval": final, "checkpoint.keep": len(splits) + 1})
-        plan = Plan(experiment_id, to_yaml(scratch), files.tokenizer, splits, final, data_root(home), home.cache)
-        result = _in_scratch(plan, prepared, keep_scratch, report, segments or QuietSegments())
+        result = _in_scratch(
+            _plan(home, config, splits, final), prepared, keep_scratch, report, segments or QuietSegments()
+        )
         result.update({"id": experiment_id, "split_at": splits, "until": final})
         registry.add_verification(experiment_id, "verify-resume", result["verdict"], result)
         return result
+
+
+def _plan(home: Home, config: Config, splits: list[int], final: int) -> Plan:
+    # Both runs checkpoint only where they must: at the splits (by --until) and at the end.
+    scratch = config.with_keys({"checkpoint.interval": final, "checkpoint.keep": len(splits) + 1})
+    tokenizer = ExperimentFiles(home, config.id).tokenizer
+    cadence = (to_yaml(scratch), tokenizer, splits, final, data_root(home), home.cache)
+    return Plan(config.id, *cadence, home.root, config.init.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -239,6 +249,8 @@ class Plan:
     until: int
     data_root: Path
     cache: Path
+    home: Path  # the experiment's own home: a fork's parent checkpoint (init.checkpoint) is linked from it
+    init_checkpoint: str = ""
 
 
 def _in_scratch(
@@ -299,6 +311,8 @@ def _verdict(
     ]
     if ra.scaler or rb.scaler:  # fp16 only
         checks.append(_section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
+    if ra.log_accumulator or rb.log_accumulator:  # a loss sum pending between two logged steps
+        checks.append(_section("log", {"log": ra.log_accumulator}, {"log": rb.log_accumulator}))
     loss_check = _loss_check(prepared, loaded_a, loaded_b)
     run_file_check, first_step = _run_file_check(a, b, experiment_id)
     checks += [loss_check, run_file_check]

@@ -203,3 +203,19 @@ def test_restart_asks_first_and_lists_what_it_discarded(home: Path) -> None:
     assert result["status"] == "stopped"
     assert [record["step"] for record in records(home)] == [4]
     assert [row["step"] for row in metrics_rows(home)] == [4]
+
+
+def test_verify_resume_of_a_fork_passes(home: Path) -> None:
+    """The scratch homes of verify-resume carry the fork's parent checkpoint along."""
+    import json
+
+    from conftest import octlm
+
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    created = cli(home, "new", "--init-from", "EXP-001@12", "--set", "training.steps=8", "--set",
+                  "training.warmup_steps=1")  # fmt: skip
+    assert created.exit_code == 0, created.stderr
+    fork = created.stdout.strip()
+    result = octlm(home, "verify-resume", fork, "--split-at", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["verdict"] == "pass"

@@ -204,7 +204,9 @@ def test_where_is_strict(five: Path, expression: str, fragment: str) -> None:
 def test_archived_hidden_unless_all_and_detail_shows_lifecycle(tmp_path: Path) -> None:
     home = tmp_path / "h"
     write_experiment(home, "EXP-001")
-    write_experiment(home, "EXP-002", init={"parent": "EXP-001@4"})
+    write_experiment(
+        home, "EXP-002", init={"parent": "EXP-001@4", "checkpoint": "checkpoints/forks/x.pt", "sha256": "a" * 64}
+    )
     with Registry(home / "registry.db") as registry:
         for experiment_id in ("EXP-001", "EXP-002"):
             register(Home(home), registry, load(Home(home), experiment_id))

@@ -231,7 +231,7 @@ def test_show_works_on_a_read_only_medium(home: Path) -> None:
     done = subprocess.run(["unshare", "-m", "sh", "-c", show], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert [(e["id"], e["description"]) for e in json.loads(done.stdout)["experiments"]] == [
-        ("EXP-001", None),  # a file not registered yet
+        ("EXP-001", "tiny test experiment"),  # a file not registered yet: its YAML speaks for it
         ("EXP-002", "second"),
     ]
 
@@ -252,7 +252,7 @@ def test_show_and_doctor_work_in_a_home_made_read_only(home: Path) -> None:
             for args in (["show", "--json"], ["doctor", "--json"])
         )
         assert shown.returncode == 0, shown.stderr
-        assert [e["description"] for e in json.loads(shown.stdout)["experiments"]] == [None, "second"]
+        assert [e["description"] for e in json.loads(shown.stdout)["experiments"]] == ["tiny test experiment", "second"]
         assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr  # EXP-001 has no row
         assert [p["kind"] for p in json.loads(checked.stdout)["problems"]] == ["experiment without row"]
     finally:

@@ -173,8 +173,8 @@ def test_rm_asks_on_a_terminal_and_refuses_off_one_without_yes(home: Path, monke
     assert refused.exit_code == 2 and "pass --yes" in refused.stderr and refused.stderr.count("\n") == 1
     monkeypatch.setattr(commands_lifecycle, "_interactive", lambda: True)
     declined = CliRunner().invoke(app, ["--home", str(home), "rm", "EXP-001"], input="n\n")
-    assert declined.exit_code == 1 and "remove EXP-001: rows experiments 1, runs 1," in declined.stderr
-    assert "files experiments/EXP-001.yaml" in declined.stderr and "nothing removed" in declined.stderr
+    assert declined.exit_code == 3 and "remove EXP-001: rows experiments 1, runs 1," in declined.stderr
+    assert "files experiments/EXP-001.yaml" in declined.stderr and "nothing was removed" in declined.stderr
     assert (home / "experiments" / "EXP-001.yaml").exists()
     accepted = CliRunner().invoke(app, ["--home", str(home), "rm", "EXP-001"], input="y\n")
     assert accepted.exit_code == 0 and not (home / "experiments" / "EXP-001.yaml").exists()
@@ -306,13 +306,18 @@ def test_init_from_writes_the_checkpoint_path_and_sha256(home: Path) -> None:
                  "--set", "training.steps=24", "--json")  # fmt: skip
     assert result.exit_code == 0, result.stderr
     written = yaml.safe_load((home / "experiments" / "EXP-002.yaml").read_text())
-    assert written["init"] == {"parent": "EXP-001@4", "checkpoint": "checkpoints/EXP-001/step-000004.pt",
+    # The fork keeps its own link to the parent's bytes: the parent's retention or rm cannot take it away.
+    assert written["init"] == {"parent": "EXP-001@4", "checkpoint": f"checkpoints/forks/{digest}.pt",
                                "sha256": digest, "optimizer": True}  # fmt: skip
+    kept = home / "checkpoints" / "forks" / f"{digest}.pt"
+    assert kept.read_bytes() == (home / "checkpoints" / "EXP-001" / "step-000004.pt").read_bytes()
     assert written["training"]["steps"] == 24 and written["description"] == "from EXP-001@4: training.steps=24"
     assert "warning" not in result.stderr  # the parent's checkpoint is part of the fingerprint
     alone = cli(home, "new", "--init-from", "EXP-001@4", "--json")  # the parent's config is the base
     assert alone.exit_code == 0 and json_out(alone)["config"]["init"]["optimizer"] is False
     assert json_out(alone)["config"]["model"] == json_out(result)["config"]["model"]
+    (home / "checkpoints" / "EXP-001" / "step-000004.pt").unlink()  # the parent's retention takes it
+    assert kept.is_file()
 
 
 @pytest.mark.parametrize(

@@ -170,8 +170,12 @@ def test_show_reads_decoded_registry_rows_in_every_mode(recorded: Path) -> None:
     assert [e["verify_resume"] for e in both["experiments"]] == ["pass", "pass"]
     curves = json_out(cli(recorded, "show", "EXP-001", "EXP-002", "--plot", "--json"))
     assert curves["schema_version"] == 1 and [len(curves["runs"][i]) for i in ("EXP-001", "EXP-002")] == [3, 3]
-    drawn = cli(recorded, "show", "EXP-001", "EXP-002", "--plot", "--csv")  # --plot draws; --csv does not apply
+    drawn = cli(recorded, "show", "EXP-001", "EXP-002", "--plot")
     assert drawn.exit_code == 0 and "- clip threshold" in drawn.stdout
+    for ignored in (["--plot", "--csv"], ["--where", "eval_loss<1"], ["--sort", "eval_loss"], ["--all-keys"]):
+        refused = cli(recorded, "show", "EXP-001", *ignored)  # an option that does not apply is an error
+        assert refused.exit_code == 2, ignored
+    assert cli(recorded, "show", "--plot").exit_code == 2
 
 
 def test_chart_is_plain_ascii_within_its_width() -> None:

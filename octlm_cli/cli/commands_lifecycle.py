@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from .. import experiments, lifecycle
-from ..errors import BadInput
+from ..errors import BadInput, Refused
 from ..presets import DESCRIPTIONS
 from . import render
 from .common import IdArgument, JsonOption, SetOption, handled, home_of
@@ -137,8 +137,7 @@ def rm(
             raise BadInput(f"rm {experiment_id} asks before removing, and stdin is not a terminal: pass --yes")
         files = "" if keep_files else f"; files {', '.join(plan['files'])}"
         if not typer.confirm(f"remove {experiment_id}: {_count(plan['rows'])}{files}?", err=True):
-            render.info(f"{experiment_id} kept: nothing removed")
-            raise typer.Exit(1)
+            raise Refused(f"rm {experiment_id} cancelled: nothing was removed")
     result = lifecycle.remove(home, experiment_id, keep_files=keep_files)
     if as_json:
         render.emit_json(result)

@@ -81,9 +81,13 @@ def write_csv(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> None:
     writer = csv.writer(sys.stdout)
     writer.writerow(header)
     for row in rows:
-        writer.writerow(
-            ["" if v is None else render.plain(v, multiline=True) if isinstance(v, str) else v for v in row]
-        )
+        writer.writerow([_csv_cell(v) for v in row])
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, list):  # tags
+        value = " ".join(str(item) for item in value)
+    return "" if value is None else render.plain(value, multiline=True) if isinstance(value, str) else value
 
 
 def _list(shown: Shown, request: Request) -> None:
