@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +99,40 @@ def assert_same_training_state(a, b) -> None:
     for ra, rb in zip(a.rng, b.rng, strict=True):
         assert torch.equal(ra["torch"], rb["torch"])
         assert ra["python"] == rb["python"]
+
+
+def run_on_terminal(
+    args: list[str],
+    *,
+    term: str = "xterm-256color",
+    columns: int = 120,
+    answer: tuple[bytes, bytes] | None = None,
+    keep_no_color: bool = False,
+) -> tuple[int, str]:
+    """Run ``args`` with stdin, stdout and stderr on a pseudo-terminal; its exit code and all it wrote
+    (``answer``: when the first bytes appear, type the second)."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": term}
+    if not keep_no_color:
+        env.pop("NO_COLOR", None)
+    process = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if not select.select([master], [], [], 0.2)[0]:
+            if process.poll() is not None:
+                break
+            continue
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+        if answer is not None and answer[0] in b"".join(chunks):
+            os.write(master, answer[1])
+            answer = None
+    os.close(master)
+    return process.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import inspect
-import os
-import pty
 import re
-import select
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import cli, json_out, octlm, write_experiment
+from conftest import cli, json_out, octlm, run_on_terminal, write_experiment
 
 from octlm_cli import estimate, experiments, generate, prepare, runner, tokenizer
 from octlm_cli.cli.progress import ConsoleReporter
@@ -51,31 +46,7 @@ finally:
 
 
 def on_terminal(args: list[str], term: str = "xterm-256color", answer: tuple[bytes, bytes] | None = None):
-    """Run ``args`` with stdin, stdout and stderr on a pseudo-terminal; its exit code and all it wrote."""
-    master, slave = pty.openpty()
-    env = {**os.environ, "COLUMNS": "120", "TERM": term}
-    env.pop("NO_COLOR", None)
-    process = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env)
-    os.close(slave)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if not select.select([master], [], [], 0.2)[0]:
-            if process.poll() is not None:
-                break
-            continue
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the other side closed
-            break
-        if not data:
-            break
-        chunks.append(data)
-        if answer is not None and answer[0] in b"".join(chunks):
-            os.write(master, answer[1])
-            answer = None
-    os.close(master)
-    return process.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+    return run_on_terminal(args, term=term, answer=answer)
 
 
 # ---------------------------------------------------------------- phases

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import shutil
 import sqlite3
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from conftest import cli, json_out, write_experiment
+from conftest import cli, json_out, run_on_terminal, write_experiment
 
 from octlm_cli import liveness
 from octlm_cli.cli import common
@@ -30,22 +29,7 @@ OCTLM = [sys.executable, "-m", "octlm_cli"]
 
 
 def on_terminal(home: Path, *args: str) -> tuple[int, str]:
-    """Run octlm with stdin, stdout and stderr on a pseudo-terminal; its exit code and all it wrote."""
-    master, slave = pty.openpty()
-    env = {**os.environ, "COLUMNS": "400", "TERM": "xterm-256color"}
-    process = subprocess.Popen([*OCTLM, "--home", str(home), *args], stdin=slave, stdout=slave, stderr=slave, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the other side closed
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    return process.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+    return run_on_terminal([*OCTLM, "--home", str(home), *args], columns=400, keep_no_color=True)
 
 
 def run(home: Path | None, *args: str | bytes, **kwargs) -> subprocess.CompletedProcess:
