@@ -33,9 +33,7 @@ class Bookkeeping(Registry):
         self._wait(timeout)
 
     def _wait(self, seconds: float) -> None:
-        self.busy_timeout = seconds
-        if self.conn is not None:
-            self.conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+        self.set_busy_timeout(seconds)
 
     def start_run(self, experiment_id: str, kind: str, **fields: Any) -> int:
         """The run row is needed before training starts: this one write waits like any other command's."""

@@ -121,7 +121,8 @@ class LogAccumulator:
 
 @dataclass
 class TrainState:
-    """Everything that carries training progress, with ``state_dict`` / ``load_state_dict``."""
+    """Everything that carries training progress; a checkpoint record is built from it (``artifacts.record_of``) and
+    restored into it (``load``)."""
 
     config: Config
     device: torch.device
@@ -132,7 +133,7 @@ class TrainState:
     optimizer_impl: str  # "fused" or "foreach": part of the environment a checkpoint records
     objective: Callable[..., torch.Tensor]
     step: int = 0
-    elapsed: float = 0.0  # seconds of training before this process, for the run file
+    elapsed: float = 0.0  # seconds of training so far, all processes together (set at each checkpoint)
     log: LogAccumulator | None = None  # the loss since the last logged record (built with the state)
 
     def __post_init__(self) -> None:

@@ -199,6 +199,12 @@ class RegistryBase:
         except sqlite3.OperationalError as error:
             raise Refused(f"{self.path}: the registry cannot be written ({error}); nothing was recorded") from None
 
+    def set_busy_timeout(self, seconds: float) -> None:
+        """How long a write waits for another connection's lock before it fails (or is deferred)."""
+        self.busy_timeout = seconds
+        if self.conn is not None:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
