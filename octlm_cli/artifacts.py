@@ -10,14 +10,16 @@ folders users delete.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, corpus, data, rng
+from . import checkpoint, corpus, data, rng, runtime
 from .checkpoint import Fingerprints, Loaded, Record
 from .config import Config
+from .distributed import Ranks
 from .errors import Refused
 from .home import Home
 from .locking import ExperimentLock
@@ -93,9 +95,17 @@ class ExperimentFiles:
 
 
 def record_of(
-    state: TrainState, *, experiment: str, kind: str, fingerprints: Fingerprints, metrics: dict[str, Any]
+    state: TrainState,
+    *,
+    experiment: str,
+    kind: str,
+    fingerprints: Fingerprints,
+    metrics: dict[str, Any],
+    rng_states: list[dict[str, Any]] | None = None,
 ) -> Record:
-    """The checkpoint record of a training state."""
+    """The checkpoint record of a training state; ``rng_states``: every rank's random state, in rank order
+    (default: this process's alone)."""
+    rng_states = rng_states if rng_states is not None else [rng.capture()]
     return Record(
         experiment=experiment,
         kind=kind,
@@ -106,12 +116,13 @@ def record_of(
         optimizer=state.optimizer.state_dict(),
         sampler=state.sampler.state_dict(),
         scaler=state.scaler.state_dict() if state.scaler else {},
-        rng=[rng.capture()],
+        rng=rng_states,
         fingerprints=fingerprints,
         config=state.config.to_dict(),
-        environment=checkpoint.environment(state.device, state.config.training.precision, state.optimizer_impl),
+        environment=runtime.environment(state.device, state.config.training.precision, state.optimizer_impl),
         metrics=metrics,
         log_accumulator=state.accumulator.state_dict(),
+        world_size=len(rng_states),
     )
 
 
@@ -129,15 +140,22 @@ def fingerprints_now(home: Home, config: Config, tokenizer_path: Path) -> Finger
     return Fingerprints(config.fingerprint, data.dataset_hash(found, tokenizer), tokenizer.fingerprint)
 
 
-def restore(prepared: PreparedData, loaded: Loaded, reporter: Reporter) -> TrainState:
-    """Rebuild the training state from a verified checkpoint, refusing one from another setup."""
-    record = loaded.record
-    checkpoint.check_fingerprints(record, config=prepared.config, current=prepared.fingerprints, path=loaded.path)
-    state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks))
-    current = checkpoint.environment(state.device, prepared.config.training.precision, state.optimizer_impl)
-    for message in environment_warnings(record.environment, current):
+def restore(
+    prepared: PreparedData, loaded: Loaded, reporter: Reporter, ranks: Ranks | None = None, reshard: bool = False
+) -> TrainState:
+    """Rebuild the training state from a verified checkpoint, refusing one from another setup. With
+    ``reshard``, a checkpoint of another world size is continued: checked against the fingerprint of its own
+    world size, every rank's random streams reseeded (``load_record``)."""
+    record, ranks = loaded.record, ranks or Ranks()
+    current = prepared.fingerprints
+    if reshard:
+        current = dataclasses.replace(current, config=prepared.config.fingerprint_at(record.world_size))
+    checkpoint.check_fingerprints(record, config=prepared.config, current=current, path=loaded.path)
+    state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), ranks=ranks)
+    environment = runtime.environment(state.device, prepared.config.training.precision, state.optimizer_impl)
+    for message in environment_warnings(record.environment, environment):
         reporter.warn(message)
-    load_record(state, record)
+    load_record(state, record, reseed=reshard)
     return state
 
 
@@ -152,8 +170,11 @@ def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list
     ]
 
 
-def load_record(state: TrainState, record: Record) -> None:
-    """Continue ``state`` from a record's progress (this process is rank 0 of 1)."""
+def load_record(state: TrainState, record: Record, reseed: bool = False) -> None:
+    """Continue ``state`` from a record's progress; rank r restores the record's random state r. With
+    ``reseed`` (or a record without random states: rank 0's hand-over of a fresh start) the rank's own
+    streams are not taken from the record: reseeded, or left as ``TrainState.fresh`` seeded them."""
+    rank = 0 if state.ranks.fault == "rank0-rng" else state.ranks.rank  # the classic mistake, for tests only
     state.load(
         model=record.model,
         optimizer=record.optimizer,
@@ -161,9 +182,11 @@ def load_record(state: TrainState, record: Record) -> None:
         scaler=record.scaler,
         step=record.step,
         elapsed_seconds=record.elapsed_seconds,
-        rng_state=record.rng[0],
+        rng_state=None if reseed or not record.rng else record.rng[rank],
         log_accumulator=record.log_accumulator,
     )
+    if reseed:
+        rng.seed_all(rng.stream_seed(state.config.training.seed, state.step, state.ranks.rank))
 
 
 def init_from(state: TrainState, home: Home, fingerprints: Fingerprints, reporter: Reporter) -> Path:
@@ -216,10 +239,21 @@ class CheckpointKeeper:
         self.files, self.track, self.registry = files, track, registry
         self.config, self.fingerprints = config, fingerprints
 
-    def save(self, state: TrainState, metrics: dict[str, Any], run_id: int | None) -> Path:
+    def save(
+        self,
+        state: TrainState,
+        metrics: dict[str, Any],
+        run_id: int | None,
+        rng_states: list[dict[str, Any]] | None = None,
+    ) -> Path:
         path = checkpoint.path_for(self.track.folder, state.step)
         record = record_of(
-            state, experiment=self.config.id, kind=self.track.kind, fingerprints=self.fingerprints, metrics=metrics
+            state,
+            experiment=self.config.id,
+            kind=self.track.kind,
+            fingerprints=self.fingerprints,
+            metrics=metrics,
+            rng_states=rng_states,
         )
         try:
             digest, size = checkpoint.save(path, record)

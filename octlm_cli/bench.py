@@ -3,7 +3,7 @@
 Synthetic tokens (the data path is not what is timed). Medians throughout. Reports ms per step, tokens/s, model
 FLOP/s (6 x parameters x tokens plus attention), MFU = model FLOP/s / measured matmul peak,
 checkpoint save and load time and size, and the time to the first step after a resume
-against that of a fresh start.
+against that of a fresh start. ``bench --nproc N`` (one process against N ranks) is ``bench_ranks``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .loop import TrainState, train_step
 from .presets import preset as preset_raw
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
 
@@ -56,14 +56,14 @@ class MatmulPeak:
         self.rates: dict[int, list[float]] = {size: [] for size in self.operands}
         for a, b in self.operands.values():  # warm-up: kernel selection, page faults
             torch.mm(a, b)
-        _sync(device)
+        sync(device)
 
     def burst(self) -> None:
         for size, (a, b) in self.operands.items():
             count, start = 0, time.perf_counter()
             while True:
                 torch.mm(a, b)
-                _sync(self.device)
+                sync(self.device)
                 count += 1
                 elapsed = time.perf_counter() - start
                 if elapsed >= self.seconds:
@@ -83,7 +83,7 @@ def flops_per_token(config: Config, parameters: int) -> float:
     return 6 * parameters + 12 * model.n_layers * model.d_model * model.context_length
 
 
-def _blocks(config: Config, count: int = 64) -> TokenBlocks:
+def synthetic_blocks(config: Config, count: int = 64) -> TokenBlocks:
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(
         3, config.tokenizer.vocab_size, (count, config.model.context_length + 1), generator=generator
@@ -97,13 +97,13 @@ def _time_steps(state: TrainState, blocks: TokenBlocks, steps: int, peak: Matmul
     on a CPU the step is synchronous anyway)."""
     for _ in range(2):  # warm-up: allocator, kernels, optimizer state
         train_step(state, blocks, 1e-4)
-    _sync(state.device)
+    sync(state.device)
     peak.burst()
     times = []
     for _ in range(steps):
         start = time.perf_counter()
         train_step(state, blocks, 1e-4)
-        _sync(state.device)
+        sync(state.device)
         times.append(time.perf_counter() - start)
         peak.burst()
     return times
@@ -112,11 +112,11 @@ def _time_steps(state: TrainState, blocks: TokenBlocks, steps: int, peak: Matmul
 def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
     config = config.with_keys({"training.precision": precision}, "--precision")
     device = runtime.prepare_process(config)  # as training does: determinism, the allocator
-    blocks = _blocks(config)
+    blocks = synthetic_blocks(config)
     started = time.perf_counter()
     state = TrainState.fresh(config, device, len(blocks))
     train_step(state, blocks, 1e-4)
-    _sync(device)
+    sync(device)
     first_fresh = time.perf_counter() - started
     peaks = MatmulPeak(device, DTYPES[precision])
     seconds = statistics.median(_time_steps(state, blocks, steps, peaks))
@@ -158,7 +158,7 @@ def _checkpoint_costs(state: TrainState, blocks: TokenBlocks) -> dict[str, float
     resumed = TrainState.fresh(state.config, state.device, len(blocks))
     load_record(resumed, loaded)
     train_step(resumed, blocks, 1e-4)
-    _sync(state.device)
+    sync(state.device)
     first_resumed = time.perf_counter() - started + load_seconds
     return {"bytes": size, "save": save_seconds, "load": load_seconds, "first_resumed": first_resumed}
 
@@ -188,26 +188,34 @@ def parse_precisions(text: str | None, config: Config) -> list[str]:
     return precisions
 
 
-def run(config: Config, precisions: list[str], steps: int, compile: bool | None = None) -> dict[str, Any]:
-    if compile is not None:
-        config = config.with_keys({"training.compile": compile}, "--compile")
-    results = [measure(config, precision, steps) for precision in precisions]
-    report = {
+def with_compile(config: Config, compile: bool | None) -> Config:
+    """``--compile`` / ``--no-compile`` over the config's ``training.compile`` (None: the config's)."""
+    return config if compile is None else config.with_keys({"training.compile": compile}, "--compile")
+
+
+def header(config: Config, parameters: int, steps: int, **machine: Any) -> dict[str, Any]:
+    """What every bench report starts with: the model, the (global) batch, the steps timed and this machine."""
+    return {
         "experiment": config.id or None,
         "preset": config.preset or None,
-        "parameters": results[0]["parameters"],
+        "parameters": parameters,
         "tokens_per_step": config.training.batch_size * config.model.context_length,
         "steps_timed": steps,
         "compile": config.training.compile,
         "machine": {
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(),
+            **machine,
             "torch": str(torch.__version__),
             "device": str(runtime.select_device(config.training.device)),
         },
-        "results": results,
     }
+
+
+def run(config: Config, precisions: list[str], steps: int, compile: bool | None = None) -> dict[str, Any]:
+    config = with_compile(config, compile)
+    results = [measure(config, precision, steps) for precision in precisions]
+    report = {**header(config, results[0]["parameters"], steps, threads=torch.get_num_threads()), "results": results}
     by = {r["precision"]: r for r in results}
     if "fp32" in by and "bf16" in by:
         report["bf16_over_fp32_tokens_per_second"] = round(

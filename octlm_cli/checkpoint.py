@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import platform
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -19,7 +18,6 @@ from typing import Any
 
 import torch
 
-from . import __version__
 from .config import diff as config_diff
 from .config import flatten
 from .errors import Refused
@@ -46,7 +44,7 @@ class Fingerprints:
 
 @dataclass
 class Record:
-    """Everything a checkpoint holds. ``rng`` has one entry per rank (one today)."""
+    """Everything a checkpoint holds. ``rng`` has one entry per rank, in rank order: ``world_size`` entries."""
 
     experiment: str
     kind: str  # train | overfit | bench: which track wrote it
@@ -63,6 +61,7 @@ class Record:
     environment: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     log_accumulator: dict[str, Any] = field(default_factory=dict)  # loss sum and count since the last log
+    world_size: int = 1  # the ranks that trained it (absent from files written before data parallelism: 1)
 
     def to_payload(self) -> dict[str, Any]:
         """The dict ``torch.save`` writes: ``format``, then every field in declaration order."""
@@ -102,7 +101,16 @@ class Record:
             environment=bounded.mapping(flat.get("environment") or {}, "environment"),
             metrics=bounded.mapping(flat.get("metrics") or {}, "metrics"),
             log_accumulator=bounded.mapping(flat.get("log_accumulator") or {}, "log_accumulator"),
+            world_size=_world_size(flat, bounded, name),
         )
+
+
+def _world_size(flat: dict[str, Any], bounded: _Bounded, name: str) -> int:
+    """The ranks that wrote a payload: one random state each."""
+    world_size = bounded.scalar(flat.get("world_size", 1), "world_size", (int,))
+    if world_size < 1 or len(flat["rng"]) != world_size:
+        raise InvalidCheckpoint(f"{name}: 'rng' holds {len(flat['rng'])} random states for {world_size} ranks")
+    return int(world_size)
 
 
 class _Bounded:
@@ -166,20 +174,6 @@ def _v2_keys(payload: dict[str, Any], name: str) -> dict[str, Any]:
     if out.get("kind") == "resume":  # v1 named the command; v2 names the track (train or overfit)
         out["kind"] = "train"
     return out
-
-
-def environment(device: torch.device, precision: str, optimizer_impl: str) -> dict[str, Any]:
-    """What a checkpoint records of the process that wrote it (compared on resume)."""
-    return {
-        "octlm": __version__,
-        "torch": str(torch.__version__),
-        "python": platform.python_version(),
-        "platform": f"{platform.system()}-{platform.machine()}",
-        "device": device.type,
-        "dtype": precision,
-        "threads": torch.get_num_threads(),
-        "optimizer": optimizer_impl,
-    }
 
 
 # ---------------------------------------------------------------- files

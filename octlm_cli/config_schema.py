@@ -110,7 +110,8 @@ class TrainingConfig(_Section):
     warmup_steps: int = _doc("linear warmup steps", 20, bound="non-negative")
     learning_rate: float = _doc("peak learning rate", 3e-4, bound="positive")
     min_learning_rate: float = _doc("floor of the cosine decay", 3e-5, bound="non-negative")
-    batch_size: int = _doc("blocks per step", 8, bound="positive", maximum=2**16)
+    batch_size: int = _doc("blocks per step: the global batch of all ranks", 8, bound="positive", maximum=2**16)
+    grad_accum_steps: int = _doc("micro-batches per step (slices of the batch)", 1, bound="positive", maximum=2**16)
     weight_decay: float = _doc("AdamW decay on matrices only", 0.1, bound="non-negative")
     grad_clip: float = _doc("global gradient-norm limit (0 = no clipping)", 1.0, bound="non-negative")
     beta1: float = _doc("AdamW beta1", 0.9, bound="fraction")
@@ -135,11 +136,23 @@ class TrainingConfig(_Section):
     def check(self) -> None:
         if self.warmup_steps >= self.steps:
             self.fail("warmup_steps", f"must be below training.steps ({self.steps}), got {self.warmup_steps}")
+        if self.batch_size % self.grad_accum_steps:
+            self.fail(
+                "grad_accum_steps",
+                f"must divide training.batch_size ({self.batch_size}), got {self.grad_accum_steps}",
+            )
         if self.min_learning_rate > self.learning_rate:
             self.fail(
                 "min_learning_rate",
                 f"must not exceed training.learning_rate ({self.learning_rate}), got {self.min_learning_rate}",
             )
+
+    def check_split(self, world_size: int, batch_size: int | None = None) -> None:
+        """The global batch must cut into equal parts, one per rank and micro-batch."""
+        batch, parts, micro = batch_size or self.batch_size, world_size * self.grad_accum_steps, self.grad_accum_steps
+        if batch % parts:
+            message = f"{world_size} ranks x {micro} micro-batches ({parts} equal parts): use a multiple of {parts}"
+            raise ConfigError(f"training.batch_size {batch} does not divide into {message}, or another --nproc")
 
 
 @dataclass(frozen=True)
@@ -203,7 +216,12 @@ BOOKKEEPING = frozenset(
 
 # Keys added after the first release, left out of the fingerprint while they hold these values,
 # so that adding a key never changes the fingerprint of an existing experiment.
-ADDED_LATER: dict[str, Any] = {"training.compile": False, "init.sha256": "", "init.optimizer": False}
+ADDED_LATER: dict[str, Any] = {
+    "training.compile": False,
+    "training.grad_accum_steps": 1,
+    "init.sha256": "",
+    "init.optimizer": False,
+}
 
 
 @dataclass(frozen=True)
@@ -248,6 +266,14 @@ class Config:
     @property
     def fingerprint(self) -> str:
         return hashlib.sha256(canonical(self.trajectory_dict()).encode()).hexdigest()
+
+    def fingerprint_at(self, world_size: int) -> str:
+        """The fingerprint of a run on ``world_size`` ranks: ``fingerprint`` on one, else with the world size
+        (data parallelism changes the order of floating-point sums, so it is part of the trajectory)."""
+        if world_size == 1:
+            return self.fingerprint
+        trajectory = {**self.trajectory_dict(), "distributed.world_size": world_size}
+        return hashlib.sha256(canonical(trajectory).encode()).hexdigest()
 
     @property
     def mlp_hidden(self) -> int:

@@ -172,16 +172,16 @@ class Sampler:
     """Draws batches of block indices with its own seeded generator.
 
     The generator is the sampler's whole state, so resuming restores it instead of replaying
-    batches. For data parallelism each rank gets its own stream (seed, rank) and draws its
-    own batch; the single-process loop is rank 0 of 1.
+    batches. It draws the global batch: on several ranks every rank draws the same batch and keeps
+    its slice (``Ranks.slices``), so one process draws exactly what it always drew.
     """
 
-    def __init__(self, num_blocks: int, batch_size: int, seed: int, rank: int = 0):
+    def __init__(self, num_blocks: int, batch_size: int, seed: int):
         self.num_blocks = num_blocks
         self.batch_size = batch_size
         self.generator = torch.Generator(device="cpu")
-        # A distinct, reproducible stream per rank; never the global torch generator.
-        self.generator.manual_seed((seed * 1_000_003 + rank + 1) % 2**63)
+        # Its own reproducible stream; never the global torch generator.
+        self.generator.manual_seed((seed * 1_000_003 + 1) % 2**63)
 
     def next(self) -> torch.Tensor:
         return torch.randint(self.num_blocks, (self.batch_size,), generator=self.generator)

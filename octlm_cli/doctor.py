@@ -276,6 +276,7 @@ def _missing_run(registry: Registry, experiment_id: str, step: int, record: chec
             config_hash=prints.config, data_hash=prints.data, tokenizer_hash=prints.tokenizer,
             latest_metrics=record.metrics, host=None, pid=None, torch_version=environment.get("torch"),
             device=environment.get("device"), dtype=environment.get("dtype"), threads=environment.get("threads"),
+            world_size=record.world_size,
         )  # fmt: skip
         last = isinstance(steps, int) and step >= steps  # else ``stopped``, as a run ended by --until records itself
         registry.finish_run(

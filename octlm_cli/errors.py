@@ -41,3 +41,12 @@ class Interrupted(OctlmError):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class Relayed(OctlmError):
+    """A rank other than 0 ends as rank 0 told it: it says nothing and exits 0, and rank 0's exit code is the
+    command's (a rank that exits first with a failure code would have the launcher stop rank 0 mid-sentence)."""
+
+    def __init__(self, exit_code: int):
+        super().__init__(f"rank 0 ended the run with exit {exit_code}")
+        self.exit_code = exit_code

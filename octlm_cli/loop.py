@@ -11,7 +11,7 @@ import contextlib
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,43 +20,13 @@ from torch import nn
 from . import rng, runtime
 from .config import Config
 from .data import Sampler, TokenBlocks, bits_per_byte
+from .distributed import Ranks
 from .model import Decoder, loss_sums
 from .model import loss as model_loss
+from .optim import build_optimizer, optimizer_impl
 from .schedule import for_config
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def optimizer_impl(device: torch.device) -> str:
-    """fused AdamW on CPU and CUDA (measured fastest, per-element and deterministic), else foreach."""
-    return "fused" if device.type in ("cpu", "cuda") else "foreach"
-
-
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Matrices decay; norm gains, biases and every other 1-D parameter do not.
-
-    Built in ``named_parameters`` order (never from a set), so optimizer state lines up
-    with the same parameters in every process.
-    """
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    for name, parameter in model.named_parameters():
-        if not parameter.requires_grad:
-            continue
-        (no_decay if parameter.ndim < 2 or name.endswith("bias") else decay).append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def build_optimizer(model: nn.Module, config: Config, impl: str) -> torch.optim.AdamW:
-    training = config.training
-    options = {"fused": True} if impl == "fused" else {"foreach": impl == "foreach"}
-    return torch.optim.AdamW(
-        parameter_groups(model, training.weight_decay),
-        lr=training.learning_rate,
-        betas=(training.beta1, training.beta2),
-        eps=1e-8,
-        **options,
-    )
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -65,7 +35,9 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=AUTOCAST[precision])
 
 
-def make_objective(model: Decoder, device: torch.device, precision: str, compile: bool) -> Callable[..., torch.Tensor]:
+def make_objective(
+    model: Decoder, device: torch.device, precision: str, compile: bool, ranks: Ranks | None = None
+) -> Callable[..., torch.Tensor]:
     """The training loss as a function of (inputs, targets, pad_id), compiled when asked.
 
     Compiled, the same graph is generated in every process, so a compiled run resumes exactly
@@ -73,9 +45,13 @@ def make_objective(model: Decoder, device: torch.device, precision: str, compile
     ``training.compile`` is part of the fingerprint. Evaluation and generation stay eager.
     """
 
+    forward: list[nn.Module] = []  # ``ranks.wrap`` at the first step, when every rank is there
+
     def objective(inputs: torch.Tensor, targets: torch.Tensor, pad_id: int) -> torch.Tensor:
+        if not forward:
+            forward.append(ranks.wrap(model) if ranks is not None else model)
         with autocast(device, precision):
-            logits = model(inputs)  # (B, T, V)
+            logits = forward[0](inputs)  # (B, T, V)
         return model_loss(logits, targets, pad_id)
 
     if not compile:
@@ -135,6 +111,7 @@ class TrainState:
     step: int = 0
     elapsed: float = 0.0  # seconds of training so far, all processes together (set at each checkpoint)
     log: LogAccumulator | None = None  # the loss since the last logged record (built with the state)
+    ranks: Ranks = field(default_factory=Ranks)  # this process's place in a data-parallel run
 
     def __post_init__(self) -> None:
         if self.log is None:
@@ -146,15 +123,28 @@ class TrainState:
         return self.log
 
     @classmethod
-    def fresh(cls, config: Config, device: torch.device, num_blocks: int, batch_size: int | None = None) -> TrainState:
-        rng.seed_all(config.training.seed)
+    def fresh(
+        cls,
+        config: Config,
+        device: torch.device,
+        num_blocks: int,
+        batch_size: int | None = None,
+        ranks: Ranks | None = None,
+    ) -> TrainState:
+        """Step 0. Every rank initialises the same model from ``training.seed``; then, on several ranks, each
+        rank's own streams (dropout) are reseeded with seed + rank. One sampler stream draws the global batch."""
+        ranks = ranks or Ranks()
+        training = config.training
+        rng.seed_all(training.seed)
         model = Decoder(config).to(device)  # initialisation draws from the global generator
+        if ranks.parallel:
+            rng.seed_all(training.seed + ranks.rank)
         impl = optimizer_impl(device)
         optimizer = build_optimizer(model, config, impl)
-        sampler = Sampler(num_blocks, batch_size or config.training.batch_size, config.training.seed)
-        scaler = torch.amp.GradScaler(device.type) if config.training.precision == "fp16" else None
-        objective = make_objective(model, device, config.training.precision, config.training.compile)
-        return cls(config, device, model, optimizer, sampler, scaler, impl, objective)
+        sampler = Sampler(num_blocks, batch_size or training.batch_size, training.seed)
+        scaler = torch.amp.GradScaler(device.type) if training.precision == "fp16" else None
+        objective = make_objective(model, device, training.precision, training.compile, ranks)
+        return cls(config, device, model, optimizer, sampler, scaler, impl, objective, ranks=ranks)
 
     @property
     def tokens_per_step(self) -> int:
@@ -173,10 +163,10 @@ class TrainState:
         scaler: dict[str, Any],
         step: int,
         elapsed_seconds: float,
-        rng_state: dict[str, Any],
+        rng_state: dict[str, Any] | None,
         log_accumulator: dict[str, Any] | None = None,
     ) -> None:
-        """Continue from saved progress (a checkpoint's parts)."""
+        """Continue from saved progress (a checkpoint's parts); ``rng_state`` None: this process's streams stay."""
         self.model.load_state_dict(model)
         self.optimizer.load_state_dict(optimizer)
         self.sampler.load_state_dict(sampler)
@@ -185,21 +175,28 @@ class TrainState:
         self.step = int(step)
         self.elapsed = float(elapsed_seconds)
         self.accumulator.load_state_dict(log_accumulator or {})
-        rng.restore(rng_state)  # last: after the model and optimizer are built, right before the first batch
+        if rng_state is not None:
+            rng.restore(rng_state)  # last: after the model and optimizer are built, right before the first batch
 
 
 def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step in the seed's order; returns (loss, gradient norm before clipping) as tensors."""
+    """One step in the seed's order; returns (loss of the global batch, gradient norm before clipping) as tensors.
+
+    One process without accumulation takes the seed's path: the mean loss of the batch, backward. Otherwise
+    each micro-batch of this rank's slice contributes its mean loss weighted by its share of the global
+    batch's target tokens, and the ranks' gradients are summed (``Ranks.reduce_gradients``)."""
     training = state.config.training
-    index = state.sampler.next()  # byte lengths are for evaluation only: not gathered here
-    inputs = blocks.inputs[index].to(state.device, non_blocking=True)  # (B, T)
-    targets = blocks.targets[index].to(state.device, non_blocking=True)  # (B, T)
-    loss = state.objective(inputs, targets, blocks.pad_id)
-    if state.scaler is not None:
-        state.scaler.scale(loss).backward()
-        state.scaler.unscale_(state.optimizer)
+    index = state.sampler.next()  # the global batch; byte lengths are for evaluation only
+    parts = state.ranks.slices(index, training.grad_accum_steps)
+    if len(parts) == 1 and not state.ranks.parallel:
+        loss = _backward(state, blocks, index, None)
     else:
-        loss.backward()
+        counted = int((blocks.targets[index] != blocks.pad_id).sum())
+        losses = [_backward(state, blocks, part, counted) for part in parts]
+        state.ranks.reduce_gradients(list(state.model.parameters()))
+        loss = state.ranks.total(torch.stack(losses).sum())
+    if state.scaler is not None:
+        state.scaler.unscale_(state.optimizer)
     limit = training.grad_clip if training.grad_clip > 0 else math.inf
     norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), limit, foreach=True)
     for group in state.optimizer.param_groups:
@@ -212,6 +209,20 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> 
     state.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     return loss.detach(), norm.detach()
+
+
+def _backward(state: TrainState, blocks: TokenBlocks, index: torch.Tensor, counted: int | None) -> torch.Tensor:
+    """Forward and backward of the blocks at ``index``; returns the loss it adds to the step's (detached).
+    ``counted``: the global batch's target tokens, which the mean loss of these blocks is weighted against."""
+    inputs = blocks.inputs[index].to(state.device, non_blocking=True)  # (b, T)
+    targets = blocks.targets[index].to(state.device, non_blocking=True)  # (b, T)
+    loss = state.objective(inputs, targets, blocks.pad_id)
+    if counted is not None:
+        share = int((blocks.targets[index] != blocks.pad_id).sum()) / max(1, counted)
+        loss = loss * share  # the mean of a micro-batch of padding only is 0
+    scaled = loss * state.ranks.gradient_scale if state.ranks.gradient_scale != 1.0 else loss
+    (state.scaler.scale(scaled) if state.scaler is not None else scaled).backward()
+    return loss.detach()
 
 
 @torch.no_grad()
@@ -301,9 +312,11 @@ def train_until(
         loss, norm = train_step(state, train_blocks, learning_rate)
         state.accumulator.add(loss)
         hooks.on_step(state.step)
-        if cadence.logs(state.step, last):
+        if cadence.logs(state.step, last) and state.ranks.leader:  # rank 0 alone evaluates and logs
             evaluation = _evaluation(state, eval_blocks) if cadence.evaluates(state.step, last) else {}
             hooks.on_eval(_record(state, learning_rate, norm, evaluation))
+        elif cadence.logs(state.step, last):
+            state.accumulator.take()
         if cadence.checkpoints(state.step, until):
             hooks.on_checkpoint(state)
     return False

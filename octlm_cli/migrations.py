@@ -186,4 +186,15 @@ def m004_lifecycle_metrics(db: Database) -> None:
     _guarded_summary_view(db, lifecycle=True)
 
 
+@migrations()
+def m005_ranks(db: Database) -> None:
+    # Data-parallel runs: how many processes (ranks) a run trained on, over how many nodes, with which
+    # torch.distributed backend (null for a single process), and the world size of the checkpoint it
+    # resumed from when --reshard changed it (else null). Every earlier run was one process on one node.
+    db.table("runs").add_column("world_size", int, not_null_default=1)
+    db.table("runs").add_column("nnodes", int, not_null_default=1)
+    db.table("runs").add_column("backend", str)
+    db.table("runs").add_column("resharded_from", int)
+
+
 NAMES = [m.name for m in migrations._migrations]

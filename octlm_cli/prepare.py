@@ -4,6 +4,7 @@ Each long phase (reading, training the tokenizer, encoding, then the first step)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,15 +36,16 @@ class PreparedData:
     eval_blocks: data.TokenBlocks
     data_hash: str
     notes: tuple[str, ...]
+    world_size: int = 1  # the ranks it is trained on: part of the config's fingerprint above 1
 
     @property
     def fingerprints(self) -> Fingerprints:
-        return Fingerprints(self.config.fingerprint, self.data_hash, self.tokenizer.fingerprint)
+        return Fingerprints(self.config.fingerprint_at(self.world_size), self.data_hash, self.tokenizer.fingerprint)
 
     def one_block(self) -> PreparedData:
         """The first training block alone, for training and evaluating on it (``overfit``)."""
         block = self.train_blocks.select(slice(0, 1))  # (1, T)
-        return PreparedData(self.config, self.device, self.tokenizer, block, block, self.data_hash, self.notes)
+        return dataclasses.replace(self, train_blocks=block, eval_blocks=block)
 
 
 def prepare(

@@ -26,7 +26,7 @@ from .errors import BadInput, Refused
 
 BUSY_TIMEOUT_S = 60.0
 KNOWN_MIGRATIONS = (  # = migrations.NAMES
-    "m001_initial", "m002_summary_view", "m003_pid_start_json_guards", "m004_lifecycle_metrics",
+    "m001_initial", "m002_summary_view", "m003_pid_start_json_guards", "m004_lifecycle_metrics", "m005_ranks",
 )  # fmt: skip
 
 # The writable columns of each table ("id" is the database's); they mirror migrations.py (a test checks).
@@ -37,7 +37,7 @@ RUN_COLUMNS = (
     "experiment_id", "kind", "status", "start_step", "end_step", "target_step", "started", "ended", "updated",
     "host", "pid", "argv", "octlm_version", "python_version", "torch_version", "device", "dtype", "threads",
     "git_commit", "git_dirty", "config_hash", "data_hash", "tokenizer_hash", "resumed_from", "latest_metrics",
-    "final_metrics", "error", "pid_start",
+    "final_metrics", "error", "pid_start", "world_size", "nnodes", "backend", "resharded_from",
 )  # fmt: skip
 CHECKPOINT_COLUMNS = (
     "experiment_id", "run_id", "step", "path", "sha256", "size", "tokens", "created", "config_hash",

@@ -18,6 +18,11 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+def stream_seed(seed: int, step: int, rank: int) -> int:
+    """The seed of a rank's streams when they are reseeded mid-run (a resume under another world size)."""
+    return ((seed * 1_000_003 + step) * 1_009 + rank + 1) % 2**63
+
+
 def _mps() -> bool:
     return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 

@@ -1,26 +1,29 @@
-"""Use cases that train: ``train``, ``resume`` and ``overfit``, three variations of one skeleton.
+"""Use cases that train: ``train`` and ``resume`` here, ``overfit`` in its own module, variations of one skeleton.
 
-``_run_experiment`` is that skeleton: load and register the config, take the experiment's lock,
-let the variation validate and decide where to start (``Start``), prepare the data, drive one
-``Session`` and report. Nothing is deleted before everything is validated: a variation's ``discard``
-(``--restart``, overfit's old folder) runs only once the data is prepared and the state is built, so a
-typo in ``data.sources`` or a device that is missing costs nothing. CLI commands call exactly one of
-these and render what comes back.
+``run_experiment`` is that skeleton: load and register the config, take the experiment's lock,
+let the variation validate and decide where to start (``Start``), prepare the data, hand the other
+ranks of a data-parallel run what to train (``handoff``), drive one ``Session`` and report. Nothing
+is deleted before everything is validated: a variation's ``discard`` (``--restart``, overfit's old
+folder) runs only once the data is prepared and the state is built, so a typo in ``data.sources`` or
+a device that is missing costs nothing. Ranks other than 0 skip all of it and follow rank 0. CLI
+commands call exactly one of these and render what comes back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import artifacts, checkpoint, experiments, generate, runfile, runtime
+from . import artifacts, checkpoint, distributed, experiments, runtime
 from .artifacts import CheckpointKeeper, ExperimentFiles, Track, init_from, restore
 from .config import Config
 from .errors import BadInput, Refused
+from .handoff import Handoff, Relay, check_world_size, exit_code, follow
 from .home import Home
-from .loop import TrainState, evaluate
+from .loop import TrainState
 from .prepare import PreparedData, prepare
 from .registry import Registry
 from .reporting import QuietReporter, Reporter
@@ -38,6 +41,7 @@ class Context:
     files: ExperimentFiles
     config: Config
     reporter: Reporter
+    relay: Relay
 
 
 @dataclass
@@ -53,6 +57,7 @@ class Start:
     select: Callable[[PreparedData], PreparedData] = field(default=lambda prepared: prepared)
     discard: Callable[[], None] | None = None  # what goes once everything is validated, before training
     tokenizer: Path | None = None  # where prepare finds or trains the tokenizer (default: the experiment's)
+    reshard: bool = False  # continue a checkpoint of another world size (``resume --reshard``)
 
 
 @dataclass
@@ -71,7 +76,7 @@ class Outcome:
         return self.session.summary(self.state)
 
 
-def _run_experiment(
+def run_experiment(
     home: Home,
     experiment_id: str,
     reporter: Reporter | None,
@@ -79,8 +84,36 @@ def _run_experiment(
     plan: Callable[[Context], Start],
     config: Config | None = None,
 ) -> Outcome:
-    """The one skeleton of a training command."""
-    reporter = reporter or QuietReporter()
+    """The one skeleton of a training command: rank 0 (the only rank of one process) runs it, the other
+    ranks of a data-parallel run follow what rank 0 hands them (``_follow``)."""
+    ranks = distributed.current()
+    relay, orderly = Relay(ranks), True  # orderly: every rank ends together, so leave after a barrier
+    try:
+        if not ranks.leader:
+            return Outcome(done=follow(ranks))
+        try:
+            outcome = _lead(home, experiment_id, reporter or QuietReporter(), kind, plan, config, relay)
+        except BaseException as error:
+            relay.stop(exit_code(error))
+            raise
+        relay.stop(0)  # nothing was trained: the other ranks end too
+        return outcome
+    except BaseException as error:
+        orderly = distributed.orderly(error) or (ranks.leader and not relay.handed_off)
+        raise error if orderly or not ranks.parallel else distributed.lost(error, ranks) from None
+    finally:
+        distributed.leave(wait=orderly)
+
+
+def _lead(
+    home: Home,
+    experiment_id: str,
+    reporter: Reporter,
+    kind: str,
+    plan: Callable[[Context], Start],
+    config: Config | None,
+    relay: Relay,
+) -> Outcome:
     registered = experiments.load(home, experiment_id)
     config = config or registered  # overfit --steps trains a variant; the registry keeps the file's config
     home.ensure_writable()
@@ -88,10 +121,11 @@ def _run_experiment(
         experiments.register(home, registry, registered)
         files = ExperimentFiles(home, experiment_id)
         with files.lock():
-            context = Context(home, registry, files, config, reporter)
+            context = Context(home, registry, files, config, reporter, relay)
             start = plan(context)
             if start.done is not None:
                 return Outcome(done=start.done)
+            config.training.check_split(relay.ranks.world_size, start.batch_size)
             return _train_session(context, start, kind)
 
 
@@ -100,6 +134,7 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
     try:
         tokenizer = start.tokenizer or context.files.tokenizer
         prepared = start.select(prepare(context.home, context.config, tokenizer, context.reporter))
+        prepared = dataclasses.replace(prepared, world_size=context.relay.ranks.world_size)
         state, forked = _build_state(context, start, prepared)
         if start.discard is not None:  # only now: everything above validated what it could
             start.discard()
@@ -110,6 +145,7 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
     for note in prepared.notes:
         moved = start.tokenizer is not None  # the tokenizer a restart trained is the experiment's now
         context.reporter.note(note.replace(str(start.tokenizer), str(context.files.tokenizer)) if moved else note)
+    _hand_off(context, start, prepared, state)
     books = Bookkeeping(context.home.registry, context.reporter)
     try:
         session = _session(context, start, kind, prepared, books)
@@ -127,11 +163,27 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
     return Outcome(session=session, state=state, prepared=prepared)
 
 
+def _hand_off(context: Context, start: Start, prepared: PreparedData, state: TrainState) -> None:
+    """The other ranks of a data-parallel run (if any) learn what to train, once everything is validated."""
+    if context.relay.ranks.parallel:
+        handoff = Handoff.of(
+            state,
+            prepared.train_blocks,
+            until=start.until,
+            interval=start.checkpoint_interval,
+            batch_size=start.batch_size,
+            loaded=start.loaded,
+            reshard=start.reshard,
+        )
+        context.relay.hand_off(handoff)
+
+
 def _build_state(context: Context, start: Start, prepared: PreparedData) -> tuple[TrainState, Path | None]:
     """The state to train from: a checkpoint's, a fork's step 0 (``init``, main track only), or fresh."""
+    ranks = context.relay.ranks
     if start.loaded is not None:
-        return restore(prepared, start.loaded, context.reporter), None
-    state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), start.batch_size)
+        return restore(prepared, start.loaded, context.reporter, ranks, start.reshard), None
+    state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), start.batch_size, ranks)
     if not prepared.config.init.sha256 or start.track.kind != context.files.main.kind:
         return state, None
     return state, init_from(state, context.home, prepared.fingerprints, context.reporter)
@@ -148,6 +200,8 @@ def _session(context: Context, start: Start, kind: str, prepared: PreparedData, 
         fingerprints=prepared.fingerprints,
         reporter=context.reporter,
         home_root=context.home.root,
+        ranks=context.relay.ranks,
+        resharded_from=start.loaded.record.world_size if start.loaded is not None and start.reshard else None,
     )
     if start.loaded is not None:
         session.latest = start.loaded.record.metrics
@@ -198,7 +252,7 @@ def train(
         fresh.unlink(missing_ok=True)  # left by a restart that stopped halfway
         return Start(files.main, final, discard=lambda: _discard(context, fresh, confirm, discarded), tokenizer=fresh)
 
-    result = _run_experiment(home, experiment_id, reporter, "train", plan).report()
+    result = run_experiment(home, experiment_id, reporter, "train", plan).report()
     return {**result, "discarded": discarded}
 
 
@@ -223,8 +277,12 @@ def resume(
     *,
     step: int | None = None,
     until: int | None = None,
+    reshard: bool = False,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
+    """Continue from the newest valid checkpoint (or ``step``). A checkpoint of another world size is refused
+    unless ``reshard``: then it continues (model, optimizer, sampler) with every rank's streams reseeded."""
+
     def plan(context: Context) -> Start:
         files, config = context.files, context.config
         for leftover in checkpoint.clean_leftovers(files.folder):
@@ -238,9 +296,11 @@ def resume(
         check_owner(loaded, experiment_id)
         if loaded.record.step >= config.training.steps and until is None:
             return Start(files.main, loaded.record.step, done=_complete(context, loaded))
-        return Start(files.main, check_until(until, config, loaded.record.step), loaded=loaded)
+        final = check_until(until, config, loaded.record.step)
+        resharded = check_world_size(loaded, context.relay.ranks.world_size, reshard)
+        return Start(files.main, final, loaded=loaded, reshard=resharded)
 
-    return _run_experiment(home, experiment_id, reporter, "resume", plan).report()
+    return run_experiment(home, experiment_id, reporter, "resume", plan).report()
 
 
 def check_owner(loaded: checkpoint.Loaded, experiment_id: str, kind: str = "train") -> None:
@@ -263,6 +323,7 @@ def _complete(context: Context, loaded: checkpoint.Loaded) -> dict[str, Any]:
     """The final checkpoint, once it is shown to be this config's, data's and tokenizer's."""
     record, config = loaded.record, context.config
     current = artifacts.fingerprints_now(context.home, config, context.files.tokenizer)
+    current = dataclasses.replace(current, config=config.fingerprint_at(record.world_size))
     checkpoint.check_fingerprints(record, config=config, current=current, path=loaded.path)
     context.reporter.note(f"{config.id} is already complete at step {record.step}: nothing to do")
     return summary(
@@ -278,65 +339,3 @@ def _complete(context: Context, loaded: checkpoint.Loaded) -> dict[str, Any]:
         metrics=record.metrics,
         fingerprints=record.fingerprints,
     )
-
-
-# ---------------------------------------------------------------- overfit
-
-
-def overfit(
-    home: Home, experiment_id: str, *, steps: int | None = None, max_loss: float = 1.0, reporter: Reporter | None = None
-) -> dict[str, Any]:
-    """Train on one fixed block (the first training block), then greedy-decode it back."""
-    config = experiments.load(home, experiment_id)
-    if steps is not None:
-        if steps <= 0:
-            raise BadInput(f"--steps {steps}: must be positive")
-        warmup = config.training.warmup_steps if config.training.warmup_steps < steps else steps // 10
-        config = config.with_keys({"training.steps": steps, "training.warmup_steps": warmup}, "--steps")
-
-    def plan(context: Context) -> Start:
-        runtime.device_for(config)
-        return Start(
-            context.files.overfit,
-            config.training.steps,
-            batch_size=1,
-            checkpoint_interval=config.training.steps,
-            select=PreparedData.one_block,
-            discard=lambda: context.files.clear_overfit(context.registry),
-        )
-
-    outcome = _run_experiment(home, experiment_id, reporter, "overfit", plan, config)
-    assert outcome.session is not None and outcome.state is not None and outcome.prepared is not None
-    result = _overfit_verdict(outcome.state, outcome.prepared, max_loss, outcome.session.track.run_file)
-    with Registry(home.registry) as registry:
-        details = {k: v for k, v in result.items() if not k.endswith("_text")}
-        registry.add_verification(experiment_id, "overfit", result["verdict"], details, outcome.session.run_id)
-    return result
-
-
-def _overfit_verdict(state: TrainState, prepared: PreparedData, max_loss: float, run_file: Path) -> dict[str, Any]:
-    """Evaluate the block after the last step and decode it back greedily from its first token."""
-    block, tokenizer, config = prepared.train_blocks, prepared.tokenizer, prepared.config
-    final = evaluate(state.model, block, state.device, config.training.precision, 1)
-    target = block.inputs[0].tolist() + [int(block.targets[0, -1])]  # the whole T+1 block
-    decoded = generate.greedy(state.model, target[:1], len(target) - 1, state.device)
-    matched = next((i for i, (a, b) in enumerate(zip(decoded, target, strict=False)) if a != b), len(target))
-    records = runfile.read(run_file)
-    return {
-        "id": config.id,
-        "kind": "overfit",
-        "steps": config.training.steps,
-        "verdict": "pass" if final["eval_loss"] <= max_loss else "fail",
-        "max_loss": max_loss,
-        "final_loss": final["eval_loss"],
-        "perplexity": final["perplexity"],
-        "bits_per_byte": final["bits_per_byte"],
-        "first_logged": records[0] if records else None,
-        "matched_tokens": matched,
-        "block_tokens": len(target),
-        "block_text": tokenizer.decode(target),
-        "decoded_text": tokenizer.decode(decoded),
-        "run_file": str(run_file),
-        "summary": f"loss {final['eval_loss']:.4f} after {config.training.steps} steps (threshold {max_loss}); "
-        f"decode reproduces {matched}/{len(target)} tokens",
-    }

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import shutil
+from typing import Any
 
 import torch
 
-from . import allocator
+from . import __version__, allocator
 from .config import Config
 from .errors import BadInput, ConfigError
 
@@ -51,8 +53,11 @@ def require_compile(device: torch.device) -> None:
 
 
 def device_for(config: Config) -> torch.device:
-    """The device a run will use; refuses what cannot run here before anything is changed."""
+    """The device a run will use; refuses what cannot run here before anything is changed. A rank of a
+    data-parallel run on GPUs uses the GPU its process group chose (``distributed``: by local rank)."""
     device = select_device(config.training.device)
+    if device.type == "cuda" and torch.distributed.is_available() and torch.distributed.is_initialized():
+        device = torch.device("cuda", torch.cuda.current_device())
     if config.training.compile:
         require_compile(device)
     return device
@@ -75,3 +80,17 @@ def prepare_process(config: Config) -> torch.device:
     configure_determinism(device)
     allocator.keep_freed_memory()
     return device
+
+
+def environment(device: torch.device, precision: str, optimizer_impl: str) -> dict[str, Any]:
+    """What a checkpoint records of the process that wrote it (compared on resume)."""
+    return {
+        "octlm": __version__,
+        "torch": str(torch.__version__),
+        "python": platform.python_version(),
+        "platform": f"{platform.system()}-{platform.machine()}",
+        "device": device.type,
+        "dtype": precision,
+        "threads": torch.get_num_threads(),
+        "optimizer": optimizer_impl,
+    }

@@ -51,7 +51,9 @@ def _load(
     check_owner(loaded, experiment_id)
     tokenizer = Tokenizer.load(files.tokenizer)
     # The data is not read to sample: the dataset hash is the checkpoint's own.
-    now = Fingerprints(current.fingerprint, loaded.record.fingerprints.data, tokenizer.fingerprint)
+    now = Fingerprints(
+        current.fingerprint_at(loaded.record.world_size), loaded.record.fingerprints.data, tokenizer.fingerprint
+    )
     checkpoint.check_fingerprints(loaded.record, config=current, current=now, path=loaded.path)
     config = from_dict(loaded.record.config, loaded.path.name)
     device = runtime.select_device(config.training.device)

@@ -14,53 +14,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, loop, provenance, runfile
+from . import loop, provenance, rng, runfile, runtime
 from .artifacts import CheckpointKeeper, Track
 from .bookkeeping import BOOKKEEPING_TIMEOUT_S, SETTLE_TIMEOUT_S, Bookkeeping
 from .checkpoint import Fingerprints
 from .config import Config
 from .data import TokenBlocks
-from .errors import Interrupted
+from .distributed import Ranks
+from .errors import Interrupted, Relayed
 from .loop import LoopHooks, TrainState
 from .reporting import Reporter
+from .signals import SIGNAL_EXIT, SignalGuard
 
-__all__ = ["Bookkeeping", "Session", "SignalGuard", "handled_signals", "summary"]
-
-SIGNAL_EXIT = {signal.SIGHUP: 129, signal.SIGINT: 130, signal.SIGTERM: 143}
-
-
-def handled_signals() -> list[signal.Signals]:
-    """SIGHUP, SIGINT and SIGTERM; SIGHUP not when it is ignored (``nohup``: the run outlives the terminal)."""
-    return [s for s in SIGNAL_EXIT if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN]
-
-
-class SignalGuard:
-    """First SIGHUP/SIGINT/SIGTERM: finish the step, checkpoint, exit 129/130/143. Second: stop at once."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> SignalGuard:
-        for signum in handled_signals():
-            self.previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.received is not None:
-            raise Interrupted(
-                f"stopped at once by a second {signal.Signals(signum).name}; the previous checkpoint is intact",
-                SIGNAL_EXIT[signal.Signals(signum)],
-            )
-        self.received = signum
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-    @property
-    def stop_requested(self) -> bool:
-        return self.received is not None
+__all__ = ["Bookkeeping", "RankSession", "Session", "summary"]
 
 
 def summary(
@@ -98,7 +64,83 @@ def summary(
     }
 
 
-class Session:
+class _Steps:
+    """What every rank of a run does: the loop under a signal guard, the stop agreed by all ranks before each
+    step (so they stop at the same step, for the same signal), and every rank's random state gathered at each
+    checkpoint, which ``save`` (rank 0) writes before all ranks go on together."""
+
+    def __init__(self, config: Config, ranks: Ranks):
+        self.config, self.ranks = config, ranks
+        self.saved_step: int | None = None
+        self.stop_signal = 0
+
+    def save(self, state: TrainState, rng_states: list[dict[str, Any]]) -> None:
+        """Rank 0 writes the checkpoint; other ranks have nothing to write."""
+
+    def on_eval(self, state: TrainState, record: dict[str, Any]) -> None:
+        """Rank 0 records a logged record; the loop calls it nowhere else."""
+
+    def on_step(self, step: int) -> None:
+        """Rank 0 shows progress."""
+
+    def on_checkpoint(self, state: TrainState) -> None:
+        if self.saved_step == state.step:
+            return
+        rng_states = self.ranks.gather(rng.capture())  # every rank's, in rank order
+        self.save(state, rng_states)
+        self.ranks.barrier()  # the checkpoint is durable before any rank goes on
+        self.saved_step = state.step
+
+    def _agreed_stop(self, guard: SignalGuard) -> bool:
+        self.stop_signal = self.ranks.agree(guard.received or 0)
+        return self.stop_signal != 0
+
+    def _train(
+        self,
+        guard: SignalGuard,
+        state: TrainState,
+        until: int,
+        blocks: tuple[TokenBlocks, TokenBlocks],
+        interval: int | None,
+    ) -> bool:
+        """The loop to ``until``; True when the ranks agreed to stop early (``stop_signal`` says why)."""
+        hooks = LoopHooks(
+            on_step=self.on_step,
+            on_eval=lambda record: self.on_eval(state, record),
+            on_checkpoint=self.on_checkpoint,
+            should_stop=lambda: self._agreed_stop(guard),
+        )
+        return loop.train_until(
+            state,
+            until=until,
+            train_blocks=blocks[0],
+            eval_blocks=blocks[1],
+            eval_interval=self.config.training.eval_interval,
+            checkpoint_interval=interval or self.config.checkpoint.interval,
+            hooks=hooks,
+            log_interval=self.config.training.log_interval,
+        )
+
+
+class RankSession(_Steps):
+    """A rank other than 0: the same steps, agreements and gathered random states; no files, rows or output.
+    It ends as rank 0 does: a stop by a signal is ``Relayed`` with rank 0's exit code."""
+
+    def __init__(self, config: Config, ranks: Ranks, resumed: bool, start_step: int):
+        super().__init__(config, ranks)
+        if resumed:  # as rank 0's session: a stop before the first step rewrites nothing
+            self.saved_step = start_step
+
+    def run(self, state: TrainState, *, until: int, train_blocks: TokenBlocks, interval: int | None) -> None:
+        with SignalGuard() as guard:
+            stopped = self._train(guard, state, until, (train_blocks, train_blocks), interval)
+        if stopped:
+            raise Relayed(SIGNAL_EXIT[signal.Signals(self.stop_signal)])
+
+
+class Session(_Steps):
+    """Rank 0's session (the only one of a single process): run row, run file, checkpoints, output."""
+
     def __init__(
         self,
         *,
@@ -110,11 +152,13 @@ class Session:
         fingerprints: Fingerprints,
         reporter: Reporter,
         home_root: Path,
+        ranks: Ranks | None = None,
+        resharded_from: int | None = None,
     ):
-        self.registry, self.config, self.kind, self.track = registry, config, kind, track
+        super().__init__(config, ranks or Ranks())
+        self.registry, self.kind, self.track, self.resharded_from = registry, kind, track, resharded_from
         self.keeper, self.fingerprints, self.reporter, self.home_root = keeper, fingerprints, reporter, home_root
         self.run_id: int | None = None
-        self.saved_step: int | None = None
         self.last_checkpoint: Path | None = None
         self.latest: dict[str, Any] = {}
         self.started = time.perf_counter()
@@ -133,24 +177,8 @@ class Session:
             self.saved_step, self.last_checkpoint = state.step, resumed_from
         runfile.cut(self.track.run_file, state.step)
         self.registry.cut_metrics(self.config.id, self.track.kind, state.step)
-        origin = str(resumed_from.relative_to(self.home_root)) if resumed_from else None
-        if forked_from is not None:
-            origin = f"{forked_from.relative_to(self.home_root)} (init, sha256 {self.config.init.sha256})"
-        environment = checkpoint.environment(state.device, self.config.training.precision, state.optimizer_impl)
         self.run_id = self.registry.start_run(
-            self.config.id,
-            self.kind,
-            start_step=state.step,
-            end_step=state.step,
-            target_step=until,
-            device=environment["device"],
-            dtype=environment["dtype"],
-            threads=environment["threads"],
-            config_hash=self.fingerprints.config,
-            data_hash=self.fingerprints.data,
-            tokenizer_hash=self.fingerprints.tokenizer,
-            **provenance.run_fields(self.home_root),
-            resumed_from=origin,
+            self.config.id, self.kind, **self._run_fields(state, until, resumed_from, forked_from)
         )
         self.reporter.start(
             {
@@ -161,8 +189,38 @@ class Session:
                 "parameters": state.model.parameter_count(),
                 "device": str(state.device),
                 "precision": self.config.training.precision,
+                "ranks": self.ranks.world_size,
             }
         )
+
+    def _run_fields(
+        self, state: TrainState, until: int, resumed_from: Path | None, forked_from: Path | None
+    ) -> dict[str, Any]:
+        """The new run row: where it starts, what it trains under, on how many ranks, and its provenance."""
+        origin = str(resumed_from.relative_to(self.home_root)) if resumed_from else None
+        if forked_from is not None:
+            origin = f"{forked_from.relative_to(self.home_root)} (init, sha256 {self.config.init.sha256})"
+        environment = runtime.environment(state.device, self.config.training.precision, state.optimizer_impl)
+        return {
+            "start_step": state.step,
+            "end_step": state.step,
+            "target_step": until,
+            "device": environment["device"],
+            "dtype": environment["dtype"],
+            "threads": environment["threads"],
+            "config_hash": self.fingerprints.config,
+            "data_hash": self.fingerprints.data,
+            "tokenizer_hash": self.fingerprints.tokenizer,
+            **provenance.run_fields(self.home_root),
+            "resumed_from": origin,
+            "world_size": self.ranks.world_size,
+            "nnodes": self.ranks.nnodes,
+            "backend": self.ranks.backend(state.device),
+            "resharded_from": self.resharded_from,
+        }
+
+    def on_step(self, step: int) -> None:
+        self.reporter.step(step)
 
     def on_eval(self, state: TrainState, record: dict[str, Any]) -> None:
         """A logged record (with an evaluation at evaluation steps): run file, metrics table, run row."""
@@ -180,12 +238,10 @@ class Session:
         if "eval_loss" in record:  # the reporter shows evaluations; the bar moves with every step
             self.reporter.eval(record)
 
-    def on_checkpoint(self, state: TrainState) -> None:
-        if self.saved_step == state.step:
-            return
+    def save(self, state: TrainState, rng_states: list[dict[str, Any]]) -> None:
         state.elapsed = self.base_elapsed + (time.perf_counter() - self.started)
-        path = self.keeper.save(state, self.latest, self.run_id)
-        self.saved_step, self.last_checkpoint = state.step, path
+        path = self.keeper.save(state, self.latest, self.run_id, rng_states)
+        self.last_checkpoint = path
         self.registry.update_run(self._row(), end_step=state.step)
         self.reporter.checkpoint(state.step, path)
 
@@ -204,26 +260,11 @@ class Session:
         try:
             with SignalGuard() as guard:
                 self.start(state, until, resumed_from, forked_from)
-                hooks = LoopHooks(
-                    on_step=self.reporter.step,
-                    on_eval=lambda record: self.on_eval(state, record),
-                    on_checkpoint=self.on_checkpoint,
-                    should_stop=lambda: guard.stop_requested,
-                )
-                stopped = loop.train_until(
-                    state,
-                    until=until,
-                    train_blocks=train_blocks,
-                    eval_blocks=eval_blocks,
-                    eval_interval=self.config.training.eval_interval,
-                    checkpoint_interval=checkpoint_interval or self.config.checkpoint.interval,
-                    hooks=hooks,
-                    log_interval=self.config.training.log_interval,
-                )
+                stopped = self._train(guard, state, until, (train_blocks, eval_blocks), checkpoint_interval)
         except BaseException as error:
             self.fail(error)
             raise
-        self.finish(state, guard.received if stopped else None)
+        self.finish(state, self.stop_signal if stopped else None)
 
     def fail(self, error: BaseException) -> None:
         """Close the row as ``interrupted`` or ``failed`` (as far as the registry lets us), then the reporter."""

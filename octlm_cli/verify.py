@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -35,20 +34,14 @@ from .artifacts import ExperimentFiles, restore
 from .config import Config, to_yaml
 from .errors import BadInput, Interrupted, OctlmError
 from .home import Home
+from .launch import octlm_command
 from .loop import train_step
 from .prepare import PreparedData, data_root, prepare
 from .registry import Registry
 from .reporting import QuietReporter, QuietSegments, Reporter, Segments
-from .session import SIGNAL_EXIT, handled_signals
+from .signals import SIGNAL_EXIT, handled_signals
 
 STOP_GRACE_S = 10.0  # a stopped segment may finish its step; then its process group is killed
-# The child runs the octlm that runs this process: found where the interpreter looks (an installed
-# octlm), else in the folder that holds this package (appended, so it shadows nothing).
-CHILD = (
-    "import sys; folder = sys.argv.pop(1); folder in sys.path or sys.path.append(folder); "
-    "sys.argv[0] = 'octlm'; from octlm_cli.cli.app import main; main()"
-)
-PACKAGE_FOLDER = Path(__file__).resolve().parent.parent
 
 
 def parse_splits(text: str, until: int) -> list[int]:
@@ -83,7 +76,7 @@ def _scratch_home(root: Path, plan: Plan) -> Home:
 def _segment(home: Home, args: list[str], plan: Plan, label: str, segments: Segments) -> float:
     """One segment in a child process, its stderr lines passed on as they come; its failure is one line,
     a signal to this process stops it."""
-    command = [sys.executable, "-P", "-c", CHILD, str(PACKAGE_FOLDER), "--home", str(home.root), *args]
+    command = octlm_command(["--home", str(home.root), *args])
     env = {**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(plan.data_root)}
     started, said = time.perf_counter(), ["(no output)"]
     with subprocess.Popen(
@@ -191,7 +184,9 @@ def _section(name: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def _next_loss(prepared: PreparedData, loaded: checkpoint.Loaded) -> float:
-    state = restore(prepared, loaded, QuietReporter())
+    """The loss of the next global batch in this one process (a checkpoint of several ranks is continued
+    here as a reshard would: its random streams reseeded alike for (a) and (b))."""
+    state = restore(prepared, loaded, QuietReporter(), reshard=loaded.record.world_size != 1)
     loss, _ = train_step(state, prepared.train_blocks, 0.0)
     return float(loss)
 
@@ -205,9 +200,10 @@ def verify_resume(
     progress: Callable[[str], None] | None = None,
     reporter: Reporter | None = None,
     segments: Segments | None = None,
+    nproc: int = 1,
 ) -> dict[str, Any]:
-    """Runs (a) and (b) in scratch homes and compares them; ``reporter`` is told the phases of preparing
-    the data here, ``segments`` each child process and what it says."""
+    """Runs (a) and (b) in scratch homes and compares them, each segment on ``nproc`` ranks; ``reporter`` is
+    told the phases of preparing the data here, ``segments`` each child process and what it says."""
     report = progress or (lambda message: None)
     config = experiments.load(home, experiment_id)
     final = config.training.steps if until is None else until
@@ -222,20 +218,21 @@ def verify_resume(
         with files.lock():
             # trains the experiment's tokenizer once if it has none
             prepared = prepare(home, config, files.tokenizer, reporter, first_step=False)
+        config.training.check_split(nproc)
         result = _in_scratch(
-            _plan(home, config, splits, final), prepared, keep_scratch, report, segments or QuietSegments()
+            _plan(home, config, splits, final, nproc), prepared, keep_scratch, report, segments or QuietSegments()
         )
-        result.update({"id": experiment_id, "split_at": splits, "until": final})
+        result.update({"id": experiment_id, "split_at": splits, "until": final, "nproc": nproc})
         registry.add_verification(experiment_id, "verify-resume", result["verdict"], result)
         return result
 
 
-def _plan(home: Home, config: Config, splits: list[int], final: int) -> Plan:
+def _plan(home: Home, config: Config, splits: list[int], final: int, nproc: int) -> Plan:
     # Both runs checkpoint only where they must: at the splits (by --until) and at the end.
     scratch = config.with_keys({"checkpoint.interval": final, "checkpoint.keep": len(splits) + 1})
     tokenizer = ExperimentFiles(home, config.id).tokenizer
     cadence = (to_yaml(scratch), tokenizer, splits, final, data_root(home), home.cache)
-    return Plan(config.id, *cadence, home.root, config.init.checkpoint)
+    return Plan(config.id, *cadence, home.root, config.init.checkpoint, nproc)
 
 
 @dataclass(frozen=True)
@@ -251,6 +248,7 @@ class Plan:
     cache: Path
     home: Path  # the experiment's own home: a fork's parent checkpoint (init.checkpoint) is linked from it
     init_checkpoint: str = ""
+    nproc: int = 1  # ranks of every segment
 
 
 def _in_scratch(
@@ -286,7 +284,8 @@ def _both_runs(scratch: Path, plan: Plan, prepared: PreparedData, segments: Segm
 def _run_segment(home: Home, plan: Plan, label: str, begin: int, stop: int, segments: Segments) -> float:
     segments.begin(label, begin, stop)
     verb = "resume" if begin else "train"
-    return _segment(home, [verb, plan.experiment_id, "--until", str(stop)], plan, label, segments)
+    ranks = ["--nproc", str(plan.nproc)] if plan.nproc > 1 else []
+    return _segment(home, [verb, plan.experiment_id, "--until", str(stop), *ranks], plan, label, segments)
 
 
 def _final(home: Home, plan: Plan) -> checkpoint.Loaded:

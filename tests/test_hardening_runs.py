@@ -187,7 +187,7 @@ def test_sighup_checkpoints_and_exits_129(home: Path) -> None:
 
 
 def test_nohup_keeps_a_run_going_past_a_hang_up() -> None:
-    from octlm_cli.session import SignalGuard
+    from octlm_cli.signals import SignalGuard
 
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:

@@ -7,8 +7,8 @@ import torch
 
 from octlm_cli import checkpoint
 from octlm_cli import config as cfg
-from octlm_cli.loop import parameter_groups
 from octlm_cli.model import Decoder
+from octlm_cli.optim import parameter_groups
 from octlm_cli.schedule import learning_rate
 
 

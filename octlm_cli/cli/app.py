@@ -69,10 +69,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm show --columns eval_loss,training.learning_rate --csv", "octlm show EXP-008",
         "octlm show EXP-008 EXP-009 --all-keys", "octlm show EXP-008 EXP-009 --plot", "octlm show EXP-008 --json",
     ),
-    "train": ("octlm train EXP-008", "octlm train EXP-008 --until 100", "octlm train EXP-008 --restart --yes"),
-    "resume": ("octlm resume EXP-008", "octlm resume EXP-008 --step 100 --until 200"),
+    "train": (
+        "octlm train EXP-008", "octlm train EXP-008 --until 100", "octlm train EXP-008 --restart --yes",
+        "octlm train EXP-008 --nproc 4",
+        "octlm train EXP-008 --nproc 2 --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29500",
+    ),
+    "resume": (
+        "octlm resume EXP-008", "octlm resume EXP-008 --step 100 --until 200", "octlm resume EXP-008 --nproc 4",
+        "octlm resume EXP-008 --nproc 2 --reshard",
+    ),
     "verify-resume": (
         "octlm verify-resume EXP-008 --split-at 50", "octlm verify-resume EXP-008 --split-at 50 --until 100",
+        "octlm verify-resume EXP-008 --split-at 100 --nproc 4",
     ),
     "overfit": ("octlm overfit EXP-008", "octlm overfit EXP-008 --steps 300 --max-loss 0.5"),
     "sample": (
@@ -80,7 +88,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm sample EXP-008 --step 200 --max-new-tokens 64 --json",
     ),
     "doctor": ("octlm doctor", "octlm doctor --repair", "octlm doctor --json"),
-    "bench": ("octlm bench", "octlm bench EXP-008 --steps 20", "octlm bench --preset day2 --precision fp32,bf16"),
+    "bench": (
+        "octlm bench", "octlm bench EXP-008 --steps 20", "octlm bench --preset day2 --precision fp32,bf16",
+        "octlm bench EXP-008 --nproc 2",
+    ),
     "rm": ("octlm rm EXP-012", "octlm rm EXP-012 --yes", "octlm rm EXP-012 --keep-files"),
     "archive": ("octlm archive EXP-003", "octlm show --all"),
     "unarchive": ("octlm unarchive EXP-003",),

@@ -6,14 +6,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .. import launch
 from ..errors import BadInput
 from ..home import validate_id
 from . import render
 from .common import JsonOption, complete_ids, handled, home_of
+from .ranks import NprocOption
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 RepairOption = Annotated[
     bool,
@@ -62,6 +68,10 @@ CompileOption = Annotated[
         show_default=False,
     ),
 ]
+RanksReportOption = Annotated[
+    str | None,
+    typer.Option("--ranks-report", metavar="FILE", hidden=True, help="(a rank of bench --nproc) rank 0's JSON file."),
+]
 BENCH_HEADERS = (
     "precision", "ms/step", "tokens/s", "model GFLOP/s", "matmul peak GFLOP/s", "MFU", "ckpt MB", "save s", "load s",
     "ckpt cost %", "1st step fresh s", "1st step resumed s",
@@ -103,20 +113,82 @@ def bench(
     precision: PrecisionOption = None,
     compile: CompileOption = None,
     as_json: JsonOption = False,
+    nproc: NprocOption = 1,
+    ranks_report: RanksReportOption = None,
 ) -> None:
-    """Time training steps against this machine's measured matmul peak (MFU), checkpoints and resume."""
+    """Time training steps against this machine's measured matmul peak (MFU), checkpoints and resume.
+
+    With --nproc N: the step on one process and on N ranks (the same global batch), timed in one run: ms/step,
+    tokens/s, the gradient all-reduce's share of the step and the speed-up."""
     if steps <= 0:
         raise BadInput(f"--steps {steps}: must be positive")
     if experiment_id is not None:
         validate_id(experiment_id)  # `bench ''` is no ID (checked before torch loads)
+    spec = launch.Launch(nproc)  # `--nproc 0`: one line before torch loads
     from .. import bench as benches  # imports torch
 
     config = benches.resolve_config(home_of(ctx), experiment_id, preset)
-    report = benches.run(config, benches.parse_precisions(precision, config), steps, compile)
+    precisions = benches.parse_precisions(precision, config)
+    if spec.wanted or launch.launched() or ranks_report is not None:  # the ranks, or one of them
+        model = [experiment_id] if experiment_id else ["--preset", preset] if preset else []
+        found = _bench_ranks(ctx, benches.with_compile(config, compile), model, precisions, steps, spec, ranks_report)
+        if found is not None and as_json:
+            render.emit_json(found)
+        elif found is not None:
+            print_bench_ranks(found, config.id or config.preset)
+        return
+    report = benches.run(config, precisions, steps, compile)
     if as_json:
         render.emit_json(report)
         return
     print_bench(report, config.id or config.preset)
+
+
+def _bench_ranks(
+    ctx: typer.Context,
+    config: Config,
+    model: list[str],
+    precisions: list[str],
+    steps: int,
+    spec: launch.Launch,
+    ranks_report: str | None,
+) -> dict[str, Any] | None:
+    """``bench --nproc N`` in the process the user started: one process, then N ranks, each running ``bench``
+    with ``--ranks-report``; in a rank, what it measured (rank 0 writes it to ``--ranks-report`` when given,
+    else returns it: a group started by another launcher). None: nothing to print here."""
+    from .. import bench_ranks  # imports torch
+
+    if spec.wanted and ranks_report is None:
+        home = (ctx.obj or {}).get("home")
+        argv = [*(["--home", str(home)] if home else []), "bench", *model, "--steps", str(steps)]
+        argv += ["--precision", ",".join(precisions), "--compile" if config.training.compile else "--no-compile"]
+        return bench_ranks.compare(config, precisions, steps, spec, argv, f"octlm-bench-{config.id or config.preset}")
+    return bench_ranks.in_ranks(config, precisions, steps, Path(ranks_report) if ranks_report else None)
+
+
+RANKS_HEADERS = (
+    "precision", "ranks", "threads", "ms/step", "tokens/s", "all-reduce ms", "all-reduce %", "speed-up",
+)  # fmt: skip
+RANKS_KINDS = ["raw", "raw", "raw", "metric", "count", "metric", "metric", "metric"]
+
+
+def print_bench_ranks(report: dict[str, Any], name: str) -> None:
+    """The table of ``bench --nproc N``: a row for one process and one for N ranks, per precision (threads: each
+    rank's; all-reduce ms the first column left out on a narrow terminal)."""
+    title = (
+        f"bench {name}: {report['parameters']:,} parameters, "
+        f"{report['tokens_per_step']:,} tokens/step (global), {'compiled' if report['compile'] else 'eager'}, "
+        f"{report['machine']['cores']} cores, {report['machine']['device']} (threads: per rank)"
+    )
+    rows = [
+        (r["precision"], r["ranks"], r["threads_per_rank"], r["ms_per_step"], r["tokens_per_second"],
+         r["all_reduce_ms"], 100 * r["all_reduce_share"], r["speed_up"])
+        for r in report["results"]
+    ]  # fmt: skip
+    render.print_table(RANKS_HEADERS, rows, title=title, kinds=RANKS_KINDS, droppable=("all-reduce ms",))
+    busy = max(r["ranks"] * r["threads_per_rank"] for r in report["results"])
+    if report["machine"]["device"] == "cpu" and busy > (report["machine"]["cores"] or busy):
+        render.info(f"note: {busy} threads on {report['machine']['cores']} cores: the ranks compete for the cores")
 
 
 def print_bench(report: dict[str, Any], name: str) -> None:

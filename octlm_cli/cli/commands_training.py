@@ -12,9 +12,12 @@ from typing import Annotated, Any
 
 import typer
 
+from .. import launch
+from ..errors import Refused
 from . import render
 from .common import IdArgument, JsonOption, QuietOption, UntilOption, handled, home_of
 from .progress import ConsoleReporter, hangup_safe, output_may_vanish
+from .ranks import EndpointOption, NnodesOption, NodeRankOption, NprocOption, start_ranks
 from .segments import SegmentsView
 
 RestartOption = Annotated[
@@ -44,6 +47,14 @@ FinalStepOption = Annotated[
     int | None,
     typer.Option(
         "--until", metavar="N", help="Final step M of both runs (default: training.steps).", show_default=False
+    ),
+]
+ReshardOption = Annotated[
+    bool,
+    typer.Option(
+        "--reshard",
+        help="Continue a checkpoint trained on another number of ranks (model, optimizer and sampler kept, "
+        "random streams reseeded; not bit-exact from there).",
     ),
 ]
 KeepScratchOption = Annotated[bool, typer.Option("--keep-scratch", help="Keep the scratch folders for inspection.")]
@@ -107,8 +118,16 @@ def train(
     yes: YesOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    nproc: NprocOption = 1,
+    nnodes: NnodesOption = 1,
+    node_rank: NodeRankOption = 0,
+    rdzv_endpoint: EndpointOption = "",
 ) -> None:
     """Train an experiment from step 0 (refuses existing progress unless --restart)."""
+    spec = launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint)
+    if restart and not yes and spec.wanted and spec.node_rank == 0 and sys.stdin.isatty():
+        ctx.params["yes"] = _confirm_before_ranks(ctx, experiment_id)  # a rank cannot ask: it has no terminal
+    start_ranks(ctx, experiment_id, spec)
     options: dict[str, Any] = {"restart": restart, "until": until}
     if restart:
         options["confirm"] = None if yes else "ask"
@@ -121,29 +140,52 @@ def resume(
     experiment_id: IdArgument,
     step: ResumeStepOption = None,
     until: UntilOption = None,
+    reshard: ReshardOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    nproc: NprocOption = 1,
+    nnodes: NnodesOption = 1,
+    node_rank: NodeRankOption = 0,
+    rdzv_endpoint: EndpointOption = "",
 ) -> None:
     """Continue from the newest valid checkpoint (or start at 0); exits 0 at once when complete."""
-    _train(ctx, "resume", experiment_id, as_json, quiet, step=step, until=until)
+    start_ranks(ctx, experiment_id, launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint))
+    _train(ctx, "resume", experiment_id, as_json, quiet, step=step, until=until, reshard=reshard)
 
 
 def _train(ctx: typer.Context, use_case: str, experiment_id: str, as_json: bool, quiet: bool, **options: Any) -> None:
     """``train`` or ``resume`` with a progress reporter; a hung-up terminal never fails the run."""
     from .. import estimate, runner  # runner imports torch
 
-    home = home_of(ctx)
+    home, leader = home_of(ctx), launch.rank() == 0  # only rank 0 of several speaks
     with hangup_safe():
-        reporter = ConsoleReporter(quiet, lambda start, until: estimate.expected(home, experiment_id, start, until))
+        reporter = ConsoleReporter(
+            quiet or not leader, lambda start, until: estimate.expected(home, experiment_id, start, until)
+        )
         if options.get("confirm") == "ask":
-            options["confirm"] = _asker(reporter) if reporter.interactive and sys.stdin.isatty() else None
+            interactive = leader and reporter.interactive and sys.stdin.isatty()
+            options["confirm"] = _asker(reporter) if interactive else None
         try:
             result = getattr(runner, use_case)(home, experiment_id, reporter=reporter, **options)
         finally:
             reporter.close()
+        if not leader:
+            return
         if options.get("restart"):
             _say_discarded(result.get("discarded"), quiet)
         _finish(result, as_json)
+
+
+def _confirm_before_ranks(ctx: typer.Context, experiment_id: str) -> bool:
+    """``--restart`` on several ranks asks here, before they start (``Refused`` when declined)."""
+    from ..artifacts import ExperimentFiles  # imports torch, as the ranks will
+
+    listed = ExperimentFiles(home_of(ctx), experiment_id).discardable()
+    if listed:
+        render.info("--restart discards:\n" + "\n".join(f"  {render.plain(item)}" for item in listed))
+        if not typer.confirm("Discard them and start over?", default=False, err=True):
+            raise Refused("--restart cancelled: nothing was discarded")
+    return True
 
 
 def _asker(reporter: ConsoleReporter) -> Callable[[list[str]], bool]:
@@ -175,6 +217,7 @@ def verify_resume(
     until: FinalStepOption = None,
     keep_scratch: KeepScratchOption = False,
     as_json: JsonOption = False,
+    nproc: NprocOption = 1,
 ) -> None:
     """Prove exact resume: one run 0->M against runs split at N in new processes, compared bit for bit."""
     from .. import verify  # imports torch
@@ -185,7 +228,7 @@ def verify_resume(
         try:
             result = verify.verify_resume(
                 home_of(ctx), experiment_id, split_at, until, keep_scratch,
-                progress=render.info, reporter=reporter, segments=segments,
+                progress=render.info, reporter=reporter, segments=segments, nproc=launch.Launch(nproc).nproc,
             )  # fmt: skip
         finally:
             reporter.close()
@@ -226,12 +269,14 @@ def overfit(
     quiet: QuietOption = False,
 ) -> None:
     """Memorise one block, then greedy-decode it back; exit 0 when the final loss <= --max-loss."""
-    from .. import runner  # imports torch
+    from .. import overfit as overfit_runs  # imports torch
 
     with hangup_safe():
         reporter = ConsoleReporter(quiet)
         try:
-            result = runner.overfit(home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter)
+            result = overfit_runs.overfit(
+                home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter
+            )
         finally:
             reporter.close()
     if as_json:

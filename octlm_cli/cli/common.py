@@ -23,7 +23,7 @@ from typing import Annotated, Any, TypeVar, cast
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from ..errors import BAD_INPUT, REFUSED, BadInput, OctlmError
+from ..errors import BAD_INPUT, REFUSED, BadInput, OctlmError, Relayed
 from ..home import Home
 from ..validation import shown
 from . import render
@@ -259,6 +259,8 @@ def handled(fn: F) -> F:
 
 def report(exc: BaseException) -> int | None:
     """Say what went wrong in one line on stderr and return the exit code; None: not ours to handle."""
+    if isinstance(exc, Relayed):  # a rank other than 0 ends as rank 0 told it: rank 0 says why and gives the code
+        return 0
     if isinstance(exc, OctlmError):
         if exc.exit_code in (129, 130, 143):  # stopped by a signal: a note, not an error
             render.info(f"octlm: {exc}")

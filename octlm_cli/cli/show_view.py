@@ -18,9 +18,10 @@ LIST_HEADERS = (
 )  # fmt: skip
 LIST_DROPPABLE = ("updated (UTC)", "ppl", "train loss", "tokens", "verdict", "bpb")
 RUN_HEADERS = (
-    "#", "kind", "status", "steps", "started", "host", "pid", "device", "dtype", "threads", "train loss", "eval loss",
+    "#", "kind", "status", "steps", "started", "host", "pid", "device", "dtype", "threads", "ranks", "train loss",
+    "eval loss",
 )  # fmt: skip
-RUN_DROPPABLE = ("threads", "dtype", "host", "device", "started", "train loss")
+RUN_DROPPABLE = ("threads", "dtype", "ranks", "host", "device", "started", "train loss")
 PROVENANCE_HEADERS = (
     "#", "command", "git commit", "dirty", "versions (octlm/python/torch)", "duration s", "resumed from",
 )  # fmt: skip
@@ -169,7 +170,30 @@ def _run_row(r: dict[str, Any]) -> tuple[Any, ...]:
     metrics = r["latest_metrics"] if isinstance(r["latest_metrics"], dict) else {}
     started = _cut(r["started"], 19).replace("T", " ")
     return (r["id"], r["kind"], r["status"], f"{r['start_step']}->{r['end_step']}", started, r["host"], r["pid"],
-            r["device"], r["dtype"], r["threads"], metrics.get("train_loss"), metrics.get("eval_loss"))  # fmt: skip
+            r["device"], r["dtype"], r["threads"], ranks(r), metrics.get("train_loss"),
+            metrics.get("eval_loss"))  # fmt: skip
+
+
+def ranks(r: dict[str, Any]) -> str:
+    """The processes a run trained on: ``1``; ``4 gloo`` (the backend only for several ranks); ``4 nccl,
+    2 nodes`` over several nodes; then ``, resharded from 2`` for a run resumed under another world size.
+    A row without the columns (or with a damaged cell) reads as one process on one node."""
+    size = _count(r.get("world_size"))
+    nodes = _count(r.get("nnodes"))
+    text = str(size)
+    if size > 1 and r.get("backend"):
+        text += f" {r['backend']}"
+    if nodes > 1:
+        text += f", {nodes} nodes"
+    resharded = r.get("resharded_from")
+    if resharded is not None and resharded != "":
+        text += f", resharded from {resharded}"
+    return text
+
+
+def _count(value: Any) -> int:
+    """A world size or node count as stored; 1 for none or anything that is not a positive whole number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
 def _provenance_row(r: dict[str, Any]) -> tuple[Any, ...]:
