@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import checkpoint, experiments, runtime
@@ -88,8 +89,8 @@ def synthetic_blocks(config: Config, count: int = 64) -> TokenBlocks:
     tokens = torch.randint(
         3, config.tokenizer.vocab_size, (count, config.model.context_length + 1), generator=generator
     )
-    byte_lengths = torch.ones(count, config.model.context_length, dtype=torch.int64)
-    return TokenBlocks(tokens[:, :-1], tokens[:, 1:], byte_lengths, pad_id=-1)  # no padding to leave out
+    byte_table = np.ones(config.tokenizer.vocab_size, dtype=np.int64)
+    return TokenBlocks(tokens.reshape(-1).numpy(), tokens.shape[1], byte_table, pad_id=-1)  # no padding to leave out
 
 
 def _time_steps(state: TrainState, blocks: TokenBlocks, steps: int, peak: MatmulPeak) -> list[float]:

@@ -6,12 +6,15 @@ last T the targets. Byte lengths of the targets come from one table lookup per t
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
-import io
 import json
 import math
+import mmap
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,38 +24,77 @@ import torch
 
 from .corpus import Corpus, Document
 from .errors import BadInput
-from .fsutil import atomic_writer, read_regular
+from .fsutil import atomic_write, atomic_writer, open_regular, read_regular
 from .tokenizer import Tokenizer
 
-CACHE_FORMAT = "octlm-tokens-v2"
-CACHE_ARRAYS = ("train", "validation", "train_lengths", "validation_lengths")
+CACHE_FORMAT = "octlm-tokens-v3"
+ENCODE_BATCH = 256  # documents per batch handed to the tokenizer (it encodes a batch on its own threads)
 SPOT_CHECKS = 6  # documents per split encoded again each time a cache is read, besides the first and last
 
 
 @dataclass(frozen=True)
 class TokenBlocks:
-    inputs: torch.Tensor  # (N, T) int64
-    targets: torch.Tensor  # (N, T) int64, inputs shifted by one
-    byte_lengths: torch.Tensor  # (N, T) int64, bytes each target decodes to (0 for special tokens)
+    """Blocks of T+1 consecutive tokens of one stream, gathered only when asked for: in training the
+    stream is a memory map of the token file, so the blocks cost no memory of their own. Block i is
+    ``stream[i*(T+1) : (i+1)*(T+1)]``; its first T tokens are the inputs, its last T the targets."""
+
+    stream: np.ndarray  # 1-D token ids (uint16 or int32 from the token file, int64 otherwise)
+    width: int  # T + 1
+    byte_table: np.ndarray  # int64: the bytes each token id decodes to (0 for special tokens)
     pad_id: int  # targets equal to it are left out of the loss
+    rows: np.ndarray | None = None  # the blocks selected, in order (None: every whole block)
 
     def __len__(self) -> int:
-        return self.inputs.shape[0]
+        return len(self.rows) if self.rows is not None else len(self.stream) // self.width
 
-    def select(self, index: torch.Tensor | slice) -> TokenBlocks:
-        return TokenBlocks(self.inputs[index], self.targets[index], self.byte_lengths[index], self.pad_id)
+    def _blocks(self, index: Any) -> torch.Tensor:
+        """The (b, T+1) int64 blocks at ``index`` (a tensor or array of positions, a slice or an int)."""
+        if isinstance(index, torch.Tensor):
+            index = index.numpy()
+        if self.rows is not None:
+            numbers = self.rows[index]
+        elif isinstance(index, np.ndarray):
+            numbers = index
+        else:
+            numbers = np.arange(len(self))[index]
+        numbers = np.atleast_1d(np.asarray(numbers, dtype=np.int64))
+        positions = numbers[:, None] * self.width + np.arange(self.width)
+        return torch.from_numpy(np.asarray(self.stream[positions], dtype=np.int64))
+
+    def batch(self, index: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets), each (b, T) int64, of the blocks at ``index``."""
+        blocks = self._blocks(index)
+        return blocks[:, :-1], blocks[:, 1:]
+
+    def target_bytes(self, targets: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(self.byte_table)[targets]
+
+    def select(self, index: Any) -> TokenBlocks:
+        numbers = np.arange(len(self))[index] if self.rows is None else self.rows[index]
+        return dataclasses.replace(self, rows=np.atleast_1d(np.asarray(numbers, dtype=np.int64)))
+
+    @property
+    def inputs(self) -> torch.Tensor:
+        """Every selected block's inputs (b, T): for small sets (evaluation, one block, tests)."""
+        return self.batch(slice(None))[0]
+
+    @property
+    def targets(self) -> torch.Tensor:
+        return self.batch(slice(None))[1]
+
+    @property
+    def byte_lengths(self) -> torch.Tensor:
+        return self.target_bytes(self.targets)
 
 
 def make_blocks(stream: np.ndarray | torch.Tensor, tokenizer: Tokenizer, context_length: int) -> TokenBlocks:
-    tokens = torch.as_tensor(np.asarray(stream, dtype=np.int64))
+    """Blocks over ``stream`` without copying it (a stream shorter than one block is padded)."""
+    tokens = stream.numpy() if isinstance(stream, torch.Tensor) else stream
     width = context_length + 1
-    if tokens.numel() < width:
-        tokens = torch.cat([tokens, torch.full((width - tokens.numel(),), tokenizer.pad_id, dtype=torch.int64)])
-    count = tokens.numel() // width
-    blocks = tokens[: count * width].view(count, width)  # (N, T+1)
-    targets = blocks[:, 1:]
-    table = torch.from_numpy(tokenizer.byte_lengths)
-    return TokenBlocks(blocks[:, :-1], targets, table[targets], tokenizer.pad_id)
+    if len(tokens) < width:
+        padding = np.full(width - len(tokens), tokenizer.pad_id, dtype=np.int64)
+        tokens = np.concatenate([np.asarray(tokens, dtype=np.int64), padding])
+    return TokenBlocks(tokens, width, tokenizer.byte_lengths, tokenizer.pad_id)
 
 
 def dataset_hash(corpus: Corpus, tokenizer: Tokenizer) -> str:
@@ -62,7 +104,8 @@ def dataset_hash(corpus: Corpus, tokenizer: Tokenizer) -> str:
 
 @dataclass(frozen=True)
 class Streams:
-    """Both splits' token streams (int64), and why a cache was rebuilt when it was."""
+    """Both splits' token streams (views on the memory-mapped token file, or arrays when there is no
+    cache), and why a cache was rebuilt when it was."""
 
     train: np.ndarray
     validation: np.ndarray
@@ -70,83 +113,126 @@ class Streams:
 
 
 def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, key: str) -> Streams:
-    """Encode both splits, or read them from ``cache_dir/tokens-<key>.npz`` when a cache verifies.
+    """Encode both splits into ``cache_dir/tokens-<key>.bin``, or map that file when it verifies.
 
-    The cache records its format, its key, the tokenizer's hash, each document's token count and a
-    checksum of it all; on load every id must be below the tokenizer's size, and a few documents,
-    drawn afresh each time, are encoded again and compared. One that does not verify is rebuilt,
-    with a note saying why.
+    The file holds the train stream then the validation stream (uint16 when the vocabulary fits, else
+    int32), written in batches of documents as they are encoded, so no split is ever held in memory
+    whole. Beside it, ``tokens-<key>.json`` records its format, its key, the tokenizer's hash, each
+    document's token count and the file's sha256. On load the checksum is verified, every id must be
+    below the tokenizer's size, and a few documents, drawn afresh each time, are encoded again and
+    compared; a cache that does not verify is rebuilt, with a note saying why.
     """
-    path = cache_dir / f"tokens-{key}.npz" if cache_dir is not None else None
-    note = None
+    if cache_dir is None:
+        return _in_memory(tokenizer, corpus.train, corpus.validation)
+    path, note = cache_dir / f"tokens-{key}.bin", None
     splits = (corpus.train, corpus.validation)
-    if path is not None and os.path.lexists(path):
+    if os.path.lexists(path) or os.path.lexists(path.with_suffix(".json")):
         try:
             return Streams(*_read_cache(path, tokenizer, key, splits))
-        except Exception as error:  # BadZipFile, EOFError, ValueError...: a damaged cache is only a cache
+        except Exception as error:  # ValueError, OSError, JSON errors...: a damaged cache is only a cache
             note = f"cache/{path.name} did not verify ({_short(error)}); rebuilt"
+    try:
+        (cache_dir / f"tokens-{key}.npz").unlink(missing_ok=True)  # written by octlm before the token file
+        _write_cache(path, splits, tokenizer, key)
+        return Streams(*_read_cache(path, tokenizer, key, splits, verified=True), note)
+    except OSError:  # no room for the cache (or no folder for it): train from memory
+        with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)
-    train, validation = (_encode(tokenizer, documents) for documents in splits)
-    if path is not None:
-        _write_cache(path, {"train": train, "validation": validation}, tokenizer, key)
-    return Streams(train[0], validation[0], note)
+        return _in_memory(tokenizer, *splits, note=note)
+
+
+def _in_memory(
+    tokenizer: Tokenizer, train: tuple[Document, ...], validation: tuple[Document, ...], note: str | None = None
+) -> Streams:
+    return Streams(_encode(tokenizer, train)[0], _encode(tokenizer, validation)[0], note)
 
 
 def _encode(tokenizer: Tokenizer, documents: tuple[Document, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """A split's stream and each document's token count."""
-    try:
-        pieces = tokenizer.encode_each([d.text for d in documents])
-    except (TypeError, UnicodeError) as error:
-        raise BadInput(f"data.sources: a document cannot be tokenized ({error}); texts must be valid Unicode") from None
+    """A split's stream and each document's token count, in memory."""
+    pieces = [piece for batch in _batches(tokenizer, documents) for piece in batch]
     stream = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
     return stream, np.array([len(piece) for piece in pieces], dtype="<i8")
+
+
+def _batches(tokenizer: Tokenizer, documents: tuple[Document, ...]) -> Iterator[list[np.ndarray]]:
+    """``<|bos|> text <|eos|>`` of each document, ``ENCODE_BATCH`` documents at a time (the tokenizer's threads)."""
+    for start in range(0, len(documents), ENCODE_BATCH):
+        texts = [d.text for d in documents[start : start + ENCODE_BATCH]]
+        try:
+            yield tokenizer.encode_each(texts)
+        except (TypeError, UnicodeError) as error:
+            raise BadInput(
+                f"data.sources: a document cannot be tokenized ({error}); texts must be valid Unicode"
+            ) from None
 
 
 def _short(error: Exception) -> str:
     return (str(error).splitlines() or [type(error).__name__])[0][:160]
 
 
-def _meta(arrays: dict[str, np.ndarray], tokenizer: Tokenizer, key: str) -> dict[str, object]:
-    digest = hashlib.sha256(CACHE_FORMAT.encode())
-    for name in CACHE_ARRAYS:
-        digest.update(f":{name}:{arrays[name].dtype.str}:{arrays[name].shape}:".encode())
-        digest.update(arrays[name].tobytes())
-    return {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "sha256": digest.hexdigest()}
+def _dtype(tokenizer: Tokenizer) -> np.dtype:
+    return np.dtype("<u2") if tokenizer.vocab_size <= 2**16 else np.dtype("<i4")
 
 
-def _write_cache(path: Path, encoded: dict[str, tuple[np.ndarray, np.ndarray]], tokenizer: Tokenizer, key: str) -> None:
-    dtype = np.dtype("<u2") if tokenizer.vocab_size <= 2**16 else np.dtype("<i4")
-    arrays: dict[str, Any] = {name: stream.astype(dtype) for name, (stream, _) in encoded.items()}
-    arrays |= {f"{name}_lengths": lengths for name, (_, lengths) in encoded.items()}
-    meta = np.array(json.dumps(_meta(arrays, tokenizer, key), sort_keys=True))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_writer(path) as handle:
-            np.savez(handle, meta=meta, **arrays)
-    except OSError:
-        pass  # no room for the cache: train without it
+def _write_cache(path: Path, splits: tuple[tuple[Document, ...], ...], tokenizer: Tokenizer, key: str) -> None:
+    """The token file, written as the documents encode, then its record (both atomically)."""
+    dtype, digest, meta = _dtype(tokenizer), hashlib.sha256(), {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_writer(path) as handle:
+        for name, documents in zip(("train", "validation"), splits, strict=True):
+            lengths: list[int] = []
+            for batch in _batches(tokenizer, documents):
+                for piece in batch:
+                    payload = piece.astype(dtype).tobytes()
+                    handle.write(payload)
+                    digest.update(payload)
+                    lengths.append(len(piece))
+            meta[f"{name}_lengths"] = lengths
+    record = {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "dtype": dtype.str, **meta}
+    atomic_write(path.with_suffix(".json"), json.dumps({**record, "sha256": digest.hexdigest()}).encode())
 
 
 def _read_cache(
-    path: Path, tokenizer: Tokenizer, key: str, splits: tuple[tuple[Document, ...], ...]
+    path: Path, tokenizer: Tokenizer, key: str, splits: tuple[tuple[Document, ...], ...], verified: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Both streams as views on a read-only memory map of the token file, once it verifies against its record
+    (the checksum only when not ``verified`` just now by writing it)."""
     documents = (*splits[0], *splits[1])
-    # At most 4 bytes per token, one token per UTF-8 byte (4 per character) and two per document.
-    cap = 4 * (4 * sum(len(d.text) for d in documents) + 2 * len(documents)) + 8 * len(documents) + (1 << 20)
-    with np.load(io.BytesIO(read_regular(path, max_bytes=cap, follow=False)), allow_pickle=False) as cached:
-        if sorted(cached.files) != sorted(("meta", *CACHE_ARRAYS)):
-            raise ValueError("no checksum: written by an older octlm" if "meta" not in cached.files else "other arrays")
-        if sum(info.file_size for info in cached.zip.infolist()) > cap:
-            raise ValueError("larger than its corpus allows")
-        arrays, meta = {name: cached[name] for name in CACHE_ARRAYS}, cached["meta"]
-    if meta.dtype.kind != "U" or meta.ndim != 0 or json.loads(str(meta)) != _meta(arrays, tokenizer, key):
-        raise ValueError("made with another tokenizer or corpus, or its tokens changed")
-    streams = []
-    for name, split in zip(("train", "validation"), splits, strict=True):
-        stream, lengths = arrays[name], arrays[f"{name}_lengths"]
-        _check_stream(stream, lengths, split, tokenizer)
-        streams.append(stream.astype(np.int64))
-    return streams[0], streams[1]
+    record = json.loads(read_regular(path.with_suffix(".json"), max_bytes=64 * len(documents) + 4096, follow=False))
+    dtype = _dtype(tokenizer)
+    expected = {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "dtype": dtype.str}
+    if {name: record.get(name) for name in expected} != expected:
+        raise ValueError("made with another tokenizer or corpus, or by another octlm")
+    lengths = [np.asarray(record.get(f"{name}_lengths"), dtype="<i8") for name in ("train", "validation")]
+    size = int(sum(part.sum() for part in lengths)) * dtype.itemsize
+    tokens = _mapped(path, size, dtype)
+    if not verified and _digest(tokens) != record.get("sha256"):
+        raise ValueError("its tokens changed since they were written")
+    cut = int(lengths[0].sum())
+    streams = (tokens[:cut], tokens[cut:])
+    for stream, counts, split in zip(streams, lengths, splits, strict=True):
+        _check_stream(stream, counts, split, tokenizer)
+    return streams
+
+
+def _mapped(path: Path, size: int, dtype: np.dtype) -> np.ndarray:
+    """The token file mapped read-only: a regular file (not a link) of exactly ``size`` bytes."""
+    fd = open_regular(path, max_bytes=size, follow=False)
+    try:
+        if os.fstat(fd).st_size != size:
+            raise ValueError(f"{os.fstat(fd).st_size} bytes where its record says {size}")
+        if size == 0:
+            return np.zeros(0, dtype=dtype)
+        return np.frombuffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ), dtype=dtype)
+    finally:
+        os.close(fd)
+
+
+def _digest(tokens: np.ndarray) -> str:
+    digest, view = hashlib.sha256(), tokens.view(np.uint8).data
+    for start in range(0, len(view), 1 << 24):
+        digest.update(view[start : start + (1 << 24)])
+    return digest.hexdigest()
 
 
 def _check_stream(stream: np.ndarray, lengths: np.ndarray, split: tuple[Document, ...], tokenizer: Tokenizer) -> None:

@@ -191,7 +191,7 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> 
     if len(parts) == 1 and not state.ranks.parallel:
         loss = _backward(state, blocks, index, None)
     else:
-        counted = int((blocks.targets[index] != blocks.pad_id).sum())
+        counted = int((blocks.batch(index)[1] != blocks.pad_id).sum())
         losses = [_backward(state, blocks, part, counted) for part in parts]
         state.ranks.reduce_gradients(list(state.model.parameters()))
         loss = state.ranks.total(torch.stack(losses).sum())
@@ -214,11 +214,10 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> 
 def _backward(state: TrainState, blocks: TokenBlocks, index: torch.Tensor, counted: int | None) -> torch.Tensor:
     """Forward and backward of the blocks at ``index``; returns the loss it adds to the step's (detached).
     ``counted``: the global batch's target tokens, which the mean loss of these blocks is weighted against."""
-    inputs = blocks.inputs[index].to(state.device, non_blocking=True)  # (b, T)
-    targets = blocks.targets[index].to(state.device, non_blocking=True)  # (b, T)
-    loss = state.objective(inputs, targets, blocks.pad_id)
+    inputs, targets = blocks.batch(index)  # (b, T) each, gathered from the token stream
+    loss = state.objective(inputs.to(state.device), targets.to(state.device), blocks.pad_id)
     if counted is not None:
-        share = int((blocks.targets[index] != blocks.pad_id).sum()) / max(1, counted)
+        share = int((targets != blocks.pad_id).sum()) / max(1, counted)
         loss = loss * share  # the mean of a micro-batch of padding only is 0
     scaled = loss * state.ranks.gradient_scale if state.ranks.gradient_scale != 1.0 else loss
     (state.scaler.scale(scaled) if state.scaler is not None else scaled).backward()
@@ -236,14 +235,13 @@ def evaluate(
     count = torch.zeros((), dtype=torch.int64, device=device)
     total_bytes = 0
     for start in range(0, len(blocks), batch_size):
-        batch = blocks.select(slice(start, start + batch_size))
-        targets = batch.targets.to(device)
+        inputs, targets = blocks.batch(slice(start, start + batch_size))
         with autocast(device, precision):
-            logits = model(batch.inputs.to(device))
-        batch_nats, batch_count = loss_sums(logits, targets, blocks.pad_id)
+            logits = model(inputs.to(device))
+        batch_nats, batch_count = loss_sums(logits, targets.to(device), blocks.pad_id)
         nats += batch_nats.double()
         count += batch_count
-        total_bytes += int(batch.byte_lengths.sum())
+        total_bytes += int(blocks.target_bytes(targets).sum())
     model.train(was_training)
     total_nats, total_count = nats.item(), count.item()
     mean = total_nats / max(1, total_count)

@@ -29,6 +29,9 @@ CACHE_FORMAT = "octlm-bpe-v1"  # a change to how octlm builds its BPE gets a new
 MAX_BYTES = 1 << 30  # a tokenizer.json of a million tokens is about 60 MB
 
 
+TRAIN_BATCH = 1000  # documents handed to the BPE trainer at a time
+
+
 class Tokenizer:
     def __init__(self, inner: HFTokenizer):
         self.inner = inner
@@ -61,7 +64,9 @@ class Tokenizer:
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=show_progress,
         )
-        inner.train_from_iterator(texts, trainer)
+        listed = texts if isinstance(texts, list) else list(texts)
+        batches = (listed[start : start + TRAIN_BATCH] for start in range(0, len(listed), TRAIN_BATCH))
+        inner.train_from_iterator(batches, trainer, length=len(listed))  # batches: fewer crossings into Rust
         return cls(inner)
 
     @classmethod

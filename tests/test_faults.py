@@ -329,8 +329,8 @@ def test_a_stale_registry_digest_does_not_hide_a_good_checkpoint(home: Path) -> 
 
 def test_a_damaged_token_cache_is_rebuilt(home: Path) -> None:
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
-    (cache,) = (home / "cache").glob("tokens-*.npz")
-    cache.write_bytes(b"PK\x03\x04 truncated")
+    (cache,) = (home / "cache").glob("tokens-*.bin")
+    cache.write_bytes(b"\x01\x02 truncated")
     result = cli(home, "resume", "EXP-001", "-q")
     assert result.exit_code == 0, result.stderr
     assert cache.stat().st_size > 100

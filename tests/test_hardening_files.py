@@ -97,7 +97,11 @@ def test_planted_temporaries_never_redirect_a_write(home: Path, victim: Path, mo
     for each in (folder, runs, cache):
         each.mkdir(parents=True, exist_ok=True)
     names = {folder: [f"step-{s:06d}.{x}" for s in (4, 8) for x in ("pt", "sha256")] + ["tokenizer.json"]}
-    names |= {runs: ["EXP-001.jsonl"], cache: [f"tokens-{cache_key(home)}.npz"], experiments: ["EXP-002.yaml"]}
+    names |= {
+        runs: ["EXP-001.jsonl"],
+        cache: [f"tokens-{cache_key(home)}.bin", f"tokens-{cache_key(home)}.json"],
+        experiments: ["EXP-002.yaml"],
+    }
     pid = os.getpid()  # the commands below run in this process: its pid is the one the old names used
     for where, files in names.items():
         for name in files:
@@ -116,7 +120,10 @@ def test_planted_temporaries_never_redirect_a_write(home: Path, victim: Path, mo
         runs / "EXP-001.jsonl",
         experiments / "EXP-002.yaml",
     ]
-    assert all(stat.S_ISREG(path.lstat().st_mode) for path in [*written, *cache.glob("tokens-*.npz")])
+    assert all(
+        stat.S_ISREG(path.lstat().st_mode)
+        for path in [*written, *cache.glob("tokens-*.bin"), *cache.glob("tokens-*.json")]
+    )
 
 
 def test_deleting_the_checkpoint_folder_mid_run_does_not_let_a_second_writer_in(home: Path) -> None:
@@ -147,42 +154,39 @@ def test_deleting_the_checkpoint_folder_mid_run_does_not_let_a_second_writer_in(
 
 def test_a_poisoned_token_cache_is_detected_and_rebuilt(home: Path) -> None:
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
-    (path,) = (home / "cache").glob("tokens-*.npz")
-    with np.load(path) as cached:
-        honest = {name: cached[name] for name in cached.files if name != "meta"}
+    (path,) = (home / "cache").glob("tokens-*.bin")
+    record_path = path.with_suffix(".json")
+    honest, record = np.fromfile(path, dtype="<u2"), json.loads(record_path.read_text())
 
-    def save(**arrays: np.ndarray) -> None:
-        with path.open("wb") as handle:
-            np.savez(handle, **arrays)
+    def save(tokens: np.ndarray, checksum: bool = True, **changes: object) -> None:
+        """The token file and its record, the checksum recomputed as an attacker would (unless not)."""
+        path.write_bytes(tokens.astype("<u2").tobytes())
+        digest = hashlib.sha256(tokens.astype("<u2").tobytes()).hexdigest() if checksum else record["sha256"]
+        record_path.write_text(json.dumps({**record, "sha256": digest, **changes}))
 
-    out_of_range = honest["train"].copy()
+    out_of_range = honest.copy()
     out_of_range[5] = 60_000
-    save(train=out_of_range, validation=honest["validation"])  # crashed every later run until cache/ was deleted
+    save(out_of_range)  # crashed every later run until cache/ was deleted, before the checks
     result = cli(home, "resume", "EXP-001", "--until", "8")
     assert result.exit_code == 0, result.stderr
-    assert f"cache/{path.name} did not verify (no checksum" in result.stderr
+    assert f"cache/{path.name} did not verify (token ids outside" in result.stderr
     found = corpus.load(("corpus/*.txt",), home, 0.2)
     tokenizer = Tokenizer.load(home / "checkpoints" / "EXP-001" / "tokenizer.json")
-    key = path.name.removeprefix("tokens-").removesuffix(".npz")
-
-    def forge(forged_key: str = key, **changes: np.ndarray) -> None:
-        arrays = {**honest, **changes}  # with a checksum recomputed, as an attacker would
-        save(meta=np.array(json.dumps(data._meta(arrays, tokenizer, forged_key), sort_keys=True)), **arrays)
-
-    shuffled = np.random.default_rng(0).permutation(honest["train"])
+    key = path.name.removeprefix("tokens-").removesuffix(".bin")
+    shuffled = np.random.default_rng(0).permutation(honest)
     attacks = {
-        "older octlm": lambda: save(train=shuffled, validation=honest["validation"]),
-        "are not what the tokenizer makes": lambda: forge(train=shuffled),
-        "token ids outside": lambda: forge(train=out_of_range),
-        "another tokenizer or corpus": lambda: forge("0" * 64),
+        "its tokens changed": lambda: save(shuffled, checksum=False),
+        "are not what the tokenizer makes": lambda: save(shuffled),
+        "token ids outside": lambda: save(out_of_range),
+        "another tokenizer or corpus, or by another octlm": lambda: save(honest, key="0" * 64),
+        "where its record says": lambda: save(honest[:-1]),
     }
     for reason, attack in attacks.items():
         attack()
         streams = data.token_streams(found, tokenizer, home / "cache", key)
         assert streams.note and reason in streams.note and "rebuilt" in streams.note, (reason, streams.note)
-        assert np.array_equal(streams.train, honest["train"].astype(np.int64))
-        with np.load(path) as cached:
-            assert np.array_equal(cached["train"], honest["train"])
+        assert np.array_equal(np.concatenate([streams.train, streams.validation]), honest)
+        assert np.array_equal(np.fromfile(path, dtype="<u2"), honest)
     assert data.token_streams(found, tokenizer, home / "cache", key).note is None
 
 
@@ -361,7 +365,7 @@ def test_files_follow_the_umask(home: Path) -> None:
         os.umask(previous)
     folder = home / "checkpoints" / "EXP-001"
     made = [home / "experiments" / "EXP-002.yaml", folder / "step-000004.pt", folder / "step-000004.sha256"]
-    made += [folder / "tokenizer.json", home / "runs" / "EXP-001.jsonl", *(home / "cache").glob("*.npz")]
+    made += [folder / "tokenizer.json", home / "runs" / "EXP-001.jsonl", *(home / "cache").glob("tokens-*")]
     made += [home / "locks" / "EXP-001.lock"]
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in made} == {path.name: 0o644 for path in made}
 

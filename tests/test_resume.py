@@ -8,7 +8,7 @@ import torch
 import yaml
 from conftest import assert_same_training_state, cli, json_out, octlm, tiny_config, write_experiment
 
-from octlm_cli import checkpoint, runfile
+from octlm_cli import checkpoint, data, runfile
 
 
 def metric_rows(home: Path, experiment: str = "EXP-001") -> list[dict]:
@@ -140,13 +140,18 @@ def test_bf16_autocast_resumes_exactly(home: Path) -> None:
 
 def test_second_run_reads_tokens_from_the_cache(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
-    assert len(list((home / "cache").glob("tokens-*.npz"))) == 1
+    assert len(list((home / "cache").glob("tokens-*.bin"))) == 1
     from octlm_cli.tokenizer import Tokenizer
 
     def no_encoding(self, texts):  # a spy: the real run above made the cache
         raise AssertionError("tokenized again")
 
     monkeypatch.setattr(Tokenizer, "encode_documents", no_encoding)
+
+    def no_rewrite(*args: object) -> None:
+        raise AssertionError("the token file was written again")
+
+    monkeypatch.setattr(data, "_write_cache", no_rewrite)
     assert cli(home, "resume", "EXP-001", "-q").exit_code == 0
 
 

@@ -1,0 +1,133 @@
+"""How data preparation scales with the corpus: wall time, peak memory and tokenization speed.
+
+Generates corpora of the given sizes from builtin:stdlib (each copy of a module gets its own name and a
+first line naming the copy, so documents differ and the validation split by name hash spreads), then
+prepares each one in a fresh process, as `octlm train` does before its first step: read the corpus,
+train the tokenizer, encode into the token file, cut blocks. The child reports its own peak resident
+memory (VmHWM from /proc/self/status) and the time of each phase.
+
+    python benchmarks/data_scale.py [--sizes 30,100,300] [--vocab-size 8192] [--folder DIR]
+
+Targets (issue 15): peak memory flat in the corpus size (largest at most 1.3x the smallest, under 1.5 GB),
+time within 1.2x of linear, encoding at least 5 MB/s of text per core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+CHILD = r"""
+import json, sys, time
+from pathlib import Path
+from octlm_cli import experiments
+from octlm_cli.home import Home
+from octlm_cli.prepare import prepare
+from octlm_cli.reporting import QuietReporter
+
+class Phases(QuietReporter):
+    def __init__(self):
+        self.marks = []
+    def phase(self, name, detail="", own_progress=False):
+        self.marks.append((name, time.perf_counter()))
+
+home = Home(Path(sys.argv[1]))
+reporter = Phases()
+started = time.perf_counter()
+prepared = prepare(home, experiments.load(home, "EXP-001"), home.root / "tokenizer.json", reporter, first_step=False)
+ended = time.perf_counter()
+phases = {}
+marks = reporter.marks + [("end", ended)]
+for (name, at), (_, after) in zip(marks, marks[1:]):
+    phases[name] = phases.get(name, 0.0) + after - at
+status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+print(json.dumps({
+    "seconds": ended - started, "phases": phases, "peak_rss_mb": int(status["VmHWM"].split()[0]) / 1024,
+    "tokens": int(len(prepared.train_blocks.stream) + len(prepared.eval_blocks.stream)),
+}))
+"""
+
+
+def make_corpus(folder: Path, megabytes: int) -> int:
+    """Copies of builtin:stdlib's modules, each with a first line naming its copy, up to ``megabytes``."""
+    from octlm_cli import corpus
+
+    modules = corpus.builtin_stdlib()
+    folder.mkdir(parents=True, exist_ok=True)
+    written, copy, target = 0, 0, megabytes * 1_000_000
+    while written < target:
+        for number, document in enumerate(modules):
+            text = f"# copy {copy} of {document.name}\n{document.text}"
+            size = len(text.encode("utf-8", "surrogatepass"))
+            (folder / f"c{copy:03d}-{number:05d}.txt").write_text(text, encoding="utf-8", errors="surrogatepass")
+            written += size
+            if written >= target:
+                break
+        copy += 1
+    return written
+
+
+def prepare_in_child(home: Path) -> dict[str, object]:
+    started = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(home)], capture_output=True, text=True, check=False, cwd=home
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"preparing {home} failed:\n{result.stderr[-2000:]}")
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report["wall_seconds"] = time.perf_counter() - started
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="30,100,300", help="corpus sizes in MB")
+    parser.add_argument("--vocab-size", type=int, default=8192, help="the tokenizer's size (day2's)")
+    parser.add_argument("--folder", type=Path, default=None, help="where the corpora go (default: a temporary folder)")
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+    root = args.folder or Path(tempfile.mkdtemp(prefix="octlm-data-scale-"))
+    rows = []
+    for megabytes in sizes:
+        home = root / f"{megabytes}MB"
+        text_bytes = make_corpus(home / "corpus", megabytes)
+        config = {
+            "id": "EXP-001",
+            "preset": "day2",
+            "data": {"sources": ["corpus/*.txt"], "validation_fraction": 0.02},
+            "tokenizer": {"vocab_size": args.vocab_size},
+            "training": {"compile": False},
+        }
+        (home / "experiments").mkdir(exist_ok=True)
+        (home / "experiments" / "EXP-001.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        report = prepare_in_child(home)
+        rows.append({"megabytes": text_bytes / 1e6, **report})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    cores = os.cpu_count() or 1
+    first = rows[0]
+    print("| corpus MB | wall s | peak RSS MB | RSS / first | time / linear | tokens | encode MB/s/core | phases s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        phases = row["phases"]
+        encoding = phases.get("encoding", 0.0)
+        per_core = row["megabytes"] / encoding / cores if encoding else float("nan")
+        linear = row["wall_seconds"] / (first["wall_seconds"] * row["megabytes"] / first["megabytes"])
+        shown = ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.items())
+        print(
+            f"| {row['megabytes']:.0f} | {row['wall_seconds']:.1f} | {row['peak_rss_mb']:.0f} | "
+            f"{row['peak_rss_mb'] / first['peak_rss_mb']:.2f} | {linear:.2f} | {row['tokens']:,} | {per_core:.1f} | "
+            f"{shown} |"
+        )
+    print(f"corpora in {root}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The token file: encoded in batches straight to disk, memory-mapped for training, and the same tokens and
+blocks as encoding the whole corpus at once (the path before the token file), for a small corpus and EXP-008."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, write_experiment
+
+from octlm_cli import corpus, data, experiments
+from octlm_cli.home import Home
+from octlm_cli.prepare import prepare
+from octlm_cli.tokenizer import Tokenizer
+
+# EXP-008's streams as octlm encoded them before the token file existed (one encode_batch of every document,
+# int64 arrays), measured with the code of commit 2d13add: sha256 of train "<i8" bytes, "|", validation bytes.
+EXP_008_DATA_HASH = "7fd45ce44511d4cf33045cf4531c6fb5f1acc8b0d7fef20dfa6cc5bf4657ff95"
+EXP_008_STREAMS = "504878408628790a2e663d069226da4cee0ae1bd44e777aa81392216ea277037"
+EXP_008_TOKENS = (66087, 6026)
+
+
+def digest(train: np.ndarray, validation: np.ndarray) -> str:
+    return hashlib.sha256(train.astype("<i8").tobytes() + b"|" + validation.astype("<i8").tobytes()).hexdigest()
+
+
+def at_once(tokenizer: Tokenizer, documents: tuple[corpus.Document, ...]) -> np.ndarray:
+    """The whole split in one call, as octlm encoded it before."""
+    return tokenizer.encode_documents([d.text for d in documents])
+
+
+def test_batched_token_file_equals_encoding_at_once(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = corpus.load(("corpus/*.txt",), home, 0.2)
+    tokenizer = Tokenizer.train([d.text for d in found.train], 300)
+    monkeypatch.setattr(data, "ENCODE_BATCH", 3)  # several batches per split, one of them short
+    written = data.token_streams(found, tokenizer, home / "cache", "k" * 64)
+    mapped = data.token_streams(found, tokenizer, home / "cache", "k" * 64)  # read back: mapped, verified
+    assert written.note is None and mapped.note is None
+    expected = (at_once(tokenizer, found.train), at_once(tokenizer, found.validation))
+    for streams in (written, mapped):
+        assert digest(streams.train, streams.validation) == digest(*expected)
+        assert streams.train.dtype == np.dtype("<u2")  # 2 bytes a token on disk and in memory
+    blocks, reference = (data.make_blocks(s, tokenizer, 16) for s in (mapped.train, expected[0]))
+    assert len(blocks) == len(reference) > 3
+    index = torch.tensor([3, 0, 3, len(blocks) - 1])
+    for ours, theirs in zip(blocks.batch(index), reference.batch(index), strict=True):
+        assert ours.dtype == torch.int64 and torch.equal(ours, theirs)
+    assert torch.equal(blocks.select(slice(1, 3)).byte_lengths, reference.byte_lengths[1:3])
+    assert (home / "cache" / f"tokens-{'k' * 64}.bin").stat().st_size == 2 * (len(expected[0]) + len(expected[1]))
+
+
+def test_exp_008_streams_and_blocks_are_unchanged(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "experiments", tmp_path / "experiments")
+    home = Home(tmp_path)
+    config = experiments.load(home, "EXP-008")
+    prepared = prepare(home, config, tmp_path / "tokenizer.json", first_step=False)
+    assert prepared.data_hash == EXP_008_DATA_HASH
+    found = corpus.load(config.data.sources, tmp_path, config.data.validation_fraction, config.data.max_bytes)
+    streams = data.token_streams(found, prepared.tokenizer, home.cache, prepared.data_hash)
+    assert (len(streams.train), len(streams.validation)) == EXP_008_TOKENS
+    assert digest(streams.train, streams.validation) == EXP_008_STREAMS
+    assert prepared.train_blocks.stream.dtype == np.dtype("<u2")  # a view on the mapped token file
+    reference = data.make_blocks(at_once(prepared.tokenizer, found.train), prepared.tokenizer, 128)
+    assert len(prepared.train_blocks) == len(reference) == 512
+    assert torch.equal(prepared.train_blocks.inputs, reference.inputs)
+    assert torch.equal(prepared.train_blocks.byte_lengths, reference.byte_lengths)
+
+
+def test_a_token_file_that_cannot_be_written_trains_from_memory(home: Path) -> None:
+    write_experiment(home, "EXP-002")
+    found = corpus.load(("corpus/*.txt",), home, 0.2)
+    tokenizer = Tokenizer.train([d.text for d in found.train], 300)
+    blocked = home / "cache-file"
+    blocked.write_text("a file where the cache folder would be")
+    streams = data.token_streams(found, tokenizer, blocked, "k" * 64)
+    assert digest(streams.train, streams.validation) == digest(
+        at_once(tokenizer, found.train), at_once(tokenizer, found.validation)
+    )
