@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, write_experiment
+from conftest import REPO, cli, json_out, octlm, write_experiment
 
 from octlm_cli import corpus, data, experiments
 from octlm_cli.home import Home
@@ -80,3 +80,21 @@ def test_a_token_file_that_cannot_be_written_trains_from_memory(home: Path) -> N
     assert digest(streams.train, streams.validation) == digest(
         at_once(tokenizer, found.train), at_once(tokenizer, found.validation)
     )
+
+
+def test_prepare_warms_the_token_file_and_the_tokenizer_for_train(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = json_out(cli(home, "prepare", "EXP-001", "--json"))
+    assert first["token_file"] == "written" and first["tokens"]["train"] > 0 and first["peak_rss_mb"] > 0
+    assert [p["name"] for p in first["phases"]] == ["reading corpus", "training tokenizer", "encoding"]
+    assert (home / "checkpoints" / "EXP-001" / "tokenizer.json").is_file()
+    again = json_out(cli(home, "prepare", "EXP-001", "--json"))
+    assert again["token_file"] == "reused" and again["encoding_mb_per_second"] is None
+    assert again["data_hash"] == first["data_hash"] and again["tokens"] == first["tokens"]
+
+    def no_rewrite(*args: object) -> None:
+        raise AssertionError("the token file was written again")
+
+    monkeypatch.setattr(data, "_write_cache", no_rewrite)
+    assert cli(home, "train", "EXP-001", "--until", "2", "-q").exit_code == 0  # starts warm: nothing encoded
+    unknown = octlm(home, "prepare", "EXP-404")
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1, unknown.stderr

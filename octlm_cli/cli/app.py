@@ -88,6 +88,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm sample EXP-008 --step 200 --max-new-tokens 64 --json",
     ),
     "doctor": ("octlm doctor", "octlm doctor --repair", "octlm doctor --json"),
+    "prepare": ("octlm prepare EXP-008", "octlm prepare EXP-020 --json"),
     "bench": (
         "octlm bench", "octlm bench EXP-008 --steps 20", "octlm bench --preset day2 --precision fp32,bf16",
         "octlm bench EXP-008 --nproc 2",
@@ -131,6 +132,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists
     "overfit": commands_training.overfit,
     "sample": commands_training.sample,
     "doctor": commands_tools.doctor,
+    "prepare": commands_tools.prepare,
     "bench": commands_tools.bench,
     **commands_lifecycle.COMMANDS,
 }

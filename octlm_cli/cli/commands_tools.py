@@ -15,7 +15,7 @@ from .. import launch
 from ..errors import BadInput
 from ..home import validate_id
 from . import render
-from .common import JsonOption, complete_ids, handled, home_of
+from .common import IdArgument, JsonOption, complete_ids, handled, home_of
 from .ranks import NprocOption
 
 if TYPE_CHECKING:
@@ -102,6 +102,32 @@ def doctor(
         print("healthy" if report["healthy"] else report.get("advice") or "problems found")
     if not report["healthy"]:
         raise typer.Exit(1)
+
+
+@handled
+def prepare(ctx: typer.Context, experiment_id: IdArgument, as_json: JsonOption = False) -> None:
+    """Prepare an experiment's data alone (corpus, tokenizer, token file) and say what it cost: the next
+    train starts warm."""
+    from .. import preparation  # imports torch and tokenizers
+    from .progress import ConsoleReporter
+
+    reporter = ConsoleReporter()
+    try:
+        report = preparation.run(home_of(ctx), experiment_id, reporter)
+    finally:
+        reporter.close()
+    if as_json:
+        render.emit_json(report)
+        return
+    rows = [(p["name"], p.get("seconds"), render.plain(p["detail"])) for p in report["phases"]]
+    render.print_table(("phase", "seconds", "detail"), rows, title=f"prepare {experiment_id}")
+    tokens, speed = report["tokens"], report["encoding_mb_per_second"]
+    print(
+        f"{experiment_id}: {tokens['train']:,} training and {tokens['validation']:,} validation tokens in "
+        f"{report['seconds']:.1f} s (token file {report['token_file']}"
+        + (f", encoded at {speed} MB/s" if speed else "")
+        + f"); peak memory {report['peak_rss_mb']:,.0f} MB"
+    )
 
 
 @handled
