@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput, Refused
-from .fsutil import UnsafeFile, check_regular, read_regular
+from .fsutil import UnsafeFile, check_regular, open_regular, read_regular
 
 SUFFIXES = (".txt", ".md", ".jsonl")
 DEFAULT_MAX_BYTES = 4 << 30  # the most bytes of data files read in all when data.max_bytes is 0 (4 GiB)
@@ -31,9 +31,71 @@ PACKAGE = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
+class _File:
+    """A data file as it was when the corpus was read: a later read of a different file is refused."""
+
+    path: Path
+    size: int
+    mtime_ns: int
+    newlines: bool = False  # read as ``Path.read_text`` reads (\r\n and \r become \n): builtin:stdlib's modules
+
+    @classmethod
+    def seen(cls, path: Path, newlines: bool = False) -> _File:
+        info = os.stat(path)
+        return cls(path, info.st_size, info.st_mtime_ns, newlines)
+
+    def text(self) -> str:
+        text = self.read().decode("utf-8")
+        return text.replace("\r\n", "\n").replace("\r", "\n") if self.newlines else text
+
+    def read(self, offset: int = 0, length: int = -1) -> bytes:
+        fd = open_regular(self.path, max_bytes=self.size)
+        try:
+            info = os.fstat(fd)
+            if (info.st_size, info.st_mtime_ns) != (self.size, self.mtime_ns):
+                raise BadInput(f"data.sources: {self.path} changed while octlm was using it; run the command again")
+            return os.pread(fd, self.size if length < 0 else length, offset)
+        finally:
+            os.close(fd)
+
+
 class Document:
-    name: str  # stable across machines for builtins ("builtin:docs/plan.md"), the path otherwise
-    text: str
+    """A document: its name and its text. The text is held (builtin:docs, texts made in code) or read again
+    from its file at each use (``.txt``/``.md`` files, builtin:stdlib modules, ``.jsonl`` lines, by their
+    byte range), so a corpus costs memory for its names only, whatever its size."""
+
+    __slots__ = ("_held", "_line", "name", "size")
+
+    def __init__(
+        self,
+        name: str,
+        text: str | None = None,
+        *,
+        file: _File | None = None,
+        line: tuple[int, int] = (0, -1),
+        size: int = -1,
+    ):
+        self.name = name  # stable across machines for builtins ("builtin:docs/plan.md"), the path otherwise
+        self._held = text
+        self._line = (file, *line)
+        self.size = size if size >= 0 else len((text or "").encode("utf-8", "surrogatepass"))  # bytes of UTF-8
+
+    @property
+    def text(self) -> str:
+        if self._held is not None:
+            return self._held
+        file, offset, length = self._line
+        assert file is not None, "a document holds its text or knows its file"
+        return file.text() if length < 0 else json.loads(file.read(offset, length).decode("utf-8"))["text"]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Document) and (self.name, self.text) == (other.name, other.text)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"Document({self.name!r}, {self.size} bytes)"
 
 
 @dataclass(frozen=True)
@@ -80,10 +142,11 @@ def _stdlib() -> Iterator[Document]:
         if relative.parts[0] in ("site-packages", "dist-packages") or "__pycache__" in relative.parts:
             continue
         try:
-            text = path.read_text("utf-8")
+            file = _File.seen(path, newlines=True)
+            size = len(file.text().encode("utf-8", "surrogatepass"))
         except (UnicodeDecodeError, OSError):
             continue  # a handful of stdlib test files are deliberately not UTF-8
-        yield Document(f"builtin:stdlib/{relative.as_posix()}", text)
+        yield Document(f"builtin:stdlib/{relative.as_posix()}", file=file, size=size)
 
 
 class _Reader:
@@ -92,11 +155,13 @@ class _Reader:
     def __init__(self, cap: int):
         self.cap, self.left = cap, cap
 
-    def text(self, path: Path) -> str:
+    def text(self, path: Path) -> tuple[str, _File]:
+        """The file's text, and the file as it was read."""
         try:
+            file = _File.seen(path)
             payload = read_regular(path, max_bytes=self.left)
             self.left -= len(payload)
-            return payload.decode("utf-8")
+            return payload.decode("utf-8"), file
         except UnicodeDecodeError as error:
             raise BadInput(
                 f"{path}: not UTF-8 text (undecodable byte at offset {error.start}); "
@@ -112,8 +177,13 @@ class _Reader:
             raise BadInput(f"{path}: cannot be read: {error.strerror}") from None
 
 
-def _jsonl(text: str, path: Path, name: str) -> Iterator[Document]:
-    for number, line in enumerate(text.splitlines(), start=1):
+def _jsonl(text: str, file: _File, name: str) -> Iterator[Document]:
+    """One document per line with a ``"text"`` field, each read again later by its byte range."""
+    path, offset = file.path, 0
+    for number, ended in enumerate(text.splitlines(keepends=True), start=1):
+        line = ended.splitlines()[0] if ended.strip() else ""  # without its line ending
+        start, length = offset, len(line.encode("utf-8", "surrogatepass"))
+        offset += len(ended.encode("utf-8", "surrogatepass"))
         if not line.strip():
             continue
         try:
@@ -125,13 +195,13 @@ def _jsonl(text: str, path: Path, name: str) -> Iterator[Document]:
         if not isinstance(value, str):
             raise BadInput(f'{path}:{number}: no "text" field with a string value')
         try:
-            value.encode("utf-8")
+            size = len(value.encode("utf-8"))
         except UnicodeEncodeError as error:
             raise BadInput(
                 f"{path}:{number}: the text is not valid Unicode (a lone surrogate {value[error.start]!a} at "
                 f"character {error.start}); fix or drop the line"
             ) from None
-        yield Document(f"{name}:{number}", value)
+        yield Document(f"{name}:{number}", file=file, line=(start, length), size=size)
 
 
 def _name(path: Path, root: Path) -> str:
@@ -201,8 +271,11 @@ def _read(item: str | tuple[Path, int], home: Path, reader: _Reader) -> Iterator
         yield from _stdlib()
     elif isinstance(item, tuple):
         path, name = item[0], _name(item[0], home)
-        text = reader.text(path)
-        yield from _jsonl(text, path, name) if path.suffix == ".jsonl" else [Document(name, text)]
+        text, file = reader.text(path)
+        if path.suffix == ".jsonl":
+            yield from _jsonl(text, file, name)
+        else:
+            yield Document(name, file=file, size=len(text.encode("utf-8", "surrogatepass")))
 
 
 def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[Document]:
@@ -216,9 +289,9 @@ def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[
             if total + item[1] > max_bytes:
                 break  # a .txt or .md file holds as many bytes of text as its size: it would not fit
         for document in _read(item, home, reader):
-            if not document.text:
+            if not document.size:
                 continue
-            size = len(document.text.encode("utf-8")) if max_bytes else 0
+            size = document.size if max_bytes else 0
             if found and total + size > max_bytes > 0:
                 return found
             total += size

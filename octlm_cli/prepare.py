@@ -82,7 +82,7 @@ def prepare(
 
 def _megabytes(found: corpus.Corpus) -> str:
     documents = (*found.train, *found.validation)
-    return f"{sum(len(d.text.encode('utf-8', 'surrogatepass')) for d in documents) / 1e6:,.1f}"
+    return f"{sum(d.size for d in documents) / 1e6:,.1f}"
 
 
 def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
@@ -98,12 +98,13 @@ def _tokenizer(
 ) -> tuple[Tokenizer, str, Path]:
     """The experiment's tokenizer, the cached one, or a newly trained one (the library's own progress
     on a terminal); how it was found; and where the cache keeps it."""
-    texts, vocab_size = [d.text for d in found.train], config.tokenizer.vocab_size
-    cached = cache_path(home.cache, texts, vocab_size)
+    vocab_size, count = config.tokenizer.vocab_size, len(found.train)
+    cached = cache_path(home.cache, (d.text for d in found.train), vocab_size)  # each pass reads the documents again
     if not os.path.lexists(path) and from_cache(cached) is None:
-        detail = f"{vocab_size:,} tokens on {len(texts):,} documents"
+        detail = f"{vocab_size:,} tokens on {count:,} documents"
         report.phase("training tokenizer", detail, own_progress=report.interactive)
-    tokenizer, how = load_or_train(path, texts, vocab_size, cached, show_progress=report.interactive)
+    texts = (d.text for d in found.train)
+    tokenizer, how = load_or_train(path, texts, vocab_size, cached, show_progress=report.interactive, length=count)
     return tokenizer, how, cached
 
 

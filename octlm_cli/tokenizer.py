@@ -11,6 +11,7 @@ plain ``tokenizers.Tokenizer.from_file``. Its fingerprint is the SHA-256 of its 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterable
@@ -54,7 +55,10 @@ class Tokenizer:
                 self.byte_lengths[index] = len(token)
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int, show_progress: bool = False) -> Tokenizer:
+    def train(
+        cls, texts: Iterable[str], vocab_size: int, show_progress: bool = False, length: int | None = None
+    ) -> Tokenizer:
+        """BPE trained from ``texts`` in batches, read as they come (``length``: how many, for the progress)."""
         inner = HFTokenizer(models.BPE())
         inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         inner.decoder = decoders.ByteLevel()
@@ -64,9 +68,9 @@ class Tokenizer:
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=show_progress,
         )
-        listed = texts if isinstance(texts, list) else list(texts)
-        batches = (listed[start : start + TRAIN_BATCH] for start in range(0, len(listed), TRAIN_BATCH))
-        inner.train_from_iterator(batches, trainer, length=len(listed))  # batches: fewer crossings into Rust
+        remaining = iter(texts)
+        batches = iter(lambda: list(itertools.islice(remaining, TRAIN_BATCH)), [])  # fewer crossings into Rust
+        inner.train_from_iterator(batches, trainer, length=length)
         return cls(inner)
 
     @classmethod
@@ -120,7 +124,7 @@ def texts_hash(texts: Iterable[str], vocab_size: int) -> str:
     return digest.hexdigest()
 
 
-def cache_path(cache_dir: Path, texts: list[str], vocab_size: int) -> Path:
+def cache_path(cache_dir: Path, texts: Iterable[str], vocab_size: int) -> Path:
     return cache_dir / f"tokenizer-{texts_hash(texts, vocab_size)[:16]}-{vocab_size}.json"
 
 
@@ -144,7 +148,12 @@ def to_cache(tokenizer: Tokenizer, path: Path) -> None:
 
 
 def load_or_train(
-    path: Path, texts: list[str], vocab_size: int, cache: Path | None = None, show_progress: bool = False
+    path: Path,
+    texts: Iterable[str],
+    vocab_size: int,
+    cache: Path | None = None,
+    show_progress: bool = False,
+    length: int | None = None,
 ) -> tuple[Tokenizer, str]:
     """Reuse ``path`` if it exists (never retrain silently); else take the cached one at ``cache`` (a
     path from ``cache_path``) if it verifies; else train. Returns (tokenizer, "loaded" | "cached" | "trained").
@@ -166,4 +175,4 @@ def load_or_train(
     cached = from_cache(cache) if cache is not None else None
     if cached is not None:
         return cached, "cached"
-    return Tokenizer.train(texts, vocab_size, show_progress), "trained"
+    return Tokenizer.train(texts, vocab_size, show_progress, length), "trained"

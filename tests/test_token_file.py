@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from conftest import REPO, cli, json_out, octlm, write_experiment
 
 from octlm_cli import corpus, data, experiments
+from octlm_cli.errors import BadInput
 from octlm_cli.home import Home
 from octlm_cli.prepare import prepare
 from octlm_cli.tokenizer import Tokenizer
@@ -98,3 +100,24 @@ def test_prepare_warms_the_token_file_and_the_tokenizer_for_train(home: Path, mo
     assert cli(home, "train", "EXP-001", "--until", "2", "-q").exit_code == 0  # starts warm: nothing encoded
     unknown = octlm(home, "prepare", "EXP-404")
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1, unknown.stderr
+
+
+def test_documents_are_read_again_from_their_files_as_they_were(tmp_path: Path) -> None:
+    """Files and .jsonl lines are read again at each use, to the same text; builtin:stdlib as read_text reads it."""
+    (tmp_path / "a.txt").write_bytes(b"line one\r\nline two\n")
+    lines = ['{"text": "first \\u2028 inside"}', "", '{"text": "second, \\u00e9t\\u00e9"}', '{"text": "third\\r\\n"}']
+    (tmp_path / "b.jsonl").write_bytes("\r\n".join(lines).encode("utf-8"))
+    found = corpus.documents(("a.txt", "b.jsonl"), tmp_path)
+    assert [d.name for d in found] == ["a.txt", "b.jsonl:1", "b.jsonl:3", "b.jsonl:4"]
+    assert [d.text for d in found] == ["line one\r\nline two\n", "first \u2028 inside", "second, été", "third\r\n"]
+    assert [d.size for d in found] == [len(d.text.encode()) for d in found]
+    (tmp_path / "b.jsonl").write_text(lines[0] + "\n")  # changed after the corpus was read
+    with pytest.raises(BadInput, match="changed while octlm was using it"):
+        _ = found[2].text
+    stdlib = corpus.builtin_stdlib()
+    root = Path(sysconfig.get_paths()["stdlib"])
+    before = [
+        corpus.Document(d.name, (root / d.name.removeprefix("builtin:stdlib/")).read_text("utf-8")) for d in stdlib
+    ]
+    assert corpus.Corpus(tuple(stdlib), ()).content_hash == corpus.Corpus(tuple(before), ()).content_hash
+    assert [d.size for d in stdlib] == [d.size for d in before]
