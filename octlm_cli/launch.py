@@ -104,6 +104,7 @@ def run(launch: Launch, argv: list[str], run_id: str) -> int:
         max_restarts=0,
         monitor_interval=0.1,
         shutdown_timeout=SHUTDOWN_S,
+        signals_to_handle=",".join(_forwarded()),
     )
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // launch.nproc)))
     command = octlm_command(argv)
@@ -114,6 +115,13 @@ def run(launch: Launch, argv: list[str], run_id: str) -> int:
     except SignalException as stopped:
         return 128 + int(stopped.sigval)
     return 0
+
+
+def _forwarded() -> list[str]:
+    """The signals the launcher passes on to the ranks: SIGHUP not when it is ignored (``nohup``: the ranks,
+    which inherit that, go on after the terminal is gone, as one process does)."""
+    names = ["SIGTERM", "SIGINT", "SIGQUIT"]
+    return names if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else [*names, "SIGHUP"]
 
 
 def _exit_code(codes: dict[int, int]) -> int:

@@ -515,3 +515,18 @@ def test_accumulation_on_one_process_sees_what_four_ranks_see(tmp_path: Path) ->
     gap = max(abs(losses[0][step] - losses[1][step]) for step in losses[0])
     print(f"max |train_loss(1 process, 4 micro-batches) - train_loss(4 ranks)| over 20 steps: {gap:.3g}")
     assert gap <= ACCUMULATION_TOLERANCE
+
+
+def test_under_nohup_a_hangup_leaves_the_ranks_training(tmp_path: Path) -> None:
+    """SIGHUP ignored (as `nohup` leaves it): the launcher does not pass a hang-up on, and the run ends normally."""
+    home = make_home(tmp_path / "home", **LONG)
+    ignore = lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)  # noqa: E731
+    process = start(home, "train", ID, "--nproc", "2", "--until", "60", preexec_fn=ignore)
+    try:
+        wait_for_step(home, process, 5)
+        os.kill(process.pid, signal.SIGHUP)
+        code, _, stderr = finish(process, timeout=240)
+    finally:
+        reap(home, process)
+    assert code == 0, stderr
+    assert load(checkpoint_path(home, 60))["world_size"] == 2
