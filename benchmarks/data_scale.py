@@ -2,9 +2,9 @@
 
 Generates corpora of the given sizes from builtin:stdlib (each copy of a module gets its own name and a
 first line naming the copy, so documents differ and the validation split by name hash spreads), then
-prepares each one in a fresh process, as `octlm train` does before its first step: read the corpus,
-train the tokenizer, encode into the token file, cut blocks. The child reports its own peak resident
-memory (VmHWM from /proc/self/status) and the time of each phase.
+prepares each one in a fresh process with `octlm prepare EXP-001 --json`, as `octlm train` does before its
+first step: read the corpus, train the tokenizer, encode into the token file, cut blocks. The child reports
+its own peak resident memory (ru_maxrss) and the time of each phase.
 
     python benchmarks/data_scale.py [--sizes 30,100,300] [--vocab-size 8192] [--folder DIR]
 
@@ -24,36 +24,6 @@ import time
 from pathlib import Path
 
 import yaml
-
-CHILD = r"""
-import json, sys, time
-from pathlib import Path
-from octlm_cli import experiments
-from octlm_cli.home import Home
-from octlm_cli.prepare import prepare
-from octlm_cli.reporting import QuietReporter
-
-class Phases(QuietReporter):
-    def __init__(self):
-        self.marks = []
-    def phase(self, name, detail="", own_progress=False):
-        self.marks.append((name, time.perf_counter()))
-
-home = Home(Path(sys.argv[1]))
-reporter = Phases()
-started = time.perf_counter()
-prepared = prepare(home, experiments.load(home, "EXP-001"), home.root / "tokenizer.json", reporter, first_step=False)
-ended = time.perf_counter()
-phases = {}
-marks = reporter.marks + [("end", ended)]
-for (name, at), (_, after) in zip(marks, marks[1:]):
-    phases[name] = phases.get(name, 0.0) + after - at
-status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
-print(json.dumps({
-    "seconds": ended - started, "phases": phases, "peak_rss_mb": int(status["VmHWM"].split()[0]) / 1024,
-    "tokens": int(len(prepared.train_blocks.stream) + len(prepared.eval_blocks.stream)),
-}))
-"""
 
 
 def make_corpus(folder: Path, megabytes: int) -> int:
@@ -76,15 +46,21 @@ def make_corpus(folder: Path, megabytes: int) -> int:
 
 
 def prepare_in_child(home: Path) -> dict[str, object]:
+    """`octlm prepare EXP-001 --json` in a fresh process: the phases, tokens and its peak memory."""
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, str(home)], capture_output=True, text=True, check=False, cwd=home
-    )
+        [sys.executable, "-m", "octlm_cli", "--home", str(home), "prepare", "EXP-001", "--json"],
+        capture_output=True, text=True, check=False, cwd=home,
+    )  # fmt: skip
     if result.returncode != 0:
         raise SystemExit(f"preparing {home} failed:\n{result.stderr[-2000:]}")
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    report["wall_seconds"] = time.perf_counter() - started
-    return report
+    report = json.loads(result.stdout)
+    return {
+        "wall_seconds": time.perf_counter() - started,
+        "peak_rss_mb": report["peak_rss_mb"],
+        "tokens": sum(report["tokens"].values()),
+        "phases": {phase["name"]: phase["seconds"] for phase in report["phases"]},
+    }
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from .reporting import Reporter
 
 BOOKKEEPING_TIMEOUT_S = 2.0  # the longest one registry write during training waits for another process
 BACKOFF_S = (2.0, 60.0)  # the first and the longest pause before deferred writes are tried again
+RETRY_TIMEOUT_S = 0.05  # how long a retry of deferred writes waits: the lock was held for seconds already
 SETTLE_TIMEOUT_S = 2 * BUSY_TIMEOUT_S  # how long a finished run waits to record itself
 
 
@@ -63,17 +64,24 @@ class Bookkeeping(Registry):
         if time.monotonic() >= self.retry_at:
             self.flush()
 
-    def flush(self) -> bool:
-        """Write what is pending, oldest first; True when nothing is left."""
-        while self.pending:
-            try:
-                self.pending[0]()
-            except (Refused, sqlite3.OperationalError) as error:  # locked, busy: keep it for later
-                if self.backoff == BACKOFF_S[0]:
-                    self.reporter.warn(f"bookkeeping deferred, training goes on: {error}")
-                self.retry_at, self.backoff = time.monotonic() + self.backoff, min(2 * self.backoff, BACKOFF_S[1])
-                return False
-            self.pending.pop(0)
+    def flush(self, wait: float | None = None) -> bool:
+        """Write what is pending, oldest first; True when nothing is left. Each write waits ``wait`` seconds for
+        the lock; by default a retry of deferred writes barely waits (``RETRY_TIMEOUT_S``), so a registry locked
+        for minutes costs training one ``timeout``, not one per retry."""
+        retrying = self.backoff != BACKOFF_S[0]
+        self._wait(wait if wait is not None else RETRY_TIMEOUT_S if retrying else self.timeout)
+        try:
+            while self.pending:
+                try:
+                    self.pending[0]()
+                except (Refused, sqlite3.OperationalError) as error:  # locked, busy: keep it for later
+                    if not retrying:
+                        self.reporter.warn(f"bookkeeping deferred, training goes on: {error}")
+                    self.retry_at, self.backoff = time.monotonic() + self.backoff, min(2 * self.backoff, BACKOFF_S[1])
+                    return False
+                self.pending.pop(0)
+        finally:
+            self._wait(self.timeout)
         if self.backoff != BACKOFF_S[0]:
             self.reporter.note("the registry is writable again: deferred bookkeeping recorded")
         self.backoff = BACKOFF_S[0]
@@ -86,9 +94,7 @@ class Bookkeeping(Registry):
         self.reporter.note(
             f"waiting up to {seconds:.0f} s for the registry to record the run (checkpoints are written)"
         )
-        self._wait(seconds)
-        if not self.flush():
+        if not self.flush(wait=seconds):
             self.reporter.warn(
                 f"{len(self.pending)} registry write(s) could not be made; `octlm doctor --repair` rebuilds them"
             )
-        self._wait(self.timeout)

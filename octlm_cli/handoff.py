@@ -52,20 +52,20 @@ class Handoff:
         loaded: checkpoint.Loaded | None,
         reshard: bool,
     ) -> Handoff:
-        """Rank 0's ``state`` as it starts training (restored, forked or fresh)."""
+        """Rank 0's ``state`` as it starts training (restored, forked or fresh), as a ``Record``: the one form
+        ``load_record`` restores from, so a rank starts exactly as a resume would. It never reaches a file,
+        so it carries no fingerprints or metrics; its random states are the checkpoint's, for every rank."""
         reseed = loaded is not None and reshard
         saved = loaded.record.rng if loaded is not None and not reseed else []
-        record = record_of(
-            state,
-            experiment=state.config.id,
-            kind="handoff",
-            fingerprints=checkpoint.Fingerprints("", "", ""),
-            metrics={},
-        )
+        unsaved = checkpoint.Fingerprints("", "", "")
+        record = record_of(state, experiment=state.config.id, kind="handoff", fingerprints=unsaved, metrics={})
         record = dataclasses.replace(
-            record, model=_on_cpu(record.model), optimizer=_on_cpu(record.optimizer), rng=saved
+            record,
+            model=_on_cpu(record.model),
+            optimizer=_on_cpu(record.optimizer),
+            rng=saved,
+            world_size=state.ranks.world_size,
         )
-        record = dataclasses.replace(record, world_size=state.ranks.world_size)
         return cls(state.config, until, interval, batch_size, train_blocks, record, loaded is not None, reseed)
 
 

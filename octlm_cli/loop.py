@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import rng, runtime
+from . import compile_cache, rng, runtime
 from .config import Config
 from .data import Sampler, TokenBlocks, bits_per_byte
 from .distributed import Ranks
@@ -57,6 +57,7 @@ def make_objective(
     if not compile:
         return objective
     runtime.require_compile(device)
+    compile_cache.use()  # graphs kept per user between processes, never in a home (see compile_cache)
     # The rotary complex multiply runs as the eager kernel inside the compiled graph; measured on
     # day2, a real-valued rotary that Inductor can fuse was no faster, so the warning is noise.
     warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex operators")

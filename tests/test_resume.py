@@ -165,14 +165,20 @@ def test_fp16_with_grad_scaler_resumes_exactly(home: Path) -> None:
     assert scaler["compared"] > 0 and not scaler["differing"]
 
 
-def test_compiled_training_with_dropout_resumes_exactly(home: Path) -> None:
+def test_compiled_training_with_dropout_resumes_exactly(home: Path, tmp_path: Path, monkeypatch) -> None:
     # torch.compile generates the same code in every process, and dropout inside the compiled
     # graph draws its seeds from the checkpointed generator: the split run must be bit-identical.
+    # The graphs go to the per-user compile cache (here a fresh one), shared by the three runs.
     write_experiment(home, "EXP-004", training={"compile": True}, model={"dropout": 0.1})
-    result = octlm(home, "verify-resume", "EXP-004", "--split-at", "5", "--json", timeout=900)
+    graphs = tmp_path / "graphs"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # set by an earlier in-process compile; it wins
+    env = {"OCTLM_COMPILE_CACHE": str(graphs)}
+    result = octlm(home, "verify-resume", "EXP-004", "--split-at", "5", "--json", timeout=900, env=env)
     assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)
     assert verdict["identical"] and verdict["checks"][0]["compared"] > 0
+    assert graphs.stat().st_mode & 0o777 == 0o700 and any((graphs / "fxgraph").rglob("*"))
+    assert not (home / "cache" / "inductor").exists()
 
 
 def test_compiled_and_eager_runs_are_different_experiments(home: Path) -> None:
