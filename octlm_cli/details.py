@@ -42,6 +42,7 @@ def detail(home: Home, experiment_id: str) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "id": experiment_id,
+        "uuid": (row or {}).get("uuid"),  # kept across homes (pack, registry export); None: only a YAML file
         "description": resolved.get("description", ""),
         "status": last["status"] if last else "new",
         "step": last["end_step"] if last else None,

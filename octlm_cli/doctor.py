@@ -154,10 +154,10 @@ def _checkpoints(home: Home, registry: Registry, experiment_id: str, repair: boo
     folder = home.checkpoint_dir(experiment_id)
     on_disk = {str(p.relative_to(home.root)): (step, p) for step, p in checkpoint.listing(folder)}
     prefix = str(folder.relative_to(home.root))
-    rows = {
+    rows = {  # overfit checkpoints live one folder down; a remote row's file stays on its box (registry import)
         row["path"]: row
         for row in registry.checkpoints(experiment_id)
-        if str(Path(row["path"]).parent) == prefix  # overfit checkpoints live one folder down
+        if str(Path(row["path"]).parent) == prefix and not row.get("remote_host")
     }
     problems = _leftovers(home, folder, experiment_id, repair)
     for relative in [r for r in rows if r not in on_disk]:
@@ -197,7 +197,7 @@ def _verdict(
         record = checkpoint.read(path, row["sha256"] if row else None, row["size"] if row else None)
     except checkpoint.InvalidCheckpoint as error:
         return None, [_problem("invalid checkpoint", relative, f"{error}; resume skips it")]
-    if record.experiment not in ("", experiment_id) or record.kind != "train":
+    if record.experiment not in ("", experiment_id, *registry.former_ids(experiment_id)) or record.kind != "train":
         detail = (
             f"records experiment {record.experiment or '?'}, kind {record.kind}: not {experiment_id}'s training; "
             "not used to rebuild rows (move it away)"

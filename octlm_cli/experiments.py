@@ -16,12 +16,12 @@ from typing import Any
 from . import config as cfg
 from .errors import BadInput, OctlmError, Refused
 from .fsutil import atomic_writer, check_regular, create_temporary, open_regular, read_regular
-from .home import Home, id_number, validate_id
+from .home import DEFAULT_PREFIX, ID_PATTERN, Home, id_sort_key, split_id, validate_id, validate_prefix
 from .presets import preset as preset_raw
 from .registry import Registry
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes of YAML
-FORK_POINT = re.compile(r"(EXP-[0-9]{1,9})@([0-9]{1,12})")
+FORK_POINT = re.compile(rf"(?P<parent>{ID_PATTERN.pattern})@(?P<step>[0-9]{{1,12}})")
 
 
 def load(home: Home, experiment_id: str) -> cfg.Config:
@@ -92,7 +92,7 @@ def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> dict[str, An
     match = FORK_POINT.fullmatch(spec.strip())
     if match is None:
         raise BadInput(f"--init-from {spec!r}: expected ID@STEP, e.g. EXP-008@200")
-    parent, step = match.group(1), int(match.group(2))
+    parent, step = validate_id(match["parent"]), int(match["step"])
     folder = home.checkpoint_dir(parent)
     if not home.config_path(parent).exists() and not folder.is_dir():
         raise BadInput(f"--init-from {spec}: unknown experiment {parent}")
@@ -162,8 +162,9 @@ def description(home: Home, experiment_id: str) -> str | None:
         return None
 
 
-def create(home: Home, experiment_id: str | None, config: cfg.Config) -> cfg.Config:
-    """Write ``experiments/<ID>.yaml`` and register it; with no ID, take the next free EXP-NNN.
+def create(home: Home, experiment_id: str | None, config: cfg.Config, prefix: str = DEFAULT_PREFIX) -> cfg.Config:
+    """Write ``experiments/<ID>.yaml`` and register it; with no ID, take the next free ``<prefix>NNN``
+    (``EXP-NNN`` by default).
 
     The file appears atomically (hard link of a finished temporary file), so parallel calls
     never share an ID and a failure leaves neither a partial file nor a row.
@@ -171,7 +172,8 @@ def create(home: Home, experiment_id: str | None, config: cfg.Config) -> cfg.Con
     home.ensure_writable()
     home.experiments.mkdir(exist_ok=True)
     with Registry(home.registry) as registry:
-        final = _publish_first(home, _candidates(home, registry, experiment_id), config, experiment_id)
+        candidates = _candidates(home, registry, experiment_id, validate_prefix(prefix))
+        final = _publish_first(home, candidates, config, experiment_id, prefix)
         try:
             register(home, registry, final)
         except BaseException:
@@ -180,20 +182,23 @@ def create(home: Home, experiment_id: str | None, config: cfg.Config) -> cfg.Con
         return final
 
 
-def _candidates(home: Home, registry: Registry, experiment_id: str | None) -> Iterator[str]:
-    """The IDs to try: the one asked for (if free), else EXP-NNN after the highest taken."""
+def _candidates(home: Home, registry: Registry, experiment_id: str | None, prefix: str) -> Iterator[str]:
+    """The IDs to try: the one asked for (if free), else ``<prefix>NNN`` after the highest taken with that
+    prefix (``BOX-`` counts ``BOX-007``, not ``EXP-009`` nor ``B-BOX-010``)."""
     if experiment_id is not None:
         validate_id(experiment_id)
         if registry.experiment(experiment_id) is not None or home.config_path(experiment_id).exists():
             raise BadInput(f"experiment {experiment_id} already exists: choose another ID or omit it")
         return iter([experiment_id])
-    taken = [id_number(i) for i in ids_on_disk(home)]
-    taken += [id_number(i) for i in registry.experiment_ids() if _is_id(i)]
+    ids = ids_on_disk(home) + [i for i in registry.experiment_ids() if _is_id(i)]
+    taken = [number for of, number in map(split_id, ids) if of == prefix]
     start = max(taken, default=0) + 1
-    return (f"EXP-{n:03d}" for n in range(start, start + 100_000))
+    return (f"{prefix}{n:03d}" for n in range(start, start + 100_000) if _is_id(f"{prefix}{n:03d}"))
 
 
-def _publish_first(home: Home, candidates: Iterator[str], config: cfg.Config, asked: str | None) -> cfg.Config:
+def _publish_first(
+    home: Home, candidates: Iterator[str], config: cfg.Config, asked: str | None, prefix: str
+) -> cfg.Config:
     """Write the config under the first candidate ID whose file does not exist yet."""
     for candidate in candidates:
         final = config.replace(id=candidate)
@@ -202,7 +207,7 @@ def _publish_first(home: Home, candidates: Iterator[str], config: cfg.Config, as
         if asked is not None:
             break
     if asked is None:
-        raise BadInput("no free experiment ID left after the highest EXP-NNN: give one")
+        raise BadInput(f"no free experiment ID left after the highest {prefix}NNN: give one")
     raise BadInput(f"experiment {asked} already exists: choose another ID or omit it")
 
 
@@ -234,10 +239,10 @@ def _publish(path: Path, text: str) -> bool:
 
 
 def ids_on_disk(home: Home) -> list[str]:
-    """IDs of the well-formed ``experiments/EXP-*.yaml`` files."""
+    """IDs of the well-formed ``experiments/<ID>.yaml`` files, in ID order."""
     if not home.experiments.is_dir():
         return []
-    return sorted(p.stem for p in home.experiments.glob("EXP-*.yaml") if _is_id(p.stem))
+    return sorted((p.stem for p in home.experiments.glob("*.yaml") if _is_id(p.stem)), key=id_sort_key)
 
 
 def unregistered_files(home: Home, known: set[str]) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 from . import experiments
 from .config import describe_keys, flatten
 from .errors import BadInput, OctlmError
-from .home import Home
+from .home import Home, id_sort_key
 from .registry import Registry
 
 LIST_COLUMNS = (
@@ -51,7 +51,7 @@ def rows(home: Home, include_archived: bool = True) -> list[Row]:
             | {"id": missing, "status": "new", "tags": [], "archived": False}
             | {"description": config.get("description"), "steps": config.get("training", {}).get("steps")}
         )
-    out.sort(key=lambda row: str(row["id"]))
+    out.sort(key=lambda row: id_sort_key(str(row["id"])))
     return out if include_archived else [row for row in out if not row["archived"]]
 
 

@@ -5,6 +5,8 @@ Never edit or reorder a migration that has shipped: add a new one at the end.
 
 from __future__ import annotations
 
+import uuid
+
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
@@ -195,6 +197,22 @@ def m005_ranks(db: Database) -> None:
     db.table("runs").add_column("nnodes", int, not_null_default=1)
     db.table("runs").add_column("backend", str)
     db.table("runs").add_column("resharded_from", int)
+
+
+@migrations()
+def m006_identity_remote(db: Database) -> None:
+    # Many boxes: a UUID per experiment, run, verdict and note, given at creation and kept forever (the short ID
+    # stays the name within one home; existing rows get one here); ``former_ids``, the IDs (a JSON list) an
+    # experiment's checkpoints may name from before it was unpacked under another ID (``unpack --as``); and the
+    # box and absolute path of an imported checkpoint row that stays on another box (``registry import``).
+    for table in ("experiments", "runs", "verifications", "notes"):
+        db.table(table).add_column("uuid", str)
+        for (key,) in db.execute(f"select id from {table}").fetchall():
+            db.execute(f"update {table} set uuid = ? where id = ?", (str(uuid.uuid4()), key))
+        db.table(table).create_index(["uuid"], unique=True)
+    db.table("experiments").add_column("former_ids", str)
+    db.table("checkpoints").add_column("remote_host", str)
+    db.table("checkpoints").add_column("remote_path", str)
 
 
 NAMES = [m.name for m in migrations._migrations]

@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import sqlite3
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,9 @@ class Registry(RegistryBase):
         self._put_experiment(experiment_id, fields, SYNC_EXPERIMENT)
 
     def _put_experiment(self, experiment_id: str, fields: dict[str, Any], on_conflict: str) -> None:
-        stamp = now()
-        row = checked("experiments", {"created": stamp, "updated": stamp, **fields}, EXPERIMENT_COLUMNS)
+        stamp = now()  # a new row's UUID is kept forever: a conflict never updates it
+        row = checked("experiments", {"created": stamp, "updated": stamp, "uuid": new_uuid(), **fields},
+                      EXPERIMENT_COLUMNS)  # fmt: skip
         columns, marks = ", ".join(row), ", ".join("?" for _ in row)
         with self._transaction() as conn:
             conn.execute(
@@ -86,6 +88,12 @@ class Registry(RegistryBase):
     def experiment(self, experiment_id: str) -> dict[str, Any] | None:
         rows = self._rows("select * from experiments where id = ?", (experiment_id,))
         return rows[0] if rows else None
+
+    def former_ids(self, experiment_id: str) -> list[str]:
+        """The IDs this experiment's checkpoints may name from before it was unpacked under its own (``--as``)."""
+        row = self.experiment(experiment_id) or {}
+        former = row.get("former_ids")
+        return [i for i in former if isinstance(i, str)] if isinstance(former, list) else []
 
     def experiment_ids(self) -> list[str]:
         return [row["id"] for row in self._rows("select id from experiments order by id")]
@@ -143,9 +151,10 @@ class Registry(RegistryBase):
         """Append a note to an experiment; the note's row."""
         if not text.strip() or len(text) > MAX_NOTE_CHARS:
             raise ValueError(f"a note holds 1 to {MAX_NOTE_CHARS:,} characters")
-        row = checked("notes", {"experiment_id": experiment_id, "created": now(), "text": text}, NOTE_COLUMNS)
+        fields = {"experiment_id": experiment_id, "created": now(), "text": text, "uuid": new_uuid()}
+        row = checked("notes", fields, NOTE_COLUMNS)
         with self._transaction() as conn:
-            cursor = conn.execute("insert into notes (experiment_id, created, text) values (?, ?, ?)",
+            cursor = conn.execute("insert into notes (experiment_id, created, text, uuid) values (?, ?, ?, ?)",
                                   tuple(row.values()))  # fmt: skip
         return {"id": cursor.lastrowid, **row}
 
@@ -174,7 +183,8 @@ class Registry(RegistryBase):
 
     def start_run(self, experiment_id: str, kind: str, **fields: Any) -> int:
         stamp = now()
-        defaults = {"status": "running", "started": stamp, "updated": stamp, "host": socket.gethostname()}
+        defaults = {"status": "running", "started": stamp, "updated": stamp, "host": socket.gethostname(),
+                    "uuid": new_uuid()}  # fmt: skip
         fields = {"experiment_id": experiment_id, "kind": kind, **defaults, "pid": os.getpid(), **fields}
         fields.setdefault("pid_start", start_time(fields["pid"]) if fields["pid"] else None)  # liveness
         row = checked("runs", fields, RUN_COLUMNS)
@@ -248,7 +258,13 @@ class Registry(RegistryBase):
     def add_verification(
         self, experiment_id: str, kind: str, verdict: str, details: dict[str, Any], run_id: int | None = None
     ) -> None:
-        fields = {"experiment_id": experiment_id, "run_id": run_id, "kind": kind, "verdict": verdict}
+        fields = {
+            "experiment_id": experiment_id,
+            "run_id": run_id,
+            "kind": kind,
+            "verdict": verdict,
+            "uuid": new_uuid(),
+        }
         row = checked("verifications", {**fields, "created": now(), "details": details}, VERIFICATION_COLUMNS)
         columns, marks = ", ".join(row), ", ".join("?" for _ in row)
         with self._transaction() as conn:
@@ -286,6 +302,10 @@ class Registry(RegistryBase):
         """The metric rows of one track, by step (rows of one step in the order they were written)."""
         sql = "select * from metrics where experiment_id = ? and track = ? order by step, id"
         return self._rows(sql, (experiment_id, track))
+
+
+def new_uuid() -> str:
+    return str(uuid.uuid4())
 
 
 def _tag_list(cell: Any) -> list[str]:

@@ -27,24 +27,26 @@ from .errors import BadInput, Refused
 BUSY_TIMEOUT_S = 60.0
 KNOWN_MIGRATIONS = (  # = migrations.NAMES
     "m001_initial", "m002_summary_view", "m003_pid_start_json_guards", "m004_lifecycle_metrics", "m005_ranks",
+    "m006_identity_remote",
 )  # fmt: skip
 
 # The writable columns of each table ("id" is the database's); they mirror migrations.py (a test checks).
 EXPERIMENT_COLUMNS = (
     "description", "preset", "created", "updated", "yaml_path", "config_json", "config_hash", "archived", "tags",
+    "uuid", "former_ids",
 )  # fmt: skip
 RUN_COLUMNS = (
     "experiment_id", "kind", "status", "start_step", "end_step", "target_step", "started", "ended", "updated",
     "host", "pid", "argv", "octlm_version", "python_version", "torch_version", "device", "dtype", "threads",
     "git_commit", "git_dirty", "config_hash", "data_hash", "tokenizer_hash", "resumed_from", "latest_metrics",
-    "final_metrics", "error", "pid_start", "world_size", "nnodes", "backend", "resharded_from",
+    "final_metrics", "error", "pid_start", "world_size", "nnodes", "backend", "resharded_from", "uuid",
 )  # fmt: skip
 CHECKPOINT_COLUMNS = (
     "experiment_id", "run_id", "step", "path", "sha256", "size", "tokens", "created", "config_hash",
-    "data_hash", "tokenizer_hash", "metrics",
+    "data_hash", "tokenizer_hash", "metrics", "remote_host", "remote_path",
 )  # fmt: skip
-VERIFICATION_COLUMNS = ("experiment_id", "run_id", "kind", "verdict", "created", "details")
-NOTE_COLUMNS = ("experiment_id", "created", "text")
+VERIFICATION_COLUMNS = ("experiment_id", "run_id", "kind", "verdict", "created", "details", "uuid")
+NOTE_COLUMNS = ("experiment_id", "created", "text", "uuid")
 METRIC_FIELDS = (  # the fields of a run-file record that the metrics table holds
     "step", "tokens", "lr", "train_loss", "eval_loss", "perplexity", "bits_per_byte", "gradient_norm",
     "elapsed_seconds", "tokens_per_second",
@@ -53,10 +55,12 @@ METRIC_COLUMNS = ("experiment_id", "run_id", "track", *METRIC_FIELDS)
 METRIC_TRACKS = ("train", "overfit")
 # Every table holding rows of an experiment, children first (the order a removal deletes them in).
 EXPERIMENT_TABLES = ("metrics", "notes", "checkpoints", "verifications", "runs", "experiments")
-JSON_COLUMNS = frozenset({"argv", "latest_metrics", "final_metrics", "metrics", "details", "config_json", "tags"})
+JSON_COLUMNS = frozenset(
+    {"argv", "latest_metrics", "final_metrics", "metrics", "details", "config_json", "tags", "former_ids"}
+)
 JSON_CELLS = (  # (table, column) of every JSON cell, config_json included
     ("experiments", "config_json"), ("experiments", "tags"), ("runs", "argv"), ("runs", "latest_metrics"),
-    ("runs", "final_metrics"), ("checkpoints", "metrics"), ("verifications", "details"),
+    ("runs", "final_metrics"), ("checkpoints", "metrics"), ("verifications", "details"), ("experiments", "former_ids"),
 )  # fmt: skip
 TRAINING_KINDS = ("train", "resume")
 

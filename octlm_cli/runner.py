@@ -12,7 +12,7 @@ commands call exactly one of these and render what comes back.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,7 +293,7 @@ def resume(
             return Start(files.main, check_until(until, config))
         for reason in loaded.skipped:
             context.reporter.warn(f"skipped an invalid checkpoint: {reason}; falling back to {loaded.path.name}")
-        check_owner(loaded, experiment_id)
+        check_owner(loaded, experiment_id, former=context.registry.former_ids(experiment_id))
         if loaded.record.step >= config.training.steps and until is None:
             return Start(files.main, loaded.record.step, done=_complete(context, loaded))
         final = check_until(until, config, loaded.record.step)
@@ -303,11 +303,15 @@ def resume(
     return run_experiment(home, experiment_id, reporter, "resume", plan).report()
 
 
-def check_owner(loaded: checkpoint.Loaded, experiment_id: str, kind: str = "train") -> None:
+def check_owner(
+    loaded: checkpoint.Loaded, experiment_id: str, kind: str = "train", former: Collection[str] = ()
+) -> None:
     """Refuse a checkpoint that another experiment wrote, or another track (an overfit one in the main
-    folder). An empty ``experiment`` (an early v1 file) names no owner and is not refused for it."""
+    folder). An empty ``experiment`` (an early v1 file) names no owner and is not refused for it; nor does one
+    of ``former``, the IDs this experiment had before it was unpacked under its own (``unpack --as``, recorded
+    in the registry: ``Registry.former_ids``)."""
     record, name = loaded.record, loaded.path.name
-    if record.experiment and record.experiment != experiment_id:
+    if record.experiment and record.experiment != experiment_id and record.experiment not in former:
         raise Refused(
             f"{name} belongs to {record.experiment}, not {experiment_id}: it will not be used; "
             f"move it out of {loaded.path.parent}"

@@ -81,7 +81,7 @@ def test_a_blank_database_gets_every_lifecycle_column_and_the_metrics_table(tmp_
     path = tmp_path / "registry.db"
     Registry(path).close()
     assert {"archived", "tags"} <= columns(path, "experiments")
-    assert columns(path, "notes") == {"id", "experiment_id", "created", "text"}
+    assert columns(path, "notes") == {"id", "experiment_id", "created", "text", "uuid"}
     assert columns(path, "metrics") == {"id", *registry_module.METRIC_COLUMNS}
     assert set(registry_module.NOTE_COLUMNS) == columns(path, "notes") - {"id"}
     assert {"archived", "tags"} <= columns(path, "experiment_summary")

@@ -69,7 +69,7 @@ def test_a_fresh_registry_has_the_rank_columns(tmp_path: Path) -> None:
     assert info["resharded_from"] == ("INTEGER", 0, None)
     assert set(RANKS) <= set(registry_module.RUN_COLUMNS)
     assert set(registry_module.RUN_COLUMNS) == set(info) - {"id"}
-    assert KNOWN_MIGRATIONS[-1] == "m005_ranks" == migrations.NAMES[-1]
+    assert "m005_ranks" in KNOWN_MIGRATIONS and KNOWN_MIGRATIONS[-1] == migrations.NAMES[-1]
     assert list(KNOWN_MIGRATIONS) == migrations.NAMES
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -11,13 +12,31 @@ import typer
 
 from .. import experiments, lifecycle
 from ..errors import BadInput, Refused
+from ..home import DEFAULT_PREFIX, validate_prefix
+from ..mounts import refuse_network_home
 from ..presets import DESCRIPTIONS
 from . import render
 from .common import IdArgument, JsonOption, SetOption, handled, home_of
 
+PREFIX_VARIABLE = "OCTLM_ID_PREFIX"
 NewIdArgument = Annotated[
     str | None,
-    typer.Argument(metavar="[ID]", help="EXP-<digits>; omitted: the next free EXP-NNN.", show_default=False),
+    typer.Argument(
+        metavar="[ID]",
+        help="EXP-008, BOX-001, B-EXP-001: letter-led segments joined by '-', then '-' and digits (at most 64 "
+        "characters); omitted: the next free EXP-NNN (or PREFIX then NNN).",
+        show_default=False,
+    ),
+]
+IdPrefixOption = Annotated[
+    str | None,
+    typer.Option(
+        "--id-prefix",
+        metavar="PREFIX",
+        help="Without an ID: allocate PREFIX then NNN after the highest number taken with that prefix, e.g. BOX- "
+        f"gives BOX-001 (default: ${PREFIX_VARIABLE}, else EXP-).",
+        show_default=False,
+    ),
 ]
 PresetOption = Annotated[
     str | None,
@@ -68,10 +87,13 @@ def new(
     description: DescriptionOption = None,
     init_from: InitFromOption = None,
     with_optimizer: WithOptimizerOption = False,
+    id_prefix: IdPrefixOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Write experiments/<ID>.yaml and register it; print the ID on stdout."""
+    prefix = _id_prefix(experiment_id, id_prefix)
     home = home_of(ctx)
+    refuse_network_home(home.root)  # before a fork keeps its parent's checkpoint
     if with_optimizer and not init_from:
         raise BadInput("--with-optimizer goes with --init-from ID@STEP")
     init = experiments.fork_init(home, init_from, optimizer=with_optimizer) if init_from else None
@@ -81,7 +103,7 @@ def new(
         preset=preset, from_config=base, overrides=overrides or [], description=description, init=init
     )
     twins = experiments.same_fingerprint(home, config)  # before the writer, which folds the WAL back in on closing
-    created = experiments.create(home, experiment_id, config)
+    created = experiments.create(home, experiment_id, config, prefix)
     if twins:
         render.warn(f"same config fingerprint as {', '.join(twins)}")
     path = home.config_path(created.id)
@@ -91,6 +113,17 @@ def new(
     else:
         print(created.id)
         render.info(f"wrote {path}")
+
+
+def _id_prefix(experiment_id: str | None, option: str | None) -> str:
+    """The prefix of an allocated ID: ``--id-prefix``, else ``OCTLM_ID_PREFIX`` (when set and not empty), else
+    ``EXP-``; an invalid one is a one-line error naming where it came from, even when an ID is given."""
+    if option is not None:
+        if experiment_id is not None:
+            raise BadInput(f"--id-prefix goes without an ID: give {experiment_id} or --id-prefix {option}, not both")
+        return validate_prefix(option, "--id-prefix")
+    variable = os.environ.get(PREFIX_VARIABLE, "")
+    return validate_prefix(variable, PREFIX_VARIABLE) if variable else DEFAULT_PREFIX
 
 
 KeepFilesOption = Annotated[
