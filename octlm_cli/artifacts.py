@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, corpus, data, rng, runtime
+from . import canary, checkpoint, corpus, data, rng, runtime
 from .checkpoint import Fingerprints, Loaded, Record
 from .config import Config
 from .distributed import Ranks
@@ -119,7 +119,7 @@ def record_of(
         rng=rng_states,
         fingerprints=fingerprints,
         config=state.config.to_dict(),
-        environment=runtime.environment(state.device, state.config.training.precision, state.optimizer_impl),
+        environment=environment_of(state),
         metrics=metrics,
         log_accumulator=state.accumulator.state_dict(),
         world_size=len(rng_states),
@@ -151,23 +151,65 @@ def restore(
     if reshard:
         current = dataclasses.replace(current, config=prepared.config.fingerprint_at(record.world_size))
     checkpoint.check_fingerprints(record, config=prepared.config, current=current, path=loaded.path)
+    runtime.set_threads(prepared.config, record.environment.get("threads"))  # portable: the first start's count
     state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), ranks=ranks)
-    environment = runtime.environment(state.device, prepared.config.training.precision, state.optimizer_impl)
-    for message in environment_warnings(record.environment, environment):
-        reporter.warn(message)
+    check_environment(record.environment, environment_of(state), loaded.path.name, reporter)
     load_record(state, record, reseed=reshard)
     return state
 
 
+def environment_of(state: TrainState) -> dict[str, Any]:
+    """What a checkpoint of ``state`` records of this process and machine (``runtime``, ``canary``)."""
+    config = state.config
+    found = runtime.environment(state.device, config.training.precision, state.optimizer_impl)
+    return {**found, **canary.environment(config)}
+
+
+def check_environment(saved: dict[str, Any], current: dict[str, Any], name: str, reporter: Reporter) -> None:
+    """Before loading: under portable, whether this machine agrees with the one that wrote checkpoint ``name``
+    (their canaries); then every difference that may make the resume inexact."""
+    if "canary" in current:
+        if saved.get("canary") == current["canary"]:
+            reporter.note(f"this machine agrees with the one that wrote {name} (canary {current['canary']})")
+        else:
+            there = saved.get("canary") or "none recorded"
+            reporter.warn(
+                f"this machine does not agree with the one that wrote {name} (canary {current['canary']} here, "
+                f"{there} there): the resume will not be bit-identical"
+            )
+    for message in environment_warnings(saved, current):
+        reporter.warn(message)
+
+
+PINNED = ("torch", "python", "platform", "device", "dtype", "threads", "optimizer", "determinism")
+WHY = {
+    "torch": "each torch release has kernels of its own",
+    "device": "another device runs other kernels",
+    "threads": "sums split across threads add up in another order",
+    "determinism": "the profiles pin different kernels",
+    "processor": "the local profile's kernels are chosen per processor; training.determinism: portable pins them",
+}
+
+
 def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    keys = ("torch", "python", "platform", "device", "dtype", "threads", "optimizer")
-    changed = [f"{key} {saved.get(key)} -> {current.get(key)}" for key in keys if saved.get(key) != current.get(key)]
-    if not changed:
-        return []
-    return [
-        "resuming in a different environment (" + ", ".join(changed) + "): the run continues, but "
-        "bit-exact resume is promised only on one torch release, platform, device and thread count"
-    ]
+    """The differences between the environment a checkpoint recorded and this one that may change the bits. Under
+    portable (both sides), the processor is not one of them (the canary speaks for it); a GPU always is."""
+    portable = "canary" in current and "canary" in saved
+    keys = PINNED if portable or "processor" not in saved else (*PINNED, "processor")
+    changed = [key for key in keys if saved.get(key) != current.get(key)]
+    lines = []
+    if changed:
+        shown = ", ".join(f"{key} {saved.get(key)} -> {current.get(key)}" for key in changed)
+        reasons = "; ".join(WHY[key] for key in changed if key in WHY)
+        lines.append(
+            f"resuming in a different environment ({shown}): the run continues, but bit-exact resume is promised "
+            "only on one torch release, platform, device and thread count" + (f" ({reasons})" if reasons else "")
+        )
+    if portable and current.get("device") != "cpu":
+        lines.append(
+            f"the portable profile pins CPU kernels only: on {current.get('device')} the resume may not be exact"
+        )
+    return lines
 
 
 def load_record(state: TrainState, record: Record, reseed: bool = False) -> None:

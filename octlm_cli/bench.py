@@ -18,16 +18,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import checkpoint, experiments, runtime
-from . import config as cfg
+from . import checkpoint, runtime
 from .artifacts import load_record, record_of
+from .bench_plan import resolve_config as resolve_config  # re-exported: benchmarks/ import it from here
+from .bench_plan import with_choices
 from .checkpoint import Fingerprints
 from .config import Config
 from .data import TokenBlocks
-from .errors import BadInput
-from .home import Home
 from .loop import TrainState, train_step
-from .presets import preset as preset_raw
 
 
 def sync(device: torch.device) -> None:
@@ -38,7 +36,6 @@ def sync(device: torch.device) -> None:
 # Square sizes whose product rates are sampled; the peak is the best size's median. On this
 # project's 2-vCPU machine 2048 beats 1024 by about 20% in interleaved runs, and 3072 or 4096 by
 # nothing; measuring one size alone would understate the peak and so overstate MFU.
-DEFAULT_EXPERIMENT = "EXP-008"  # the shipped experiment, timed when no ID or preset is given
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PEAK_SIZES = {"cuda": (4096, 8192), "mps": (2048, 4096)}
 CPU_PEAK_SIZES = (1024, 2048)
@@ -164,36 +161,6 @@ def _checkpoint_costs(state: TrainState, blocks: TokenBlocks) -> dict[str, float
     return {"bytes": size, "save": save_seconds, "load": load_seconds, "first_resumed": first_resumed}
 
 
-def resolve_config(home: Home, experiment_id: str | None, preset: str | None) -> Config:
-    """The config to time: an experiment's, a preset's, or (with neither) EXP-008's when the home has it, else day1."""
-    if preset and experiment_id:
-        raise BadInput("give an experiment ID or --preset, not both")
-    if preset:
-        return cfg.from_dict(preset_raw(preset), f"preset {preset}")
-    if experiment_id is not None:
-        return experiments.load(home, experiment_id)
-    if home.config_path(DEFAULT_EXPERIMENT).exists():
-        return experiments.load(home, DEFAULT_EXPERIMENT)
-    return cfg.from_dict(preset_raw("day1"), "preset day1")
-
-
-def parse_precisions(text: str | None, config: Config) -> list[str]:
-    """``--precision fp32,bf16`` (default: the config's), each checked; never empty."""
-    source = config.training.precision if text is None else text
-    precisions = [item.strip() for item in source.split(",") if item.strip()]
-    if not precisions:
-        raise BadInput(f"--precision {source!r}: give one or more of {', '.join(cfg.PRECISIONS)}, separated by commas")
-    for item in precisions:
-        if item not in cfg.PRECISIONS:
-            raise BadInput(f"--precision {item}: must be one of {', '.join(cfg.PRECISIONS)}")
-    return precisions
-
-
-def with_compile(config: Config, compile: bool | None) -> Config:
-    """``--compile`` / ``--no-compile`` over the config's ``training.compile`` (None: the config's)."""
-    return config if compile is None else config.with_keys({"training.compile": compile}, "--compile")
-
-
 def header(config: Config, parameters: int, steps: int, **machine: Any) -> dict[str, Any]:
     """What every bench report starts with: the model, the (global) batch, the steps timed and this machine."""
     return {
@@ -214,9 +181,10 @@ def header(config: Config, parameters: int, steps: int, **machine: Any) -> dict[
 
 
 def run(config: Config, precisions: list[str], steps: int, compile: bool | None = None) -> dict[str, Any]:
-    config = with_compile(config, compile)
+    config = with_choices(config, compile)
     results = [measure(config, precision, steps) for precision in precisions]
-    report = {**header(config, results[0]["parameters"], steps, threads=torch.get_num_threads()), "results": results}
+    machine = {"threads": torch.get_num_threads(), "determinism": config.training.determinism}
+    report = {**header(config, results[0]["parameters"], steps, **machine), "results": results}
     by = {r["precision"]: r for r in results}
     if "fp32" in by and "bf16" in by:
         report["bf16_over_fp32_tokens_per_second"] = round(

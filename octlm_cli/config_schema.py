@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NoReturn
 
+from .config_tree import canonical, flatten
+from .config_tree import diff as diff  # re-exported: config imports it from here
 from .errors import ConfigError
 from .presets import PRESETS
 from .validation import check_bound, check_choice, coerce, kind_of, shown
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+DETERMINISMS = ("local", "portable")
 
 
 def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str = "", maximum: int | None = None) -> Any:
@@ -122,6 +124,18 @@ class TrainingConfig(_Section):
     precision: str = _doc("{choices} (autocast)", "fp32", choices=PRECISIONS)
     device: str = _doc("{choices}", "auto", choices=DEVICES)
     compile: bool = _doc("train through torch.compile (needs a C++ compiler on CPU, Triton on GPU)", False)
+    determinism: str = _doc(
+        "{choices}: local is exact on this machine; portable pins the CPU kernels (MKL, ATen, oneDNN) so that "
+        "machines whose `octlm canary` digests agree continue each other's runs bit for bit",
+        "local",
+        choices=DETERMINISMS,
+    )
+    threads: int = _doc(
+        "CPU threads of a training process (0 = torch's default; under portable, the count of the first start)",
+        0,
+        bound="non-negative",
+        maximum=4096,
+    )
     eval_interval: int = _doc("evaluate and log every N steps (and at the end)", 20, bound="positive", maximum=10**9)
     log_interval: int = _doc(
         "log the training loss (averaged since the last log), learning rate and gradient norm every N steps",
@@ -146,6 +160,9 @@ class TrainingConfig(_Section):
                 "min_learning_rate",
                 f"must not exceed training.learning_rate ({self.learning_rate}), got {self.min_learning_rate}",
             )
+        if self.determinism == "portable" and self.compile:
+            message = "torch.compile generates code for this machine's instruction set, which portable cannot pin"
+            self.fail("compile", f"{message}; set training.compile: false or training.determinism: local")
 
     def check_split(self, world_size: int, batch_size: int | None = None) -> None:
         """The global batch must cut into equal parts, one per rank and micro-batch."""
@@ -211,6 +228,7 @@ BOOKKEEPING = frozenset(
         "training.log_interval",
         "init.parent",
         "init.checkpoint",
+        "training.threads",
     }
 )
 
@@ -221,6 +239,7 @@ ADDED_LATER: dict[str, Any] = {
     "training.grad_accum_steps": 1,
     "init.sha256": "",
     "init.optimizer": False,
+    "training.determinism": "local",
 }
 
 
@@ -317,32 +336,3 @@ def split_key(key: str, origin: str) -> tuple[str | None, str]:
     if name not in known:
         raise ConfigError(f"{origin} {shown(key)}: unknown key; known keys of {section}: {', '.join(known)}")
     return section, name
-
-
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, dotted + "."))
-        else:
-            out[dotted] = value
-    return out
-
-
-def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Field-by-field differences of two resolved config dicts: ``key: old -> new``."""
-    a, b = flatten(old), flatten(new)
-    lines = []
-    for key in sorted(set(a) | set(b)):
-        if a.get(key, "<absent>") != b.get(key, "<absent>"):
-            lines.append(f"{key}: {_show(a.get(key, '<absent>'))} -> {_show(b.get(key, '<absent>'))}")
-    return lines
-
-
-def _show(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)

@@ -1,5 +1,6 @@
 """Process and machine policy, decided before torch does any work: the device, whether
-``torch.compile`` can run here, deterministic kernels and the allocator."""
+``torch.compile`` can run here, deterministic kernels, the determinism profile's checks and thread count, and
+the allocator."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import __version__, allocator
+from . import __version__, allocator, determinism
 from .config import Config
 from .errors import BadInput, ConfigError
 
@@ -60,6 +61,11 @@ def device_for(config: Config) -> torch.device:
         device = torch.device("cuda", torch.cuda.current_device())
     if config.training.compile:
         require_compile(device)
+    if config.training.determinism == "portable" and device.type == "cpu" and config.training.precision != "fp32":
+        raise ConfigError(
+            f"training.precision: {config.training.precision} on a CPU is not portable (its kernels were not "
+            "measured to agree across processors); use fp32, or training.determinism: local"
+        )
     return device
 
 
@@ -74,16 +80,38 @@ def configure_determinism(device: torch.device) -> None:
     torch.use_deterministic_algorithms(True)
 
 
+def require_profile(config: Config) -> None:
+    """Refuse to train under a profile this process does not hold (torch loaded before ``determinism.pin``, or a
+    processor without the profile's instruction set)."""
+    profile = config.training.determinism
+    missing, wanted = determinism.unpinned(profile), determinism.CAPABILITY.get(profile)
+    if missing:
+        determinism.pin(config)  # refuses: torch is loaded here
+    if wanted and torch.backends.cpu.get_cpu_capability() != wanted:
+        have = torch.backends.cpu.get_cpu_capability()
+        raise BadInput(f"training.determinism: {profile} needs a processor with {wanted}; this one runs {have}")
+
+
+def set_threads(config: Config, recorded: int | None = None) -> None:
+    """``training.threads`` when set; else, under portable, the count a resumed checkpoint ``recorded``."""
+    wanted = config.training.threads or (recorded if config.training.determinism == "portable" else None)
+    if wanted and wanted != torch.get_num_threads():
+        torch.set_num_threads(wanted)
+
+
 def prepare_process(config: Config) -> torch.device:
-    """Everything a training process decides once, first: device, determinism, allocator."""
+    """Everything a training process decides once, first: device, profile, threads, determinism, allocator."""
     device = device_for(config)
+    require_profile(config)
+    set_threads(config)
     configure_determinism(device)
     allocator.keep_freed_memory()
     return device
 
 
 def environment(device: torch.device, precision: str, optimizer_impl: str) -> dict[str, Any]:
-    """What a checkpoint records of the process that wrote it (compared on resume)."""
+    """What a checkpoint records of the process that wrote it (compared on resume); the processor's name and,
+    under portable, the profile and the canary are added by ``canary.environment``."""
     return {
         "octlm": __version__,
         "torch": str(torch.__version__),

@@ -1,7 +1,8 @@
-"""Maintenance and measurement: ``doctor`` and ``bench``.
+"""Maintenance and measurement: ``doctor``, ``prepare``, ``bench`` and ``canary``.
 
-``doctor`` and ``bench`` import their modules inside the command: both import torch (doctor through
-``checkpoint``), which ``octlm --help``, ``show`` and ``new`` must never load.
+Each imports its module inside the command: they import torch (doctor through ``checkpoint``), which
+``octlm --help``, ``show`` and ``new`` must never load, and ``bench``, ``prepare`` and ``canary`` pin the
+determinism profile first (``profile``), which must happen before torch loads.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .. import launch
+from .. import determinism, launch
+from ..config_schema import DETERMINISMS
 from ..errors import BadInput
 from ..home import validate_id
 from . import render
+from .commands_canary import bench_profiles
 from .common import IdArgument, JsonOption, complete_ids, handled, home_of
+from .profile import pin_experiment
 from .ranks import NprocOption
 
 if TYPE_CHECKING:
@@ -68,6 +72,19 @@ CompileOption = Annotated[
         show_default=False,
     ),
 ]
+DeterminismOption = Annotated[
+    str | None,
+    typer.Option(
+        "--determinism",
+        metavar="D[,D2]",
+        help="local, portable, or local,portable: each profile in processes of its own, alternating "
+        "(default: the config's).",
+        show_default=False,
+    ),
+]
+RoundsOption = Annotated[
+    int, typer.Option("--rounds", metavar="N", help="With several --determinism profiles: processes per profile.")
+]
 RanksReportOption = Annotated[
     str | None,
     typer.Option("--ranks-report", metavar="FILE", hidden=True, help="(a rank of bench --nproc) rank 0's JSON file."),
@@ -111,6 +128,7 @@ def prepare(ctx: typer.Context, experiment_id: IdArgument, as_json: JsonOption =
     from .. import preparation  # imports torch and tokenizers
     from .progress import ConsoleReporter
 
+    pin_experiment(ctx, experiment_id)
     reporter = ConsoleReporter()
     try:
         report = preparation.run(home_of(ctx), experiment_id, reporter)
@@ -138,6 +156,8 @@ def bench(
     steps: BenchStepsOption = 10,
     precision: PrecisionOption = None,
     compile: CompileOption = None,
+    determinism_: DeterminismOption = None,
+    rounds: RoundsOption = 2,
     as_json: JsonOption = False,
     nproc: NprocOption = 1,
     ranks_report: RanksReportOption = None,
@@ -145,29 +165,47 @@ def bench(
     """Time training steps against this machine's measured matmul peak (MFU), checkpoints and resume.
 
     With --nproc N: the step on one process and on N ranks (the same global batch), timed in one run: ms/step,
-    tokens/s, the gradient all-reduce's share of the step and the speed-up."""
-    if steps <= 0:
-        raise BadInput(f"--steps {steps}: must be positive")
-    if experiment_id is not None:
-        validate_id(experiment_id)  # `bench ''` is no ID (checked before torch loads)
-    spec = launch.Launch(nproc)  # `--nproc 0`: one line before torch loads
+    tokens/s, the gradient all-reduce's share of the step and the speed-up. With --determinism local,portable:
+    each profile in processes of its own, alternating, and the ratio of their tokens/s."""
+    spec = _checked(experiment_id, steps, rounds, nproc)
+    from .. import bench_plan  # torch-free: the profile is pinned before torch loads
+
+    config = bench_plan.resolve_config(home_of(ctx), experiment_id, preset)
+    profiles = bench_plan.parse_list(determinism_, config.training.determinism, DETERMINISMS, "--determinism")
+    precisions = bench_plan.parse_precisions(precision, config)
+    model = [experiment_id] if experiment_id else ["--preset", preset] if preset else []
+    if len(profiles) > 1:
+        bench_profiles(ctx, model, profiles, precisions, steps, compile, rounds, spec, as_json)
+        return
+    config = bench_plan.with_choices(config, compile, profiles[0])
+    determinism.pin(config)
+    if spec.wanted or launch.launched() or ranks_report is not None:  # the ranks, or one of them
+        _show_ranks(_bench_ranks(ctx, config, model, precisions, steps, spec, ranks_report), config, as_json)
+        return
     from .. import bench as benches  # imports torch
 
-    config = benches.resolve_config(home_of(ctx), experiment_id, preset)
-    precisions = benches.parse_precisions(precision, config)
-    if spec.wanted or launch.launched() or ranks_report is not None:  # the ranks, or one of them
-        model = [experiment_id] if experiment_id else ["--preset", preset] if preset else []
-        found = _bench_ranks(ctx, benches.with_compile(config, compile), model, precisions, steps, spec, ranks_report)
-        if found is not None and as_json:
-            render.emit_json(found)
-        elif found is not None:
-            print_bench_ranks(found, config.id or config.preset)
-        return
-    report = benches.run(config, precisions, steps, compile)
+    report = benches.run(config, precisions, steps)
     if as_json:
         render.emit_json(report)
         return
     print_bench(report, config.id or config.preset)
+
+
+def _checked(experiment_id: str | None, steps: int, rounds: int, nproc: int) -> launch.Launch:
+    """Bench's options that are one line before torch loads (`bench ''` is no ID, `--nproc 0`)."""
+    for flag, value in (("--steps", steps), ("--rounds", rounds)):
+        if value <= 0:
+            raise BadInput(f"{flag} {value}: must be positive")
+    if experiment_id is not None:
+        validate_id(experiment_id)
+    return launch.Launch(nproc)
+
+
+def _show_ranks(found: dict[str, Any] | None, config: Config, as_json: bool) -> None:
+    if found is not None and as_json:
+        render.emit_json(found)
+    elif found is not None:
+        print_bench_ranks(found, config.id or config.preset)
 
 
 def _bench_ranks(
@@ -188,6 +226,7 @@ def _bench_ranks(
         home = (ctx.obj or {}).get("home")
         argv = [*(["--home", str(home)] if home else []), "bench", *model, "--steps", str(steps)]
         argv += ["--precision", ",".join(precisions), "--compile" if config.training.compile else "--no-compile"]
+        argv += ["--determinism", config.training.determinism]
         return bench_ranks.compare(config, precisions, steps, spec, argv, f"octlm-bench-{config.id or config.preset}")
     return bench_ranks.in_ranks(config, precisions, steps, Path(ranks_report) if ranks_report else None)
 

@@ -16,6 +16,7 @@ from .. import launch
 from ..errors import Refused
 from . import render
 from .common import IdArgument, JsonOption, QuietOption, UntilOption, handled, home_of
+from .profile import pin_experiment
 from .progress import ConsoleReporter, hangup_safe, output_may_vanish
 from .ranks import EndpointOption, NnodesOption, NodeRankOption, NprocOption, start_ranks
 from .segments import SegmentsView
@@ -125,6 +126,7 @@ def train(
 ) -> None:
     """Train an experiment from step 0 (refuses existing progress unless --restart)."""
     spec = launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint)
+    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the ranks
     if restart and not yes and spec.wanted and spec.node_rank == 0 and sys.stdin.isatty():
         ctx.params["yes"] = _confirm_before_ranks(ctx, experiment_id)  # a rank cannot ask: it has no terminal
     start_ranks(ctx, experiment_id, spec)
@@ -149,6 +151,7 @@ def resume(
     rdzv_endpoint: EndpointOption = "",
 ) -> None:
     """Continue from the newest valid checkpoint (or start at 0); exits 0 at once when complete."""
+    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the ranks
     start_ranks(ctx, experiment_id, launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint))
     _train(ctx, "resume", experiment_id, as_json, quiet, step=step, until=until, reshard=reshard)
 
@@ -220,6 +223,7 @@ def verify_resume(
     nproc: NprocOption = 1,
 ) -> None:
     """Prove exact resume: one run 0->M against runs split at N in new processes, compared bit for bit."""
+    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the segments
     from .. import verify  # imports torch
 
     with hangup_safe():
@@ -269,6 +273,7 @@ def overfit(
     quiet: QuietOption = False,
 ) -> None:
     """Memorise one block, then greedy-decode it back; exit 0 when the final loss <= --max-loss."""
+    pin_experiment(ctx, experiment_id)
     from .. import overfit as overfit_runs  # imports torch
 
     with hangup_safe():
