@@ -44,8 +44,8 @@ def overfit(
     assert outcome.session is not None and outcome.state is not None and outcome.prepared is not None
     result = _overfit_verdict(outcome.state, outcome.prepared, max_loss, outcome.session.track.run_file)
     with Registry(home.registry) as registry:
-        details = {k: v for k, v in result.items() if not k.endswith("_text")}
-        registry.add_verification(experiment_id, "overfit", result["verdict"], details, outcome.session.run_id)
+        # the block and its greedy decode too (a few hundred bytes): `octlm report` shows them
+        registry.add_verification(experiment_id, "overfit", result["verdict"], result, outcome.session.run_id)
     return result
 
 

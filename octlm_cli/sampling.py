@@ -34,21 +34,20 @@ def _check_options(max_new_tokens: int, temperature: float, top_k: int | None) -
         raise BadInput(f"--top-k {top_k}: must be positive")
 
 
-def _load(
+def load_model(
     home: Home, experiment_id: str, step: int | None, warn: Callable[[str], None]
 ) -> tuple[Loaded, Decoder, Tokenizer, torch.device]:
-    """The checkpoint to sample from, its model on the configured device, and its tokenizer."""
+    """The newest valid checkpoint (or ``step``'s) after ``resume``'s owner checks, its model on the configured
+    device, and its tokenizer: what ``sample`` and ``export`` start from."""
     current = experiments.load(home, experiment_id)  # also a clear error for an unknown experiment
     files = ExperimentFiles(home, experiment_id)
     with Registry(home.registry, create=False) as registry:
-        loaded = files.newest_valid(registry, step)
+        loaded, former = files.newest_valid(registry, step), registry.former_ids(experiment_id)
     if loaded is None:
-        raise Refused(
-            f"{experiment_id} has no checkpoint to sample from: train it first with `octlm train {experiment_id}`"
-        )
+        raise Refused(f"{experiment_id} has no checkpoint: train it first with `octlm train {experiment_id}`")
     for reason in loaded.skipped:
-        warn(f"skipped an invalid checkpoint: {reason}; sampling from the older {loaded.path.name}")
-    check_owner(loaded, experiment_id)
+        warn(f"skipped an invalid checkpoint: {reason}; using the older {loaded.path.name}")
+    check_owner(loaded, experiment_id, former=former)
     tokenizer = Tokenizer.load(files.tokenizer)
     # The data is not read to sample: the dataset hash is the checkpoint's own.
     now = Fingerprints(
@@ -75,7 +74,7 @@ def sample(
     warn: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
     _check_options(max_new_tokens, temperature, top_k)
-    loaded, model, tokenizer, device = _load(home, experiment_id, step, warn)
+    loaded, model, tokenizer, device = load_model(home, experiment_id, step, warn)
     context = [tokenizer.bos_id, *tokenizer.encode(prompt, add_special_tokens=False)]
     if temperature == 0:
         produced = generate.greedy(model, context, max_new_tokens, device, stop_id=tokenizer.eos_id)

@@ -55,13 +55,30 @@ def write_experiment(home: Path, experiment_id: str = "EXP-001", **sections: dic
     return path
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home with a small text corpus and a tiny EXP-001."""
-    root = tmp_path / "home"
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory: pytest.TempPathFactory):
+    """torch.compile's graphs for the whole session in one temporary folder, never in ~/.cache."""
+    previous = os.environ.get("OCTLM_COMPILE_CACHE")
+    os.environ["OCTLM_COMPILE_CACHE"] = str(tmp_path_factory.mktemp("compile-cache") / "inductor")
+    yield
+    if previous is None:
+        del os.environ["OCTLM_COMPILE_CACHE"]
+    else:
+        os.environ["OCTLM_COMPILE_CACHE"] = previous
+
+
+def write_corpus(root: Path) -> Path:
+    """The tests' small text corpus, ten overlapping documents in ``root/corpus``; returns ``root``."""
     (root / "corpus").mkdir(parents=True)
     for i in range(10):
         (root / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000 : (i + 1) * 1000 + 500])
+    return root
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home with a small text corpus and a tiny EXP-001."""
+    root = write_corpus(tmp_path / "home")
     write_experiment(root)
     monkeypatch.delenv("OCTLM_HOME", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import CORPUS, assert_same_training_state, octlm, write_experiment
+from conftest import assert_same_training_state, octlm, write_corpus, write_experiment
 
 from octlm_cli import checkpoint, rng, runfile
 
@@ -40,9 +40,7 @@ LONG = {
 
 
 def make_home(root: Path, **sections: dict) -> Path:
-    (root / "corpus").mkdir(parents=True)
-    for i in range(10):
-        (root / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000 : (i + 1) * 1000 + 500])
+    write_corpus(root)
     write_experiment(root, ID, **sections)
     return root
 

@@ -18,7 +18,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "octlm_cli"
 HEAVY = {"torch", "numpy", "tokenizers"}
-LIGHT = {"registry", "migrations", "show", "compare", "experiments", "listing", "plots"}
+LIGHT = {
+    "registry", "migrations", "show", "compare", "experiments", "listing", "plots", "report", "report_sections",
+    "charts", "exchange", "importing", "registry_exchange", "packing", "mounts", "compile_cache",
+}  # fmt: skip
 LOOP_MUST_NOT_IMPORT = {"registry", "session", "runner", "show", "compare"}
 MAX_FUNCTION, MAX_MODULE = 40, 350
 

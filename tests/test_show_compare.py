@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, cli, json_out, octlm, write_experiment
+from conftest import cli, json_out, octlm, write_corpus, write_experiment
 
 from octlm_cli.experiments import load, register
 from octlm_cli.home import Home
@@ -18,10 +18,7 @@ from octlm_cli.registry import Registry
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three tiny experiments: EXP-002 differs from EXP-001 in the learning rate, EXP-003 in depth too."""
-    home = tmp_path_factory.mktemp("compare")
-    (home / "corpus").mkdir()
-    for i in range(10):
-        (home / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000 : (i + 1) * 1000 + 500])
+    home = write_corpus(tmp_path_factory.mktemp("compare") / "home")
     write_experiment(home, "EXP-001")
     write_experiment(home, "EXP-002", training={"learning_rate": 1e-2, "min_learning_rate": 1e-3})
     write_experiment(home, "EXP-003", model={"n_layers": 1}, training={"steps": 8})

@@ -16,7 +16,17 @@ from typing import Annotated, Any
 import typer
 
 from .. import __version__
-from . import commands_config, commands_experiments, commands_lifecycle, commands_tools, commands_training, render
+from . import (
+    commands_boxes,
+    commands_canary,
+    commands_config,
+    commands_experiments,
+    commands_lifecycle,
+    commands_report,
+    commands_tools,
+    commands_training,
+    render,
+)
 from .common import OctlmGroup, StrictCommand
 
 HELP = (
@@ -61,7 +71,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "new": (
         "octlm new --preset day1", "octlm new EXP-010 --set training.steps=300 --description 'longer'",
         "octlm new --from EXP-008 --set training.learning_rate=1e-3",
-        "octlm new --from EXP-008 --init-from EXP-008@200 --set training.steps=400",
+        "octlm new --from EXP-008 --init-from EXP-008@200 --set training.steps=400", "octlm new --id-prefix BOX-",
     ),
     "show": (
         "octlm show", "octlm show --where 'eval_loss<4' --sort eval_loss --limit 5",
@@ -91,13 +101,39 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "prepare": ("octlm prepare EXP-008", "octlm prepare EXP-020 --json"),
     "bench": (
         "octlm bench", "octlm bench EXP-008 --steps 20", "octlm bench --preset day2 --precision fp32,bf16",
-        "octlm bench EXP-008 --nproc 2",
+        "octlm bench EXP-008 --nproc 2", "octlm bench --preset day2 --determinism local,portable",
     ),
+    "canary": ("octlm canary", "octlm canary EXP-020", "octlm canary --threads 4 --json"),
     "rm": ("octlm rm EXP-012", "octlm rm EXP-012 --yes", "octlm rm EXP-012 --keep-files"),
     "archive": ("octlm archive EXP-003", "octlm show --all"),
     "unarchive": ("octlm unarchive EXP-003",),
     "tag": ("octlm tag EXP-008 +baseline -old", "octlm show --where tags=baseline"),
     "note": ('octlm note EXP-008 "lr too high"', "octlm show EXP-008"),
+    "report": (
+        "octlm report EXP-008 -o EXP-008.html", "octlm report EXP-008 EXP-009 -o compare.html",
+        "octlm report EXP-008 > EXP-008.html",
+    ),
+    "export": (
+        "octlm export EXP-008 -o exported/EXP-008", "octlm export EXP-008 --step 100 -o out --force",
+        "octlm export EXP-008 --format safetensors -o weights --json",
+    ),
+    "pack": (
+        "octlm pack EXP-008 -o EXP-008.tar", "octlm pack EXP-008 --step 100 -o EXP-008.tar --json",
+        "octlm pack EXP-008 --all-checkpoints -o EXP-008-all.tar",
+    ),
+    "unpack": (
+        "octlm unpack EXP-008.tar && octlm resume EXP-008", "octlm unpack EXP-008.tar --as B-EXP-008",
+        "octlm unpack EXP-008.tar --json",
+    ),
+    "registry": ("octlm registry export -o box-a.jsonl", "octlm registry import box-b.jsonl --prefix B-"),
+    "registry export": (
+        "octlm registry export -o box-a.jsonl", "octlm registry export EXP-008 EXP-009 -o two.jsonl --json",
+        "octlm registry export > box-a.jsonl",
+    ),
+    "registry import": (
+        "octlm registry import box-a.jsonl", "octlm registry import box-b.jsonl --prefix B-",
+        "octlm registry import box-b.jsonl --prefix B- --json",
+    ),
     "config": ("octlm config keys", "octlm config keys --json"),
     "config keys": ("octlm config keys", "octlm config keys --json"),
 }  # fmt: skip
@@ -134,7 +170,11 @@ COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists
     "doctor": commands_tools.doctor,
     "prepare": commands_tools.prepare,
     "bench": commands_tools.bench,
+    "canary": commands_canary.canary,
+    "report": commands_report.report,
+    "export": commands_report.export,
     **commands_lifecycle.COMMANDS,
+    **commands_boxes.COMMANDS,
 }
 CONFIG_COMMANDS: dict[str, Callable[..., Any]] = {"keys": commands_config.keys}
 
@@ -144,6 +184,9 @@ register(app, COMMANDS)
 config_app = _typer("config", help="Describe the experiment config.", add_completion=False)
 register(config_app, CONFIG_COMMANDS, prefix="config ")
 app.add_typer(config_app)
+registry_app = _typer("registry", help="Move registry records between homes (export, import).", add_completion=False)
+register(registry_app, commands_boxes.REGISTRY_COMMANDS, prefix="registry ")
+app.add_typer(registry_app)
 
 
 def main() -> None:
