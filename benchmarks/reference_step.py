@@ -7,7 +7,10 @@ batch as the preset; its matmul FLOPs per token are within a few percent of octl
 8d^2 weights, octlm's SwiGLU of about 8d/3 has 8d^2 too). Rounds alternate: K steps of octlm, K steps of the
 reference, so drift in the machine's speed falls on both. Medians of per-step times.
 
-    python benchmarks/reference_step.py [--preset day1] [--rounds 6] [--steps 10]
+    python benchmarks/reference_step.py [--preset day1] [--rounds 6] [--steps 10] [--compile]
+
+With ``--compile`` octlm's step runs through torch.compile (as ``training.compile: true``) and the reference
+stays eager: what a user gets from each, the compile time left out (``benchmarks/first_step.py`` measures it).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from octlm_cli import bench, runtime
+from octlm_cli import bench, bench_plan, runtime
 from octlm_cli.home import Home
 from octlm_cli.loop import TrainState, train_step
 
@@ -64,8 +67,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=10, help="steps of each side per round")
     parser.add_argument("--profile", action="store_true", help="then profile 10 octlm steps: the top operators")
+    parser.add_argument("--compile", action="store_true", help="octlm's step through torch.compile (warm-up compiles)")
     args = parser.parse_args()
-    config = bench.resolve_config(Home(Path.cwd()), None, args.preset)
+    config = bench_plan.with_choices(bench.resolve_config(Home(Path.cwd()), None, args.preset), args.compile)
     device = runtime.prepare_process(config)
     blocks = bench.synthetic_blocks(config)
     state = TrainState.fresh(config, device, len(blocks))
@@ -103,7 +107,8 @@ def main() -> None:
     counts = {"octlm": state.model.parameter_count(), "reference": sum(p.numel() for p in reference.parameters())}
     for name, seconds in medians.items():
         print(f"{name:9} {seconds * 1000:8.2f} ms/step {tokens / seconds:10,.0f} tokens/s {counts[name]:,} parameters")
-    print(f"octlm / reference tokens/s: {medians['reference'] / medians['octlm']:.3f} ({args.preset}, {device})")
+    ratio = medians["reference"] / medians["octlm"]
+    print(f"octlm / reference tokens/s: {ratio:.3f} ({args.preset}, {device}, octlm compiled: {args.compile})")
     if args.profile:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
             for _ in range(10):

@@ -245,7 +245,7 @@ ADDED_LATER: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Config:
-    id: str = _doc("experiment ID (EXP-NNN), the same as the file's name", "")
+    id: str = _doc("experiment ID (EXP-008, BOX-001, ...), the same as the file's name", "")
     description: str = _doc("one line on what the experiment is for", "")
     preset: str = _doc("{choices}: the preset whose keys fill in what the file leaves out", "", choices=tuple(PRESETS))
     data: DataConfig = field(default_factory=DataConfig)

@@ -54,7 +54,7 @@ def run(home: Home, experiment_id: str, reporter: Reporter | None = None) -> dic
     existing = set(home.cache.glob("tokens-*.bin")) if home.cache.is_dir() else set()
     started = time.perf_counter()
     with files.lock():
-        prepared = prepare(home, config, files.tokenizer, timer, first_step=False)
+        prepared = prepare(home, config, files.tokenizer, timer, first_step=False, apart=False)  # its own peak
     seconds = time.perf_counter() - started
     phases = timer.end()
     train, validation = len(prepared.train_blocks.stream), len(prepared.eval_blocks.stream)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from . import apart as apart_process
 from . import corpus, data, runtime
 from .checkpoint import Fingerprints
 from .config import Config
@@ -49,25 +50,32 @@ class PreparedData:
 
 
 def prepare(
-    home: Home, config: Config, tokenizer_path: Path, reporter: Reporter | None = None, first_step: bool = True
+    home: Home,
+    config: Config,
+    tokenizer_path: Path,
+    reporter: Reporter | None = None,
+    first_step: bool = True,
+    apart: bool = True,
 ) -> PreparedData:
     """Set up the process, then read the corpus, load (or take from the cache, or train) the tokenizer and
     cut blocks, telling ``reporter`` each phase; with ``first_step``, the last phase is the first step.
 
-    A newly trained or cached tokenizer is saved only after the whole corpus has encoded with it."""
+    A newly trained or cached tokenizer is saved only after the whole corpus has encoded with it. With
+    ``apart`` (and on Linux), a tokenizer to train or a token file to write is made in a child process
+    (``apart.run_apart``), so that the memory they take is not kept for the run; this process then loads
+    both, as a warm start does. The tokens are the same either way."""
     report = reporter or QuietReporter()
     device = runtime.prepare_process(config)
     found = _read_corpus(home, config, report)
-    tokenizer, how, cached = _tokenizer(home, config, tokenizer_path, found, report)
-    data_hash = data.dataset_hash(found, tokenizer)
-    report.phase("encoding", f"{_megabytes(found)} MB with {tokenizer.vocab_size:,} tokens")
-    streams = data.token_streams(found, tokenizer, home.cache, data_hash)
-    notes = [streams.note] if streams.note else []
-    if how != "loaded":
-        tokenizer.save(tokenizer_path)
-        notes.append(_tokenizer_note(how, tokenizer, tokenizer_path, cached))
-    if how == "trained":
-        to_cache(tokenizer, cached)
+    notes = (
+        _apart(home, config, tokenizer_path, found, report)
+        if apart and _cold(home, config, tokenizer_path, found)
+        else None
+    )
+    tokenizer, data_hash, streams, more = _tokens(
+        home, config, tokenizer_path, found, report if notes is None else None
+    )
+    notes = [*(notes or []), *more]
     train_blocks = data.make_blocks(streams.train, tokenizer, config.model.context_length)
     if len(streams.validation):
         validation = data.make_blocks(streams.validation, tokenizer, config.model.context_length)
@@ -78,6 +86,51 @@ def prepare(
     if first_step:
         _first_step(config, device, report)
     return PreparedData(config, device, tokenizer, train_blocks, eval_blocks, data_hash, tuple(notes))
+
+
+def _tokens(
+    home: Home, config: Config, tokenizer_path: Path, found: corpus.Corpus, report: Reporter | None
+) -> tuple[Tokenizer, str, data.Streams, list[str]]:
+    """The tokenizer, the dataset hash and the token streams (made, or loaded and verified); the notes.
+    ``report`` None: nothing is told (the work was done and told apart)."""
+    tell = report or QuietReporter()
+    tokenizer, how, cached = _tokenizer(home, config, tokenizer_path, found, tell)
+    data_hash = data.dataset_hash(found, tokenizer)
+    tell.phase("encoding", f"{_megabytes(found)} MB with {tokenizer.vocab_size:,} tokens")
+    streams = data.token_streams(found, tokenizer, home.cache, data_hash)
+    notes = [streams.note] if streams.note else []
+    if how != "loaded":
+        tokenizer.save(tokenizer_path)
+        notes.append(_tokenizer_note(how, tokenizer, tokenizer_path, cached))
+    if how == "trained":
+        to_cache(tokenizer, cached)
+    return tokenizer, data_hash, streams, notes
+
+
+def _cold(home: Home, config: Config, tokenizer_path: Path, found: corpus.Corpus) -> bool:
+    """Whether a tokenizer is to be trained or a token file written (a warm start has both)."""
+    if os.path.lexists(tokenizer_path):
+        return not _token_file(home, found, tokenizer_path).exists()
+    cached = cache_path(home.cache, (d.text for d in found.train), config.tokenizer.vocab_size)
+    return not os.path.lexists(cached) or not _token_file(home, found, cached).exists()
+
+
+def _token_file(home: Home, found: corpus.Corpus, tokenizer: Path) -> Path:
+    try:
+        return home.cache / f"tokens-{data.dataset_hash(found, Tokenizer.load(tokenizer))}.bin"
+    except Exception:  # a damaged tokenizer file: the work in this process says what is wrong with it
+        return home.cache / "tokens-unreadable.bin"
+
+
+def _apart(
+    home: Home, config: Config, tokenizer_path: Path, found: corpus.Corpus, report: Reporter
+) -> list[str] | None:
+    """Train the tokenizer and write the token file in a child process; its notes (None: not done there)."""
+
+    def work(child: Reporter) -> list[str]:
+        return _tokens(home, config, tokenizer_path, found, child)[3]
+
+    return apart_process.run_apart(work, report)
 
 
 def _megabytes(found: corpus.Corpus) -> str:
