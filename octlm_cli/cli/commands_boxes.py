@@ -80,9 +80,8 @@ def pack(
     if as_json:
         render.emit_json(report)
         return
-    steps = ", ".join(map(str, report["steps"])) or "none"
-    print(f"{report['experiment']}: packed to {render.plain(report['file'])} ({report['bytes']:,} bytes; checkpoints "
-          f"at steps {steps})")  # fmt: skip
+    print(f"{report['experiment']}: packed to {render.plain(report['file'])} ({report['bytes']:,} bytes; "
+          f"{_checkpoints(report['steps'])})")  # fmt: skip
 
 
 @handled
@@ -99,8 +98,12 @@ def unpack(ctx: typer.Context, file: PackArgument, as_id: AsOption = None, as_js
     if not report["changed"]:
         print(f"{name}: already here, nothing changed")
         return
-    steps = ", ".join(map(str, report["checkpoints"])) or "none"
-    print(f"{name}: unpacked (checkpoints at steps {steps}); continue it with `octlm resume {report['experiment']}`")
+    checkpoints = _checkpoints(report["checkpoints"])
+    print(f"{name}: unpacked ({checkpoints}); continue it with `octlm resume {report['experiment']}`")
+
+
+def _checkpoints(steps: list[int]) -> str:
+    return f"checkpoints at steps {', '.join(map(str, steps))}" if steps else "no checkpoints"
 
 
 @handled
