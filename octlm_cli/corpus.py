@@ -13,6 +13,7 @@ The split is by a hash of each document's name, so it never depends on file orde
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import json
@@ -103,9 +104,9 @@ class Corpus:
     train: tuple[Document, ...]
     validation: tuple[Document, ...]
 
-    @property
+    @functools.cached_property
     def content_hash(self) -> str:
-        """SHA-256 over every document's split, name and text."""
+        """SHA-256 over every document's split, name and text (one pass over the files, once)."""
         digest = hashlib.sha256()
         for split, documents in (("train", self.train), ("validation", self.validation)):
             for document in documents:

@@ -87,9 +87,15 @@ def _digest(source: Source) -> tuple[str, int]:
 
 
 def _check_sidecar(path: Path, digest: str) -> None:
-    written = read_regular(path.with_suffix(".sha256"), max_bytes=4096, follow=False).decode("utf-8", "replace")
-    if written.split()[:1] != [digest]:
+    if not _matches_sidecar(path, digest):
         raise Refused(f"{path.name}: its bytes do not match its .sha256 file (corrupted?): not packed")
+
+
+def _matches_sidecar(path: Path, digest: str) -> bool:
+    """Whether a checkpoint's ``.sha256`` file names ``digest`` (as ``checkpoint.expected_digest`` reads it; that
+    module imports torch, which packing does not)."""
+    written = read_regular(path.with_suffix(".sha256"), max_bytes=4096, follow=False).decode("utf-8", "replace")
+    return written.split()[:1] == [digest]
 
 
 def _records(home: Home, experiment_id: str, chosen: list[tuple[int, Path]], digests: dict) -> bytes:
@@ -279,10 +285,8 @@ def _extract(
         staged.append(target)
         digests[target.name] = digest
     for target in staged:
-        if target.suffix == ".pt":
-            written = read_regular(target.with_suffix(".sha256"), max_bytes=4096).decode("utf-8", "replace")
-            if written.split()[:1] != [digests[target.name]]:
-                raise Refused(f"{path}: {target.name} does not match its .sha256 file: nothing was registered")
+        if target.suffix == ".pt" and not _matches_sidecar(target, digests[target.name]):
+            raise Refused(f"{path}: {target.name} does not match its .sha256 file: nothing was registered")
     return staged
 
 

@@ -67,14 +67,10 @@ def prepare(
     report = reporter or QuietReporter()
     device = runtime.prepare_process(config)
     found = _read_corpus(home, config, report)
-    notes = (
-        _apart(home, config, tokenizer_path, found, report)
-        if apart and _cold(home, config, tokenizer_path, found)
-        else None
-    )
-    tokenizer, data_hash, streams, more = _tokens(
-        home, config, tokenizer_path, found, report if notes is None else None
-    )
+    cached = cache_path(home.cache, (d.text for d in found.train), config.tokenizer.vocab_size)  # reads them all
+    where = _Where(home, config, tokenizer_path, cached)
+    notes = _apart(where, found, report) if apart and _cold(where, found) else None
+    tokenizer, data_hash, streams, more = _tokens(where, found, report if notes is None else None)
     notes = [*(notes or []), *more]
     train_blocks = data.make_blocks(streams.train, tokenizer, config.model.context_length)
     if len(streams.validation):
@@ -88,31 +84,41 @@ def prepare(
     return PreparedData(config, device, tokenizer, train_blocks, eval_blocks, data_hash, tuple(notes))
 
 
+@dataclass(frozen=True)
+class _Where:
+    """Where the data's artefacts are: the home (its ``cache/``), the experiment's tokenizer file and the
+    shared cache's tokenizer for this corpus and vocabulary."""
+
+    home: Home
+    config: Config
+    tokenizer: Path
+    cached: Path
+
+
 def _tokens(
-    home: Home, config: Config, tokenizer_path: Path, found: corpus.Corpus, report: Reporter | None
+    where: _Where, found: corpus.Corpus, report: Reporter | None
 ) -> tuple[Tokenizer, str, data.Streams, list[str]]:
     """The tokenizer, the dataset hash and the token streams (made, or loaded and verified); the notes.
     ``report`` None: nothing is told (the work was done and told apart)."""
-    tell = report or QuietReporter()
-    tokenizer, how, cached = _tokenizer(home, config, tokenizer_path, found, tell)
+    tell, path, cached = report or QuietReporter(), where.tokenizer, where.cached
+    tokenizer, how = _tokenizer(where, found, tell)
     data_hash = data.dataset_hash(found, tokenizer)
     tell.phase("encoding", f"{_megabytes(found)} MB with {tokenizer.vocab_size:,} tokens")
-    streams = data.token_streams(found, tokenizer, home.cache, data_hash)
+    streams = data.token_streams(found, tokenizer, where.home.cache, data_hash)
     notes = [streams.note] if streams.note else []
     if how != "loaded":
-        tokenizer.save(tokenizer_path)
-        notes.append(_tokenizer_note(how, tokenizer, tokenizer_path, cached))
+        tokenizer.save(path)
+        notes.append(_tokenizer_note(how, tokenizer, path, cached))
     if how == "trained":
         to_cache(tokenizer, cached)
     return tokenizer, data_hash, streams, notes
 
 
-def _cold(home: Home, config: Config, tokenizer_path: Path, found: corpus.Corpus) -> bool:
+def _cold(where: _Where, found: corpus.Corpus) -> bool:
     """Whether a tokenizer is to be trained or a token file written (a warm start has both)."""
-    if os.path.lexists(tokenizer_path):
-        return not _token_file(home, found, tokenizer_path).exists()
-    cached = cache_path(home.cache, (d.text for d in found.train), config.tokenizer.vocab_size)
-    return not os.path.lexists(cached) or not _token_file(home, found, cached).exists()
+    if os.path.lexists(where.tokenizer):
+        return not _token_file(where.home, found, where.tokenizer).exists()
+    return not os.path.lexists(where.cached) or not _token_file(where.home, found, where.cached).exists()
 
 
 def _token_file(home: Home, found: corpus.Corpus, tokenizer: Path) -> Path:
@@ -122,13 +128,11 @@ def _token_file(home: Home, found: corpus.Corpus, tokenizer: Path) -> Path:
         return home.cache / "tokens-unreadable.bin"
 
 
-def _apart(
-    home: Home, config: Config, tokenizer_path: Path, found: corpus.Corpus, report: Reporter
-) -> list[str] | None:
+def _apart(where: _Where, found: corpus.Corpus, report: Reporter) -> list[str] | None:
     """Train the tokenizer and write the token file in a child process; its notes (None: not done there)."""
 
     def work(child: Reporter) -> list[str]:
-        return _tokens(home, config, tokenizer_path, found, child)[3]
+        return _tokens(where, found, child)[3]
 
     return apart_process.run_apart(work, report)
 
@@ -146,19 +150,15 @@ def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
     return found
 
 
-def _tokenizer(
-    home: Home, config: Config, path: Path, found: corpus.Corpus, report: Reporter
-) -> tuple[Tokenizer, str, Path]:
+def _tokenizer(where: _Where, found: corpus.Corpus, report: Reporter) -> tuple[Tokenizer, str]:
     """The experiment's tokenizer, the cached one, or a newly trained one (the library's own progress
-    on a terminal); how it was found; and where the cache keeps it."""
-    vocab_size, count = config.tokenizer.vocab_size, len(found.train)
-    cached = cache_path(home.cache, (d.text for d in found.train), vocab_size)  # each pass reads the documents again
-    if not os.path.lexists(path) and from_cache(cached) is None:
+    on a terminal); and how it was found."""
+    vocab_size, count, path = where.config.tokenizer.vocab_size, len(found.train), where.tokenizer
+    if not os.path.lexists(path) and from_cache(where.cached) is None:
         detail = f"{vocab_size:,} tokens on {count:,} documents"
         report.phase("training tokenizer", detail, own_progress=report.interactive)
-    texts = (d.text for d in found.train)
-    tokenizer, how = load_or_train(path, texts, vocab_size, cached, show_progress=report.interactive, length=count)
-    return tokenizer, how, cached
+    texts = (d.text for d in found.train)  # read again from their files
+    return load_or_train(path, texts, vocab_size, where.cached, show_progress=report.interactive, length=count)
 
 
 def _tokenizer_note(how: str, tokenizer: Tokenizer, path: Path, cached: Path) -> str:
