@@ -14,8 +14,9 @@ from pathlib import Path
 
 import torch
 
-from octlm_cli import corpus, data
-from octlm_cli.tokenizer import Tokenizer
+from octlm.data import blocks as data
+from octlm.data import corpus
+from octlm.data.tokenizer import Tokenizer
 
 
 def main() -> None:

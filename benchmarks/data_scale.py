@@ -28,7 +28,7 @@ import yaml
 
 def make_corpus(folder: Path, megabytes: int) -> int:
     """Copies of builtin:stdlib's modules, each with a first line naming its copy, up to ``megabytes``."""
-    from octlm_cli import corpus
+    from octlm.data import corpus
 
     modules = corpus.builtin_stdlib()
     folder.mkdir(parents=True, exist_ok=True)
@@ -49,9 +49,12 @@ def prepare_in_child(home: Path) -> dict[str, object]:
     """`octlm prepare EXP-001 --json` in a fresh process: the phases, tokens and its peak memory."""
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "octlm_cli", "--home", str(home), "prepare", "EXP-001", "--json"],
-        capture_output=True, text=True, check=False, cwd=home,
-    )  # fmt: skip
+        [sys.executable, "-m", "octlm", "--home", str(home), "prepare", "EXP-001", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=home,
+    )
     if result.returncode != 0:
         raise SystemExit(f"preparing {home} failed:\n{result.stderr[-2000:]}")
     report = json.loads(result.stdout)

@@ -30,7 +30,7 @@ def octlm(home: Path, cache: Path, *args: str) -> tuple[float, str]:
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "octlm_cli", "--home", str(home), *args], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "octlm", "--home", str(home), *args], capture_output=True, text=True, env=env
     )
     seconds = time.perf_counter() - started
     if done.returncode != 0:
@@ -62,11 +62,14 @@ def compile_break_even(preset: str, folder: Path, steps: int) -> dict[str, float
     warm = bench(preset, True, cache, steps)
     saving = eager["step"] - warm["step"]
     return {
-        "eager first s": eager["first"], "compiled first cold s": cold["first"], "compiled first warm s": warm["first"],
-        "eager ms/step": eager["step"] * 1000, "compiled ms/step": warm["step"] * 1000,
+        "eager first s": eager["first"],
+        "compiled first cold s": cold["first"],
+        "compiled first warm s": warm["first"],
+        "eager ms/step": eager["step"] * 1000,
+        "compiled ms/step": warm["step"] * 1000,
         "break-even cold": (cold["first"] - eager["first"]) / saving if saving > 0 else float("inf"),
         "break-even warm": (warm["first"] - eager["first"]) / saving if saving > 0 else float("inf"),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:

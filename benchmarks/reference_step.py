@@ -24,9 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from octlm_cli import bench, bench_plan, runtime
-from octlm_cli.home import Home
-from octlm_cli.loop import TrainState, train_step
+from octlm.core.home import Home
+from octlm.runtime import machine as runtime
+from octlm.tasks.bench import measure as bench
+from octlm.tasks.bench import plan as bench_plan
+from octlm.train.loop import TrainState, train_step
 
 
 class Block(nn.Module):

@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from octlm_cli import config as cfg
-from octlm_cli.presets import preset
-from octlm_cli.registry import Registry
+from octlm import config as cfg
+from octlm.config.presets import preset
+from octlm.store.registry import Registry
 
 
 def wall(command: list[str], runs: int) -> float:
@@ -64,7 +64,7 @@ def main() -> None:
                 },
             )
         registry.close()
-        octlm = [sys.executable, "-m", "octlm_cli", "--home", str(home)]
+        octlm = [sys.executable, "-m", "octlm", "--home", str(home)]
         rows = len(
             json.loads(subprocess.run([*octlm, "show", "--json"], capture_output=True, check=True).stdout)[
                 "experiments"

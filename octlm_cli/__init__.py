@@ -1,3 +1,4 @@
-"""octlm: train miniature decoder-only language models with a loop that resumes exactly."""
+"""The name octlm had before its package became ``octlm``: ``python -m octlm_cli ...`` still runs the command line.
 
-__version__ = "0.1.0"
+Nothing else lives here; import ``octlm`` (``octlm.load``, ``octlm.runs``) instead.
+"""

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from octlm_cli.cli.app import app
+from octlm.cli.app import app
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,7 +92,7 @@ def cli(home: Path, *args: str):
 
 def octlm(home: Path | None, *args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
     """Run octlm in a new Python process, as a shell script would."""
-    command = [sys.executable, "-m", "octlm_cli", *(["--home", str(home)] if home else []), *args]
+    command = [sys.executable, "-m", "octlm", *(["--home", str(home)] if home else []), *args]
     env = {**os.environ, "NO_COLOR": "1", **kwargs.pop("env", {})}
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
 

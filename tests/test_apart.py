@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from conftest import write_corpus, write_experiment
 
-from octlm_cli import apart, experiments
-from octlm_cli.home import Home
-from octlm_cli.prepare import prepare
-from octlm_cli.reporting import QuietReporter
-from octlm_cli.tokenizer import Tokenizer
+from octlm.core.home import Home
+from octlm.core.reporting import QuietReporter
+from octlm.data import apart
+from octlm.data.pipeline import prepare
+from octlm.data.tokenizer import Tokenizer
+from octlm.store import experiments
 
 pytestmark = pytest.mark.skipif(not apart.available(), reason="fork-based preparation runs on Linux only")
 

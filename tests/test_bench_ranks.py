@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import cli, json_out, octlm
 
-from octlm_cli import launch
+from octlm.runtime import launch
 
 
 def test_bench_nproc_2_reports_one_process_and_two_ranks(home: Path) -> None:
@@ -42,7 +42,7 @@ def test_bench_nproc_bad_input_is_one_line_before_any_rank(
 
 
 def test_figures_take_the_slowest_rank_per_step_and_the_sum_without_the_wait() -> None:
-    from octlm_cli.bench_ranks import figures
+    from octlm.tasks.bench.ranks import figures
 
     per_rank = [
         {"steps": [0.10, 0.30, 0.20], "reduces": [0.05, 0.01, 0.02], "threads": 1},
@@ -58,22 +58,42 @@ def test_figures_take_the_slowest_rank_per_step_and_the_sum_without_the_wait() -
 
 
 REPORT = {
-    "parameters": 935040, "tokens_per_step": 1024, "compile": False, "nproc": 4,
+    "parameters": 935040,
+    "tokens_per_step": 1024,
+    "compile": False,
+    "nproc": 4,
     "machine": {"cores": 2, "device": "cpu"},
     "results": [
-        {"precision": "fp32", "ranks": 1, "threads_per_rank": 2, "ms_per_step": 60.3, "tokens_per_second": 16981.4,
-         "all_reduce_ms": 0.0, "all_reduce_share": 0.0, "speed_up": 1.0},
-        {"precision": "fp32", "ranks": 4, "threads_per_rank": 1, "ms_per_step": 90.51, "tokens_per_second": 11313.4,
-         "all_reduce_ms": 9.898, "all_reduce_share": 0.1094, "speed_up": 0.666},
+        {
+            "precision": "fp32",
+            "ranks": 1,
+            "threads_per_rank": 2,
+            "ms_per_step": 60.3,
+            "tokens_per_second": 16981.4,
+            "all_reduce_ms": 0.0,
+            "all_reduce_share": 0.0,
+            "speed_up": 1.0,
+        },
+        {
+            "precision": "fp32",
+            "ranks": 4,
+            "threads_per_rank": 1,
+            "ms_per_step": 90.51,
+            "tokens_per_second": 11313.4,
+            "all_reduce_ms": 9.898,
+            "all_reduce_share": 0.1094,
+            "speed_up": 0.666,
+        },
     ],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_bench_ranks_table_fits_and_says_the_ranks_compete(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], width: int
 ) -> None:
-    from octlm_cli.cli import commands_tools, render
+    from octlm.cli import render
+    from octlm.cli.commands import tools as commands_tools
 
     buffer = io.StringIO()  # a terminal ``width`` columns wide
     console = render.PlainConsole(width=width, file=buffer, force_terminal=True, color_system=None, soft_wrap=False)

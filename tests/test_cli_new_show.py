@@ -95,7 +95,7 @@ def test_light_commands_never_import_torch_or_tokenizers(tmp_path: Path, args: l
     code = (
         "import sys, runpy\n"
         f"sys.argv = ['octlm', '--home', {str(tmp_path)!r}, *{args!r}]\n"
-        "try:\n    runpy.run_module('octlm_cli', run_name='__main__')\n"
+        "try:\n    runpy.run_module('octlm', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
         "sys.stderr.write('IMPORTED:' + ','.join(m for m in ('torch', 'tokenizers') if m in sys.modules))\n"
     )

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from octlm_cli import config as cfg
-from octlm_cli.errors import ConfigError
-from octlm_cli.presets import PRESETS, preset
+from octlm import config as cfg
+from octlm.config.presets import PRESETS, preset
+from octlm.core.errors import ConfigError
 
 
 def load_text(tmp_path: Path, text: str) -> cfg.Config:
@@ -232,6 +232,6 @@ def test_describe_keys_covers_every_key_in_file_order() -> None:
 
 
 def test_config_module_does_not_import_torch() -> None:
-    code = "import sys, octlm_cli.config as c; c.describe_keys(); print('torch' in sys.modules)"
+    code = "import sys, octlm.config as c; c.describe_keys(); print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

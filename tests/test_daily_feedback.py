@@ -10,10 +10,15 @@ from pathlib import Path
 import pytest
 from conftest import cli, json_out, octlm, run_on_terminal, write_experiment
 
-from octlm_cli import estimate, experiments, generate, prepare, runner, tokenizer
-from octlm_cli.cli.progress import ConsoleReporter
-from octlm_cli.home import Home
-from octlm_cli.tokenizer import Tokenizer
+from octlm.cli.progress import ConsoleReporter
+from octlm.core.home import Home
+from octlm.data import pipeline as prepare
+from octlm.data import tokenizer
+from octlm.data.tokenizer import Tokenizer
+from octlm.run import runner
+from octlm.store import experiments
+from octlm.train import generate
+from octlm.views import estimate
 
 STAMP = r"\d\d:\d\d:\d\d "
 RUNNER_REPORTS_PHASES = "context.reporter" in inspect.getsource(runner._train_session).split("prepare(")[1][:200]
@@ -24,9 +29,10 @@ needs_runner = pytest.mark.skipif(
 DEMO = """
 import sys, time
 from pathlib import Path
-from octlm_cli import experiments, prepare
-from octlm_cli.cli.progress import ConsoleReporter
-from octlm_cli.home import Home
+from octlm.store import experiments
+from octlm.data import pipeline as prepare
+from octlm.cli.progress import ConsoleReporter
+from octlm.core.home import Home
 
 home = Home(Path(sys.argv[1]))
 reporter = ConsoleReporter()
@@ -84,7 +90,7 @@ def test_a_training_start_shows_its_phases(home: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert re.search(r"^" + STAMP + r"reading corpus: 0\.0 MB, 10 documents$", result.stderr, re.M), result.stderr
     assert re.search(r"^" + STAMP + r"training tokenizer: 300 tokens", result.stderr, re.M)
-    code, shown = on_terminal([sys.executable, "-m", "octlm_cli", "--home", str(home), "resume", "EXP-001"])
+    code, shown = on_terminal([sys.executable, "-m", "octlm", "--home", str(home), "resume", "EXP-001"])
     assert code == 0 and "✓ reading corpus" in shown and "EXP-001" in shown, shown
 
 
@@ -182,7 +188,7 @@ def test_restart_says_what_it_discarded(home: Path) -> None:
 
 def test_restart_asks_on_a_terminal_unless_yes(home: Path) -> None:
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
-    command = [sys.executable, "-m", "octlm_cli", "--home", str(home), "train", "EXP-001", "--restart", "--until", "4"]
+    command = [sys.executable, "-m", "octlm", "--home", str(home), "train", "EXP-001", "--restart", "--until", "4"]
     code, shown = on_terminal(command, answer=(b"start over?", b"n\n"))
     assert code == 3 and "--restart discards:" in shown and "checkpoints/EXP-001/step-000004.pt" in shown, shown
     assert (home / "checkpoints" / "EXP-001" / "step-000004.pt").exists()

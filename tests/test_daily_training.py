@@ -11,10 +11,12 @@ import pytest
 import torch
 from conftest import cli, json_out, write_experiment
 
-from octlm_cli import checkpoint, runfile, runner
-from octlm_cli.errors import Refused
-from octlm_cli.home import Home
-from octlm_cli.registry import Registry
+from octlm.core.errors import Refused
+from octlm.core.home import Home
+from octlm.run import runner
+from octlm.store import runfile
+from octlm.store.registry import Registry
+from octlm.train import checkpoint
 
 EVAL_FIELDS = ("eval_loss", "perplexity", "bits_per_byte")
 METRIC_KEYS = {"step", "tokens", "lr", "train_loss", "gradient_norm", *EVAL_FIELDS}
@@ -114,11 +116,11 @@ def parent_home(home: Path) -> Path:
 
 @pytest.mark.parametrize("optimizer", [False, True])
 def test_fork_starts_from_the_parent_checkpoint(parent_home: Path, optimizer: bool) -> None:
-    from octlm_cli import experiments
-    from octlm_cli.artifacts import init_from
-    from octlm_cli.checkpoint import Fingerprints
-    from octlm_cli.loop import TrainState
-    from octlm_cli.reporting import QuietReporter
+    from octlm.core.reporting import QuietReporter
+    from octlm.run.artifacts import init_from
+    from octlm.store import experiments
+    from octlm.train.checkpoint import Fingerprints
+    from octlm.train.loop import TrainState
 
     parent_path = fork(parent_home, optimizer=optimizer, training={"weight_decay": 0.05})
     config = experiments.load(Home(parent_home), "EXP-002")
@@ -212,8 +214,9 @@ def test_verify_resume_of_a_fork_passes(home: Path) -> None:
     from conftest import octlm
 
     assert cli(home, "train", "EXP-001", "-q").exit_code == 0
-    created = cli(home, "new", "--init-from", "EXP-001@12", "--set", "training.steps=8", "--set",
-                  "training.warmup_steps=1")  # fmt: skip
+    created = cli(
+        home, "new", "--init-from", "EXP-001@12", "--set", "training.steps=8", "--set", "training.warmup_steps=1"
+    )
     assert created.exit_code == 0, created.stderr
     fork = created.stdout.strip()
     result = octlm(home, "verify-resume", fork, "--split-at", "4", "--json")

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 from conftest import cli, json_out, write_experiment
 
-from octlm_cli import show as shows
-from octlm_cli.cli import app as cli_app
-from octlm_cli.cli import commands_tools, render, show_view
-from octlm_cli.experiments import load, register
-from octlm_cli.home import Home
-from octlm_cli.registry import Registry
+from octlm.cli import app as cli_app
+from octlm.cli import render, show_view
+from octlm.cli.commands import tools as commands_tools
+from octlm.core.home import Home
+from octlm.store.experiments import load, register
+from octlm.store.registry import Registry
+from octlm.views import show as shows
 
 IDS = [f"EXP-00{n}" for n in range(1, 6)]
 BOX = set("─│━┃┌┐└┘├┤┬┴┼═║╭╮╰╯")
@@ -32,11 +33,20 @@ def five(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for n, experiment_id in enumerate(IDS, 1):
         write_experiment(home, experiment_id, training={"learning_rate": 0.001 * n}, data={"sources": ["builtin:docs"]})
         records = [
-            {"step": s, "tokens": s * 64, "train_loss": 5.9629 + n / 10, "eval_loss": 5.96291234, "perplexity": 357.8,
-             "bits_per_byte": 2.123456, "lr": 0.001, "gradient_norm": 1.5, "elapsed_seconds": 18.7,
-             "tokens_per_second": 17537.3}
+            {
+                "step": s,
+                "tokens": s * 64,
+                "train_loss": 5.9629 + n / 10,
+                "eval_loss": 5.96291234,
+                "perplexity": 357.8,
+                "bits_per_byte": 2.123456,
+                "lr": 0.001,
+                "gradient_norm": 1.5,
+                "elapsed_seconds": 18.7,
+                "tokens_per_second": 17537.3,
+            }
             for s in (4, 8, 12)
-        ]  # fmt: skip
+        ]
         (home / "runs").mkdir(exist_ok=True)
         (home / "runs" / f"{experiment_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         with Registry(home / "registry.db") as registry:
@@ -122,15 +132,28 @@ def test_piped_detail_is_plain_key_value_lines(five: Path) -> None:
 
 
 BENCH = {
-    "parameters": 1234567, "tokens_per_step": 4096, "compile": False, "machine": {"threads": 2, "device": "cpu"},
+    "parameters": 1234567,
+    "tokens_per_step": 4096,
+    "compile": False,
+    "machine": {"threads": 2, "device": "cpu"},
     "results": [
-        {"precision": p, "ms_per_step": 640.8123, "tokens_per_second": 6391.7, "model_flops_per_second": 2.345e10,
-         "matmul_peak_flops_per_second": 1.2345e11, "mfu": 0.71234, "checkpoint_bytes": 11_280_000,
-         "checkpoint_save_seconds": 0.2345, "checkpoint_load_seconds": 0.1234, "checkpoint_cost_at_interval": 0.0123,
-         "first_step_fresh_seconds": 18.7, "first_step_resumed_seconds": 2.25}
+        {
+            "precision": p,
+            "ms_per_step": 640.8123,
+            "tokens_per_second": 6391.7,
+            "model_flops_per_second": 2.345e10,
+            "matmul_peak_flops_per_second": 1.2345e11,
+            "mfu": 0.71234,
+            "checkpoint_bytes": 11_280_000,
+            "checkpoint_save_seconds": 0.2345,
+            "checkpoint_load_seconds": 0.1234,
+            "checkpoint_cost_at_interval": 0.0123,
+            "first_step_fresh_seconds": 18.7,
+            "first_step_resumed_seconds": 2.25,
+        }
         for p in ("fp32", "bf16")
     ],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("width", [80, 120])
@@ -160,7 +183,7 @@ def test_formats_per_column_kind() -> None:
 
 def test_stderr_notes_are_never_wrapped_when_piped(tmp_path: Path) -> None:
     message = "trained tokenizer (1024 tokens) -> " + "/very/long/path" * 12
-    code = f"from octlm_cli.cli import render; render.info({message!r}); render.warn({message!r})"
+    code = f"from octlm.cli import render; render.info({message!r}); render.warn({message!r})"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, timeout=60
     )
@@ -221,8 +244,9 @@ def test_archived_hidden_unless_all_and_detail_shows_lifecycle(tmp_path: Path) -
     assert listed(home) == ["EXP-002"]
     everything = json_out(cli(home, "show", "--json", "--all"))["experiments"]
     assert [(row["id"], row["archived"], row["tags"]) for row in everything] == [
-        ("EXP-001", True, ["old"]), ("EXP-002", False, ["baseline", "fork"])
-    ]  # fmt: skip
+        ("EXP-001", True, ["old"]),
+        ("EXP-002", False, ["baseline", "fork"]),
+    ]
     assert listed(home, "tags=baseline") == ["EXP-002"]
     detail = json_out(cli(home, "show", "EXP-002", "--json"))
     assert detail["tags"] == ["baseline", "fork"] and detail["parent"] == "EXP-001@4" and not detail["archived"]
@@ -250,9 +274,13 @@ def test_every_command_has_examples_h_and_readable_usage(tmp_path: Path, command
 def test_examples_of_owned_commands_name_real_options() -> None:
     for name in ("show", "doctor", "bench"):
         command = next(c for c in cli_app.app.registered_commands if c.name == name)
-        flags = {flag for p in cli_app.typer.main.get_command_from_info(command, pretty_exceptions_short=True,
-                                                                       rich_markup_mode=None).params
-                 for flag in getattr(p, "opts", [])}  # fmt: skip
+        flags = {
+            flag
+            for p in cli_app.typer.main.get_command_from_info(
+                command, pretty_exceptions_short=True, rich_markup_mode=None
+            ).params
+            for flag in getattr(p, "opts", [])
+        }
         for line in cli_app.EXAMPLES[name]:
             assert {word for word in line.split() if word.startswith("--")} <= flags, line
 

@@ -8,10 +8,11 @@ import pytest
 import torch
 from conftest import CORPUS
 
-from octlm_cli import corpus, data
-from octlm_cli.errors import BadInput
-from octlm_cli.model import loss_sums
-from octlm_cli.tokenizer import Tokenizer
+from octlm.core.errors import BadInput
+from octlm.data import blocks as data
+from octlm.data import corpus
+from octlm.data.tokenizer import Tokenizer
+from octlm.train.decoder import loss_sums
 
 TEXTS = [CORPUS[i * 900 : (i + 1) * 900] for i in range(8)]
 
@@ -88,7 +89,7 @@ def test_sampler_state_round_trip() -> None:
 
 def test_ranks_and_micro_batches_slice_the_same_global_batch() -> None:
     """N ranks with 1 micro-batch and 1 rank with N micro-batches cut the global batch into the same parts."""
-    from octlm_cli.distributed import Ranks
+    from octlm.runtime.distributed import Ranks
 
     index = data.Sampler(1000, 12, seed=3).next()
     by_ranks = [part for rank in range(4) for part in Ranks(4, rank).slices(index, 1)]
@@ -144,7 +145,7 @@ def test_builtin_docs_is_a_frozen_snapshot(tmp_path: Path) -> None:
 
 
 def test_a_damaged_builtin_snapshot_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from octlm_cli.errors import Refused
+    from octlm.core.errors import Refused
 
     damaged = tmp_path / "docs-v1.jsonl"
     damaged.write_bytes(corpus.BUILTIN_DOCS_FILE.read_bytes().replace(b"Miniature", b"Miniscule", 1))

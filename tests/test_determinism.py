@@ -30,7 +30,7 @@ PINNED = {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA
 
 def state_digest(path: Path) -> str:
     """sha256 of a checkpoint's weights (by name) and optimizer state (by parameter, then name)."""
-    from octlm_cli import checkpoint
+    from octlm.train import checkpoint
 
     record = checkpoint.read(path)
     digest = hashlib.sha256()
@@ -61,7 +61,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_golden_weights_and_canary(trained: Path) -> None:
-    from octlm_cli import checkpoint
+    from octlm.train import checkpoint
 
     final = trained / "checkpoints" / "EXP-001" / "step-000008.pt"
     assert state_digest(final) == GOLDEN_STATE
@@ -80,10 +80,11 @@ def test_verify_resume_passes_under_portable(trained: Path) -> None:
 
 
 FAKED = (
-    "import sys; from octlm_cli import canary, determinism; name, digest = sys.argv.pop(1), sys.argv.pop(1); "
+    "import sys; from octlm.train import canary; from octlm.runtime import determinism; "
+    "name, digest = sys.argv.pop(1), sys.argv.pop(1); "
     "determinism.processor = lambda: name; "
     "canary.digest = (lambda threads: digest) if digest != 'real' else canary.digest; "
-    "sys.argv[0] = 'octlm'; from octlm_cli.cli.app import main; main()"
+    "sys.argv[0] = 'octlm'; from octlm.cli.app import main; main()"
 )
 
 
@@ -120,8 +121,8 @@ def test_portable_refuses_compile_and_bf16_on_cpu(tmp_path: Path) -> None:
 
 
 def test_local_is_unchanged(home: Path) -> None:
-    from octlm_cli import checkpoint
-    from octlm_cli import config as cfg
+    from octlm import config as cfg
+    from octlm.train import checkpoint
 
     config = cfg.load(home / "experiments" / "EXP-001.yaml")
     assert not {"training.determinism", "training.threads"} & set(config.trajectory_dict())
@@ -132,7 +133,7 @@ def test_local_is_unchanged(home: Path) -> None:
 
 
 def test_environment_warnings_name_what_the_profile_cannot_pin() -> None:
-    from octlm_cli.artifacts import environment_warnings
+    from octlm.run.artifacts import environment_warnings
 
     here = {"torch": "2.13.0", "device": "cpu", "threads": 2, "processor": "A", "canary": "x", "determinism": "p"}
     assert environment_warnings({**here, "processor": "B"}, here) == []
@@ -146,7 +147,7 @@ def test_environment_warnings_name_what_the_profile_cannot_pin() -> None:
 
 
 def test_bench_times_each_profile_in_processes_of_its_own(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from octlm_cli import bench_plan
+    from octlm.tasks.bench import plan as bench_plan
 
     started: list[list[str]] = []
     speeds = {"local": iter([100.0, 120.0]), "portable": iter([90.0, 96.0])}
@@ -170,8 +171,8 @@ def test_bench_times_each_profile_in_processes_of_its_own(home: Path, monkeypatc
 def test_threads_are_the_key_else_under_portable_the_first_start(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from octlm_cli import config as cfg
-    from octlm_cli import runtime
+    from octlm import config as cfg
+    from octlm.runtime import machine as runtime
 
     asked: list[int] = []
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)

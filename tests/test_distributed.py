@@ -23,7 +23,9 @@ import pytest
 import torch
 from conftest import assert_same_training_state, octlm, write_corpus, write_experiment
 
-from octlm_cli import checkpoint, rng, runfile
+from octlm.runtime import rng
+from octlm.store import runfile
+from octlm.train import checkpoint
 
 ID = "EXP-001"
 ACCUMULATION_TOLERANCE = 2e-6  # measured: 4.8e-7 (one float32 ulp at a loss near 5) over 20 steps
@@ -47,7 +49,7 @@ def make_home(root: Path, **sections: dict) -> Path:
 
 def start(home: Path | None, *args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.Popen:
     """octlm in a new process and a session of its own (as a shell's job, or a service under a supervisor)."""
-    command = [sys.executable, "-m", "octlm_cli", *(["--home", str(home)] if home else []), *args]
+    command = [sys.executable, "-m", "octlm", *(["--home", str(home)] if home else []), *args]
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -235,9 +237,18 @@ def test_verify_resume_on_four_ranks_is_identical_on_every_check(tmp_path: Path)
     started = time.perf_counter()
     result = octlm(
         home,
-        "verify-resume", ID, "--nproc", "4", "--split-at", "10", "--until", "20", "--json", "--keep-scratch",
+        "verify-resume",
+        ID,
+        "--nproc",
+        "4",
+        "--split-at",
+        "10",
+        "--until",
+        "20",
+        "--json",
+        "--keep-scratch",
         env={"TMPDIR": str(scratch)},
-    )  # fmt: skip
+    )
     seconds = time.perf_counter() - started
     print(f"verify-resume --nproc 4 --split-at 10 --until 20: {seconds:.1f} s wall")
     assert result.returncode == 0, result.stderr
@@ -274,10 +285,19 @@ def test_verify_resume_catches_rank0_rng_and_plain_ddp(tmp_path: Path) -> None:
         processes[fault] = (
             home,
             start(
-                home, "verify-resume", ID, "--nproc", "3", "--split-at", "2", "--until", "4", "--json",
+                home,
+                "verify-resume",
+                ID,
+                "--nproc",
+                "3",
+                "--split-at",
+                "2",
+                "--until",
+                "4",
+                "--json",
                 env={"OCTLM_DISTRIBUTED_FAULT": fault},
             ),
-        )  # fmt: skip
+        )
     try:
         for fault, (_, process) in processes.items():
             code, stdout, stderr = finish(process)
@@ -460,7 +480,7 @@ def test_two_nodes_on_loopback_train_what_two_local_ranks_train(tmp_path: Path, 
 def test_torchrun_starts_the_ranks(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home", training={"batch_size": 12, "steps": 8}, checkpoint={"interval": 4})
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    command += ["-m", "octlm_cli", "--home", str(home), "train", ID, "-q"]
+    command += ["-m", "octlm", "--home", str(home), "train", ID, "-q"]
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"}, cwd=tmp_path
     )

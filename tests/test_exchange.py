@@ -15,8 +15,8 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 from test_pack import make_home
 
-from octlm_cli import migrations
-from octlm_cli.registry import Registry
+from octlm.store import migrations
+from octlm.store.registry import Registry
 
 TYPES = {"experiment", "run", "checkpoint", "verification", "note", "run_file"}
 
@@ -79,9 +79,19 @@ def test_a_colliding_id_is_refused_and_a_prefix_imports_it_beside(
     assert result.exit_code == 0, result.stderr
     report = json_out(result)
     assert report["changed"] and report["experiments"][0] | {"uuid": None} == {
-        "id": "B-EXP-001", "from": "EXP-001", "uuid": None, "status": "new"}  # fmt: skip
-    assert report["rows"] == {"experiments": 1, "runs": 1, "checkpoints": 1, "verifications": 1, "notes": 1,
-                              "metrics": 1}  # fmt: skip
+        "id": "B-EXP-001",
+        "from": "EXP-001",
+        "uuid": None,
+        "status": "new",
+    }
+    assert report["rows"] == {
+        "experiments": 1,
+        "runs": 1,
+        "checkpoints": 1,
+        "verifications": 1,
+        "notes": 1,
+        "metrics": 1,
+    }
     compared = json_out(cli(home, "show", "EXP-001", "B-EXP-001", "--json"))
     assert "training.learning_rate" in json.dumps(compared)
     plotted = cli(home, "show", "EXP-001", "B-EXP-001", "--plot", "--json")

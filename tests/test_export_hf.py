@@ -15,10 +15,10 @@ from conftest import cli, write_corpus, write_experiment
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from octlm_cli import checkpoint, generate
-from octlm_cli.config import from_dict
-from octlm_cli.model import Decoder
-from octlm_cli.tokenizer import Tokenizer
+from octlm.config import from_dict
+from octlm.data.tokenizer import Tokenizer
+from octlm.train import checkpoint, generate
+from octlm.train.decoder import Decoder
 
 PROMPT = "The quick"
 
@@ -46,9 +46,13 @@ def test_hf_export_computes_what_octlm_computes(trained: Path, tmp_path: Path) -
     result = cli(trained, "export", "EXP-001", "-o", str(out), "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["files"] == [
-        "README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+        "README.md",
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
         "tokenizer_config.json",
-    ]  # fmt: skip
+    ]
     model, tokenizer, record = octlm_model(trained)
     hf = AutoModelForCausalLM.from_pretrained(out).eval()
     hf_tokenizer = AutoTokenizer.from_pretrained(out)

@@ -15,7 +15,8 @@ import pytest
 import torch
 from conftest import assert_same_training_state, cli, json_out, octlm, write_experiment
 
-from octlm_cli import checkpoint, runfile
+from octlm.store import runfile
+from octlm.train import checkpoint
 
 LONG = {
     "training": {"steps": 1200, "warmup_steps": 20, "eval_interval": 50},
@@ -33,7 +34,7 @@ def long_home(root: Path, corpus_from: Path) -> Path:
 
 def start(home: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "octlm_cli", "--home", str(home), *args],
+        [sys.executable, "-m", "octlm", "--home", str(home), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -159,7 +160,7 @@ def test_one_writer_per_experiment_and_dead_locks_do_not_block(home: Path) -> No
             sys.executable,
             "-c",
             (
-                "import sys, time\nfrom pathlib import Path\nfrom octlm_cli.locking import ExperimentLock\n"
+                "import sys, time\nfrom pathlib import Path\nfrom octlm.store.locking import ExperimentLock\n"
                 f"with ExperimentLock(Path({str(home / 'locks' / 'EXP-001.lock')!r}), 'EXP-001'):\n"
                 "    print('held', flush=True)\n    time.sleep(60)\n"
             ),
@@ -182,7 +183,7 @@ def test_one_writer_per_experiment_and_dead_locks_do_not_block(home: Path) -> No
 def test_sixteen_processes_hammer_the_registry(tmp_path: Path) -> None:
     path = tmp_path / "registry.db"
     script = (
-        "import sys\nfrom pathlib import Path\nfrom octlm_cli.registry import Registry\n"
+        "import sys\nfrom pathlib import Path\nfrom octlm.store.registry import Registry\n"
         "n = int(sys.argv[1]); r = Registry(Path(sys.argv[2]))\n"
         "r.add_experiment(f'EXP-{n:03d}', description='', preset='', yaml_path='', config_json='{}', config_hash='h')\n"
         "for k in range(5):\n"

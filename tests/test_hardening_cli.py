@@ -16,16 +16,16 @@ import typer
 import yaml
 from conftest import cli, json_out, run_on_terminal, write_experiment
 
-from octlm_cli import liveness
-from octlm_cli.cli import common
-from octlm_cli.cli.render import plain
-from octlm_cli.experiments import load, register
-from octlm_cli.home import Home
-from octlm_cli.registry import Registry
+from octlm.cli import common
+from octlm.cli.render import plain
+from octlm.core.home import Home
+from octlm.store import liveness
+from octlm.store.experiments import load, register
+from octlm.store.registry import Registry
 
 DESCRIPTION = "[/x] oops [link=http://x]a[/link] [blink]b[/blink] \x1b[31mred\x07 :x:"
 SHOWN = ("[/x]", "oops", "[link=http://x]a[/link]", "[blink]b[/blink]", "[31mred", ":x:")
-OCTLM = [sys.executable, "-m", "octlm_cli"]
+OCTLM = [sys.executable, "-m", "octlm"]
 
 
 def on_terminal(home: Path, *args: str) -> tuple[int, str]:
@@ -341,7 +341,7 @@ def test_a_run_of_another_host_reads_unknown_and_doctor_can_mark_it(home: Path) 
 
 
 def test_doctor_reports_checksum_disagreement_and_foreign_checkpoints(home: Path) -> None:
-    from octlm_cli import checkpoint
+    from octlm.train import checkpoint
 
     write_experiment(home, "EXP-002")
     assert cli(home, "train", "EXP-001", "--until", "8", "-q").exit_code == 0

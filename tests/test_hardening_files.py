@@ -26,10 +26,12 @@ import pytest
 import torch
 from conftest import cli, octlm, write_experiment
 
-from octlm_cli import checkpoint, corpus, data
-from octlm_cli.errors import BadInput
-from octlm_cli.home import find_home
-from octlm_cli.tokenizer import Tokenizer
+from octlm.core.errors import BadInput
+from octlm.core.home import find_home
+from octlm.data import blocks as data
+from octlm.data import corpus
+from octlm.data.tokenizer import Tokenizer
+from octlm.train import checkpoint
 
 VICTIM_TEXT = "precious, outside the home\n"
 
@@ -130,7 +132,7 @@ def test_deleting_the_checkpoint_folder_mid_run_does_not_let_a_second_writer_in(
     long_run = {"steps": 100_000, "warmup_steps": 20, "eval_interval": 4}
     write_experiment(home, training=long_run, checkpoint={"interval": 50_000})  # no write while the folder goes
     process = subprocess.Popen(
-        [sys.executable, "-m", "octlm_cli", "--home", str(home), "train", "EXP-001", "-q"],
+        [sys.executable, "-m", "octlm", "--home", str(home), "train", "EXP-001", "-q"],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -306,7 +308,7 @@ def test_a_metrics_bomb_is_refused_fast_and_small(home: Path) -> None:
     tracemalloc.stop()
     assert seconds < 2 and peak < 200 << 20, (seconds, peak)
     started = time.monotonic()
-    command = [sys.executable, "-m", "octlm_cli", "--home", str(home), "resume", "EXP-001", "--json"]
+    command = [sys.executable, "-m", "octlm", "--home", str(home), "resume", "EXP-001", "--json"]
     measured = subprocess.run(
         [sys.executable, "-c", MEASURE, *command], capture_output=True, text=True, timeout=60, env=os.environ | NO_COLOR
     )
@@ -388,7 +390,7 @@ def test_home_discovery_ignores_world_writable_and_foreign_ancestors(tmp_path: P
     shared.chmod(0o777)
     env = {key: value for key, value in os.environ.items() if key != "OCTLM_HOME"}
     done = subprocess.run(
-        [sys.executable, "-m", "octlm_cli", "new", "EXP-001"], cwd=mine, env=env, capture_output=True, timeout=60
+        [sys.executable, "-m", "octlm", "new", "EXP-001"], cwd=mine, env=env, capture_output=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     assert (mine / "experiments" / "EXP-001.yaml").exists()

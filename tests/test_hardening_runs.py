@@ -24,7 +24,7 @@ import pytest
 import yaml
 from conftest import cli, json_out, write_experiment
 
-from octlm_cli import checkpoint
+from octlm.train import checkpoint
 
 OCTLM = Path(sys.executable).with_name("octlm")  # the console script, as a user runs it (not `python -m`)
 STEADY = {"training": {"steps": 1200, "warmup_steps": 20, "eval_interval": 50}, "checkpoint": {"interval": 100}}
@@ -104,8 +104,9 @@ def test_a_homes_git_config_never_runs(home: Path, tmp_path: Path) -> None:
 
 def test_a_planted_package_in_the_working_directory_never_runs(home: Path, tmp_path: Path) -> None:
     marker = tmp_path / "planted-ran"
-    planted = tmp_path / "cwd" / "octlm_cli"
+    planted = tmp_path / "cwd" / "octlm"
     planted.mkdir(parents=True)
+    (tmp_path / "cwd" / "octlm_cli").symlink_to(planted)
     (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
     (planted / "__main__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
     done = subprocess.run(
@@ -188,7 +189,7 @@ def test_sighup_checkpoints_and_exits_129(home: Path) -> None:
 
 
 def test_nohup_keeps_a_run_going_past_a_hang_up() -> None:
-    from octlm_cli.signals import SignalGuard
+    from octlm.core.signals import SignalGuard
 
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:

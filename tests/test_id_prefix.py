@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import cli, json_out, write_experiment
 
-from octlm_cli.errors import BadInput
-from octlm_cli.home import id_sort_key, split_id, validate_id, validate_prefix
+from octlm.core.errors import BadInput
+from octlm.core.home import id_sort_key, split_id, validate_id, validate_prefix
 
 
 @pytest.mark.parametrize(
@@ -20,9 +20,25 @@ def test_well_formed_ids(good: str) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["EXP", "EXP-", "-EXP-001", "EXP-001-", "EXP--001", "1A-001", "7-001", "EXP-0123456789", "EXP_1-001",
-     "../EXP-001", "EXP-001/..", "EXP-001@4", "B-001-X-002", "EXP-001 ", "ÉXP-001", "A" * 61 + "-001"],
-)  # fmt: skip
+    [
+        "EXP",
+        "EXP-",
+        "-EXP-001",
+        "EXP-001-",
+        "EXP--001",
+        "1A-001",
+        "7-001",
+        "EXP-0123456789",
+        "EXP_1-001",
+        "../EXP-001",
+        "EXP-001/..",
+        "EXP-001@4",
+        "B-001-X-002",
+        "EXP-001 ",
+        "ÉXP-001",
+        "A" * 61 + "-001",
+    ],
+)
 def test_malformed_ids(bad: str) -> None:
     with pytest.raises(BadInput, match="malformed experiment ID"):
         validate_id(bad)

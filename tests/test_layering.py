@@ -1,33 +1,50 @@
-"""Layering and size rules for octlm_cli, checked by parsing its source with ast (nothing is imported).
+"""The package's shape, checked by parsing its source with ast (nothing is imported).
 
-- Light start-up: `octlm --help`, `show` and `new` must not load torch, numpy or tokenizers, so the CLI and
-  the bookkeeping modules (registry, migrations, show, compare, experiments, listing, plots) import them, or
-  octlm modules that import them at module level, only inside function bodies.
-- Data flows one way: config -> data -> model -> loop -> checkpoint -> registry -> cli. The loop knows no
-  bookkeeping or CLI, only __main__ enters the CLI from outside, and module-level imports have no cycle.
-- Small units: functions of at most 40 lines and modules of at most 350 lines stay reviewable.
-Line length is ruff's job. Modules are found by walking the package, so new ones are covered automatically.
+- Layers: ``ALLOWED`` is the one table of which package may import which. Every import of every module (at
+  module level or inside a function) is an edge between two packages, and each edge must be in the table, so a
+  new module is covered by the folder it is placed in. Every package has a row; a new package without one fails.
+- Light packages: the ones in ``TORCH_FREE`` never load torch, numpy or tokenizers when imported, neither
+  directly nor through the octlm modules they import at module level (``octlm --help``, ``show`` and ``new``
+  start in a fraction of a second).
+- No import cycle between modules at module level.
+- Small units, measured in logic, not in wrapped lines (the formatter decides those): functions of at most
+  ``MAX_FUNCTION`` logical lines (statements, a docstring not counted) and modules of at most ``MAX_MODULE``.
+- Rooms that say what they hold: each package holds 2 to 10 modules, and its ``__init__`` docstring says what
+  it owns and may import.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "octlm_cli"
+PACKAGE = Path(__file__).resolve().parents[1] / "octlm"
 HEAVY = {"torch", "numpy", "tokenizers"}
-LIGHT = {
-    "registry", "migrations", "show", "compare", "experiments", "listing", "plots", "report", "report_sections",
-    "charts", "exchange", "importing", "registry_exchange", "packing", "mounts", "compile_cache",
-}  # fmt: skip
-LOOP_MUST_NOT_IMPORT = {"registry", "session", "runner", "show", "compare"}
-MAX_FUNCTION, MAX_MODULE = 40, 350
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "config": {"core"},
+    "runtime": {"core", "config"},
+    "data": {"core", "config", "runtime"},
+    "train": {"core", "config", "runtime", "data"},
+    "store": {"core", "config"},
+    "run": {"core", "config", "runtime", "data", "train", "store"},
+    "tasks": {"core", "config", "runtime", "data", "train", "store", "run"},
+    "exchange": {"core", "config", "store"},
+    "views": {"core", "config", "store"},
+    "cli": {"core", "config", "runtime", "data", "train", "store", "run", "tasks", "exchange", "views"},
+    "": {"core", "config", "runtime", "data", "train", "store", "run", "tasks", "exchange", "views", "cli"},
+}  # "": the package's own face (``octlm/__init__.py``) and entry point (``__main__``)
+TORCH_FREE = {"", "core", "config", "store", "exchange", "views", "cli"}
+MAX_FUNCTION, MAX_MODULE = 30, 250
+MODULES_PER_PACKAGE = (2, 10)
 
 
 def modules(root: Path) -> dict[str, Path]:
-    """{dotted name: path} for every .py file under the package directory `root`."""
+    """{dotted name: path} for every .py file under the package directory ``root``."""
     found = {}
     for path in sorted(root.rglob("*.py")):
         parts = [root.name, *path.relative_to(root).with_suffix("").parts]
@@ -35,8 +52,15 @@ def modules(root: Path) -> dict[str, Path]:
     return found
 
 
+def package_of(name: str) -> str:
+    """The layer a module belongs to: ``octlm.store.registry`` -> ``store``; the root's ``__init__`` and
+    ``__main__`` -> ``""`` (any other module at the root is a package of its own, which needs a row)."""
+    parts = name.split(".")
+    return "" if len(parts) == 1 or parts[1:] == ["__main__"] else parts[1]
+
+
 def imports(root: Path) -> dict[str, list[tuple[str, int, bool]]]:
-    """{module: [(imported module, line, at module level)]} for the package directory `root`."""
+    """{module: [(imported module, line, at module level)]} for the package directory ``root``."""
     mods = modules(root)
     return {
         name: file_imports(path, name.split(".")[: None if path.name == "__init__.py" else -1], mods)
@@ -45,7 +69,7 @@ def imports(root: Path) -> dict[str, list[tuple[str, int, bool]]]:
 
 
 def file_imports(path: Path, package: list[str], mods: dict) -> list[tuple[str, int, bool]]:
-    """Imports of one file; relative ones are resolved against `package` (a list of name parts)."""
+    """Imports of one file; relative ones are resolved against ``package`` (a list of name parts)."""
     found, todo = [], [(ast.parse(path.read_text(), str(path)), True)]
     while todo:
         node, top = todo.pop()
@@ -64,14 +88,6 @@ def file_imports(path: Path, package: list[str], mods: dict) -> list[tuple[str, 
     return sorted(found, key=lambda edge: edge[1])
 
 
-def short(name: str) -> str:
-    return name.partition(".")[2]  # "octlm_cli.cli.app" -> "cli.app"
-
-
-def is_cli(short_name: str | None) -> bool:
-    return short_name is not None and f"{short_name}.".startswith("cli.")
-
-
 def heavy_modules(graph: dict) -> set[str]:
     """Modules importing torch/numpy/tokenizers at module level, directly or via other octlm modules."""
     heavy: set[str] = set()
@@ -84,39 +100,42 @@ def heavy_modules(graph: dict) -> set[str]:
     return heavy
 
 
-def import_rule(reason: str, offends):
-    """Rule flagging every import for which offends(importer, imported or None, at module level, heavy)."""
-
-    def offenders(root: Path) -> list[str]:
-        mods, graph = modules(root), imports(root)
-        heavy = heavy_modules(graph)
-        return [
-            f"{mods[name].relative_to(root.parent)}:{line} imports {target} ({reason})"
-            for name, edges in graph.items()
-            for target, line, top in edges
-            if offends(
-                short(name),
-                short(target) if target in mods else None,
-                top,
-                target.split(".")[0] in HEAVY or target in heavy,
-            )
-        ]
-
-    return offenders
+def where(root: Path, name: str, line: int) -> str:
+    return f"{modules(root)[name].relative_to(root.parent)}:{line}"
 
 
-loop_offenders = import_rule(
-    "the loop must not know bookkeeping or the CLI",
-    lambda src, dst, top, heavy: src == "loop" and (dst in LOOP_MUST_NOT_IMPORT or is_cli(dst)),
-)
-light_offenders = import_rule(
-    "heavy at module level; import it inside the function",
-    lambda src, dst, top, heavy: (is_cli(src) or src.split(".")[-1] in LIGHT) and top and heavy,
-)
-cli_entry_offenders = import_rule(
-    "only __main__ may import the CLI",
-    lambda src, dst, top, heavy: is_cli(dst) and not is_cli(src) and src != "__main__",
-)
+def edge_offenders(root: Path) -> list[str]:
+    """Every import from one package into another that ``ALLOWED`` does not list (the root's ``__init__``, which
+    Python runs before any subpackage, may be imported from anywhere: it holds ``__version__``)."""
+    graph, mods, bad = imports(root), modules(root), []
+    for name, edges in graph.items():
+        source = package_of(name)
+        for target, line, _ in edges:
+            if target not in mods or target == root.name:
+                continue
+            layer = package_of(target)
+            if layer != source and layer not in ALLOWED.get(source, set()):
+                bad.append(f"{where(root, name, line)} imports {target}: {source or 'the root'} may not import {layer}")
+    return bad
+
+
+def table_offenders(root: Path) -> list[str]:
+    """A package with no row in ``ALLOWED`` (a new folder must say what it may import)."""
+    found = {package_of(name) for name in modules(root)}
+    return [f"{root.name}/{package}/: no row in ALLOWED" for package in sorted(found - set(ALLOWED))]
+
+
+def light_offenders(root: Path) -> list[str]:
+    graph = imports(root)
+    heavy, mods = heavy_modules(graph), modules(root)
+    return [
+        f"{where(root, name, line)} imports {target} at module level, which loads torch, numpy or tokenizers "
+        f"({package_of(name) or 'the root'} is torch-free: import it inside the function)"
+        for name, edges in graph.items()
+        if package_of(name) in TORCH_FREE
+        for target, line, top in edges
+        if top and (target.split(".")[0] in HEAVY or (target in mods and target in heavy))
+    ]
 
 
 def cycle_offenders(root: Path) -> list[str]:
@@ -140,30 +159,67 @@ def cycle_offenders(root: Path) -> list[str]:
     return cycles
 
 
+def logical_lines(source: str) -> list[int]:
+    """The line each logical line (a statement, however the formatter wraps it) starts on."""
+    starts, first = [], None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if first is None and token.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            first = token.start[0]
+        if token.type == tokenize.NEWLINE:
+            starts.append(first)
+            first = None
+    return starts
+
+
+def _has_docstring(node: ast.AST) -> bool:
+    body = getattr(node, "body", [])
+    return bool(body) and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
+
+
 def function_offenders(root: Path) -> list[str]:
     bad = []
     for path in sorted(root.rglob("*.py")):
-        nodes = ast.walk(ast.parse(path.read_text(), str(path)))
-        for node in sorted(
-            (n for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), key=lambda n: n.lineno
-        ):
-            if (size := node.end_lineno - node.lineno + 1) > MAX_FUNCTION:
-                bad.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({size} lines)")
+        source = path.read_text()
+        starts = logical_lines(source)
+        nodes = [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for node in sorted(nodes, key=lambda n: n.lineno):
+            size = sum(node.body[0].lineno <= line <= (node.end_lineno or 0) for line in starts) - _has_docstring(node)
+            if size > MAX_FUNCTION:
+                bad.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({size} logical lines)")
     return bad
 
 
 def module_offenders(root: Path) -> list[str]:
-    sizes = {path: len(path.read_text().splitlines()) for path in sorted(root.rglob("*.py"))}
-    return [f"{p.relative_to(root.parent)}:1 {p.stem} ({n} lines)" for p, n in sizes.items() if n > MAX_MODULE]
+    sizes = {path: len(logical_lines(path.read_text())) for path in sorted(root.rglob("*.py"))}
+    return [f"{p.relative_to(root.parent)}:1 {p.stem} ({n} logical lines)" for p, n in sizes.items() if n > MAX_MODULE]
+
+
+def room_offenders(root: Path) -> list[str]:
+    """Each package (a folder with an ``__init__.py``) holds 2 to 10 modules and says in its ``__init__``
+    docstring what it owns."""
+    bad, low, high = [], *MODULES_PER_PACKAGE
+    for init in sorted(root.rglob("__init__.py")):
+        if init.parent == root:
+            continue
+        folder = init.parent
+        count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"]) + len(
+            [d for d in folder.iterdir() if (d / "__init__.py").exists()]
+        )
+        if not low <= count <= high:
+            bad.append(f"{folder.relative_to(root.parent)}/: {count} modules (a package holds {low} to {high})")
+        if not (ast.get_docstring(ast.parse(init.read_text())) or "").strip():
+            bad.append(f"{init.relative_to(root.parent)}:1 has no docstring saying what the package owns")
+    return bad
 
 
 RULES = {
-    "loop-imports-one-way": loop_offenders,
-    "light-modules-stay-light": light_offenders,
-    "only-main-imports-cli": cli_entry_offenders,
+    "package-edges-follow-the-table": edge_offenders,
+    "every-package-has-a-row": table_offenders,
+    "torch-free-packages-stay-light": light_offenders,
     "no-import-cycles": cycle_offenders,
-    f"functions-at-most-{MAX_FUNCTION}-lines": function_offenders,
-    f"modules-at-most-{MAX_MODULE}-lines": module_offenders,
+    f"functions-at-most-{MAX_FUNCTION}-logical-lines": function_offenders,
+    f"modules-at-most-{MAX_MODULE}-logical-lines": module_offenders,
+    "packages-are-rooms": room_offenders,
 }
 
 
@@ -173,36 +229,59 @@ def test_package_obeys(rule: str) -> None:
         pytest.fail(f"{rule}: {len(offenders)} offender(s):\n" + "\n".join(offenders), pytrace=False)
 
 
+def test_the_root_lists_at_most_13_entries() -> None:
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= 13, entries
+
+
+_LONG = "def ok():\n" + "    x = (\n        1\n    )\n" * MAX_FUNCTION  # wrapped lines count once each
 GOOD = {
-    "__init__.py": "__version__ = '0'\n",
-    "__main__.py": "from .cli.app import main\n",
-    "config.py": "import yaml\n\n\n@staticmethod\ndef ok():\n" + "    x = 1\n" * (MAX_FUNCTION - 1),
-    "model.py": "import torch.nn.functional as F\nfrom .config import Config\n",
-    "loop.py": "from . import model\n",
-    "registry.py": "import json\n" * MAX_MODULE,
-    "show.py": "from .registry import Registry\n\n\ndef f():\n    from . import loop\n    import torch\n",
-    "cli/__init__.py": "",
-    "cli/app.py": "from .. import show\nfrom . import render\n\n\ndef main():\n    from ..loop import step\n",
+    "__init__.py": '"""The face."""\n__version__ = "0"\n',
+    "__main__.py": "from octlm.cli.app import main\n",
+    "core/__init__.py": '"""Base."""\n',
+    "core/errors.py": "import os\n",
+    "core/home.py": "from octlm.core import errors\nfrom octlm import __version__\n",
+    "train/__init__.py": '"""Engine."""\n',
+    "train/loop.py": "import torch\nfrom octlm.core import errors\n",
+    "train/step.py": _LONG,
+    "store/__init__.py": '"""Store."""\n',
+    "store/registry.py": "import json\n" * MAX_MODULE,
+    "store/runfile.py": "from octlm.core.home import Home\n\n\ndef f():\n    import torch\n",
+    "views/__init__.py": '"""Views."""\n',
+    "views/show.py": "from octlm.store.registry import Registry\n",
+    "views/charts.py": "def f():\n    import numpy\n",
+    "cli/__init__.py": '"""CLI."""\n',
+    "cli/app.py": "from octlm.views import show\n\n\ndef main():\n    from octlm.train.loop import step\n",
     "cli/render.py": "import rich\n",
 }
-BREAK = {  # rule -> (file, source appended to it that breaks that rule); GOOD sits at the size limits
-    "loop-imports-one-way": ("loop.py", "def f():\n    from . import registry\n"),
-    "light-modules-stay-light": ("cli/render.py", "from ..loop import step\n"),  # torch via loop -> model
-    "only-main-imports-cli": ("registry.py", "def f():\n    from .cli import app\n"),
-    "no-import-cycles": ("config.py", "from . import loop\n"),
-    f"functions-at-most-{MAX_FUNCTION}-lines": ("config.py", "def long():\n" + "    x = 1\n" * MAX_FUNCTION),
-    f"modules-at-most-{MAX_MODULE}-lines": ("registry.py", "import os\n"),
+BREAK = {  # rule -> (file, source appended to it that breaks that rule); GOOD sits at the limits
+    "package-edges-follow-the-table": ("store/runfile.py", "\n\ndef g():\n    from octlm.train import loop\n"),
+    "every-package-has-a-row": ("sweeps/__init__.py", '"""Sweeps."""\nfrom octlm.core import errors\n'),
+    "torch-free-packages-stay-light": ("views/charts.py", "import torch\n"),
+    "no-import-cycles": ("core/errors.py", "from octlm.core import home\n"),
+    f"functions-at-most-{MAX_FUNCTION}-logical-lines": ("train/step.py", "    y = 2\n"),
+    f"modules-at-most-{MAX_MODULE}-logical-lines": ("store/registry.py", "import os\n"),
+    "packages-are-rooms": ("core/__init__.py", "x = 1\n"),
 }
 
 
 @pytest.mark.parametrize("rule", RULES)
 def test_rule_on_synthetic_package(rule: str, tmp_path: Path) -> None:
-    root = tmp_path / "octlm_cli"
+    root = tmp_path / "octlm"
     for name, source in GOOD.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(source)
+    (root / "core" / "mounts.py").write_text("")  # every room holds two modules at least
+    for room in ("views", "cli", "store", "train"):
+        (root / room / "extra.py").write_text("")
     assert {r: check(root) for r, check in RULES.items()} == {r: [] for r in RULES}
     name, extra = BREAK[rule]
-    (root / name).write_text(GOOD[name] + extra)
+    path = root / name
+    if name == "core/__init__.py":  # a room without its docstring
+        path.write_text(extra)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(GOOD.get(name, "") + extra)
     offenders = RULES[rule](root)
-    assert offenders and all(Path(name).stem in line for line in offenders), offenders
+    assert offenders, rule
+    assert all(Path(name).parent.name in line or Path(name).stem in line for line in offenders), offenders

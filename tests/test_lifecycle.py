@@ -17,15 +17,25 @@ from conftest import cli, json_out, write_experiment
 from sqlite_utils import Database
 from typer.testing import CliRunner
 
-from octlm_cli import migrations
-from octlm_cli import registry as registry_module
-from octlm_cli.cli import commands_lifecycle
-from octlm_cli.cli.app import app
-from octlm_cli.home import Home
-from octlm_cli.registry import KNOWN_MIGRATIONS, Registry
+from octlm.cli.app import app
+from octlm.cli.commands import lifecycle as commands_lifecycle
+from octlm.core.home import Home
+from octlm.store import migrations
+from octlm.store import registry as registry_module
+from octlm.store.registry import KNOWN_MIGRATIONS, Registry
 
-RECORD = {"step": 4, "tokens": 256, "lr": 0.003, "train_loss": 5.1, "eval_loss": 5.3, "perplexity": 200.3,
-          "bits_per_byte": 2.1, "gradient_norm": 1.5, "elapsed_seconds": 0.4, "tokens_per_second": 640.0}  # fmt: skip
+RECORD = {
+    "step": 4,
+    "tokens": 256,
+    "lr": 0.003,
+    "train_loss": 5.1,
+    "eval_loss": 5.3,
+    "perplexity": 200.3,
+    "bits_per_byte": 2.1,
+    "gradient_norm": 1.5,
+    "elapsed_seconds": 0.4,
+    "tokens_per_second": 640.0,
+}
 
 
 def columns(path: Path, table: str) -> set[str]:
@@ -142,16 +152,23 @@ def test_rm_removes_rows_and_files_and_never_another_experiment(home: Path) -> N
     result = cli(home, "rm", "EXP-001", "--yes", "--json")
     assert result.exit_code == 0, result.stderr
     removed = json_out(result)
-    assert list(removed["rows"].items()) == [("experiments", 1), ("runs", 1), ("verifications", 1),
-                                             ("checkpoints", 1), ("notes", 1), ("metrics", 1)]  # fmt: skip
+    assert list(removed["rows"].items()) == [
+        ("experiments", 1),
+        ("runs", 1),
+        ("verifications", 1),
+        ("checkpoints", 1),
+        ("notes", 1),
+        ("metrics", 1),
+    ]
     assert "checkpoints/EXP-001/" in removed["files"] and "locks/EXP-001.lock" in removed["files"]
     assert not any(path.exists() for path in mine) and not (home / "checkpoints" / "EXP-001").exists()
     assert all(path.exists() for path in theirs)
     with Registry(home / "registry.db") as registry:
         assert registry.row_counts("EXP-001") == {}
         for other in ("EXP-0010", "EXP-002"):
-            assert registry.row_counts(other) == {t: 1 for t in ("metrics", "notes", "checkpoints", "verifications",
-                                                                 "runs", "experiments")}  # fmt: skip
+            assert registry.row_counts(other) == {
+                t: 1 for t in ("metrics", "notes", "checkpoints", "verifications", "runs", "experiments")
+            }
     listed = [row["id"] for row in json_out(cli(home, "show", "--json"))["experiments"]]
     assert "EXP-001" not in listed and {"EXP-0010", "EXP-002"} <= set(listed)
     assert cli(home, "rm", "EXP-001", "--yes").exit_code == 2  # gone: unknown now
@@ -183,7 +200,7 @@ def test_rm_asks_on_a_terminal_and_refuses_off_one_without_yes(home: Path, monke
 def test_rm_refuses_while_the_experiment_is_locked(home: Path) -> None:
     register(home, "EXP-001")
     code = (
-        "import time\nfrom pathlib import Path\nfrom octlm_cli.locking import ExperimentLock\n"
+        "import time\nfrom pathlib import Path\nfrom octlm.store.locking import ExperimentLock\n"
         f"with ExperimentLock(Path({str(home / 'locks' / 'EXP-001.lock')!r}), 'EXP-001'):\n"
         "    print('held', flush=True)\n    time.sleep(60)\n"
     )
@@ -246,7 +263,7 @@ def test_notes_are_added_and_listed(home: Path) -> None:
 
 
 def test_doctor_removes_the_rows_of_an_experiment_without_config(home: Path) -> None:
-    from octlm_cli import doctor
+    from octlm.tasks import doctor
 
     register(home, "EXP-001", "EXP-002")
     (home / "experiments" / "EXP-002.yaml").unlink()
@@ -262,7 +279,7 @@ def test_doctor_removes_the_rows_of_an_experiment_without_config(home: Path) -> 
 
 
 def test_doctor_recommends_repair_only_when_it_can_help(home: Path) -> None:
-    from octlm_cli import doctor
+    from octlm.tasks import doctor
 
     assert cli(home, "tag", "EXP-001").exit_code == 0  # registered: the one problem is EXP-002's file
     (home / "experiments" / "EXP-002.yaml").write_text("model: {colour: red}\n")
@@ -302,13 +319,27 @@ def test_new_from_describes_its_parent_and_warns_about_a_twin(home: Path) -> Non
 
 def test_init_from_writes_the_checkpoint_path_and_sha256(home: Path) -> None:
     digest = fake_checkpoint(home)
-    result = cli(home, "new", "--from", "EXP-001", "--init-from", "EXP-001@4", "--with-optimizer",
-                 "--set", "training.steps=24", "--json")  # fmt: skip
+    result = cli(
+        home,
+        "new",
+        "--from",
+        "EXP-001",
+        "--init-from",
+        "EXP-001@4",
+        "--with-optimizer",
+        "--set",
+        "training.steps=24",
+        "--json",
+    )
     assert result.exit_code == 0, result.stderr
     written = yaml.safe_load((home / "experiments" / "EXP-002.yaml").read_text())
     # The fork keeps its own link to the parent's bytes: the parent's retention or rm cannot take it away.
-    assert written["init"] == {"parent": "EXP-001@4", "checkpoint": f"checkpoints/forks/{digest}.pt",
-                               "sha256": digest, "optimizer": True}  # fmt: skip
+    assert written["init"] == {
+        "parent": "EXP-001@4",
+        "checkpoint": f"checkpoints/forks/{digest}.pt",
+        "sha256": digest,
+        "optimizer": True,
+    }
     kept = home / "checkpoints" / "forks" / f"{digest}.pt"
     assert kept.read_bytes() == (home / "checkpoints" / "EXP-001" / "step-000004.pt").read_bytes()
     assert written["training"]["steps"] == 24 and written["description"] == "from EXP-001@4: training.steps=24"
@@ -342,7 +373,7 @@ def test_init_from_errors_are_one_line(home: Path, args: list[str], code: int, m
 
 
 def test_lifecycle_commands_never_import_torch() -> None:
-    code = "import sys, octlm_cli.lifecycle, octlm_cli.cli.commands_lifecycle; print('torch' in sys.modules)"
+    code = "import sys, octlm.store.lifecycle, octlm.cli.commands.lifecycle; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
@@ -356,7 +387,7 @@ def test_the_metrics_table_holds_json_free_numbers(tmp_path: Path) -> None:
 
 
 def test_malformed_tags_read_as_empty_and_doctor_clears_them(home: Path) -> None:
-    from octlm_cli import doctor
+    from octlm.tasks import doctor
 
     assert cli(home, "tag", "EXP-001", "+a").exit_code == 0
     with sqlite3.connect(home / "registry.db") as conn:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import cli, octlm
 
-from octlm_cli import mounts
-from octlm_cli.errors import Refused
-from octlm_cli.home import Home
+from octlm.core import mounts
+from octlm.core.errors import Refused
+from octlm.core.home import Home
 
 ROOT_LINE = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw"
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import assert_same_training_state, cli, json_out, write_corpus, write_experiment
 
-from octlm_cli import checkpoint, runfile
+from octlm.store import runfile
+from octlm.train import checkpoint
 
 SHORT = {"training": {"steps": 8}, "checkpoint": {"interval": 4, "keep": 3}}
 STEP = "octlm-pack/checkpoints/step-000004.pt"

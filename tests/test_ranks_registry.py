@@ -13,13 +13,13 @@ import pytest
 from conftest import cli, json_out, write_experiment
 from sqlite_utils import Database
 
-from octlm_cli import migrations
-from octlm_cli import registry as registry_module
-from octlm_cli import show as shows
-from octlm_cli.cli import render, show_view
-from octlm_cli.experiments import load, register
-from octlm_cli.home import Home
-from octlm_cli.registry import KNOWN_MIGRATIONS, Registry
+from octlm.cli import render, show_view
+from octlm.core.home import Home
+from octlm.store import migrations
+from octlm.store import registry as registry_module
+from octlm.store.experiments import load, register
+from octlm.store.registry import KNOWN_MIGRATIONS, Registry
+from octlm.views import show as shows
 
 RANKS = ("world_size", "nnodes", "backend", "resharded_from")
 SHARDED = "4 gloo, 2 nodes, resharded from 2"
@@ -78,8 +78,10 @@ def test_an_m004_registry_migrates_with_one_rank_on_its_old_runs(tmp_path: Path)
     with sqlite3.connect(path) as conn:
         migrations.migrations.apply(Database(conn), stop_before="m005_ranks")
         conn.execute("insert into experiments (id, description, config_json) values ('EXP-001', 'old', '{}')")
-        conn.execute("insert into runs (experiment_id, kind, status, start_step, end_step) "
-                     "values ('EXP-001', 'train', 'completed', 0, 12)")  # fmt: skip
+        conn.execute(
+            "insert into runs (experiment_id, kind, status, start_step, end_step) "
+            "values ('EXP-001', 'train', 'completed', 0, 12)"
+        )
     assert "world_size" not in table_info(path, "runs")
     with Registry(path, create=False) as reader:  # read-only: migrated on a copy in memory, the file untouched
         [run] = reader.runs("EXP-001")
@@ -178,8 +180,10 @@ def test_show_reads_an_m004_registry_as_one_rank(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         migrations.migrations.apply(Database(conn), stop_before="m005_ranks")
         conn.execute("insert into experiments (id, description, config_json) values ('EXP-001', 'old', '{}')")
-        conn.execute("insert into runs (experiment_id, kind, status, start_step, end_step, threads) "
-                     "values ('EXP-001', 'train', 'completed', 0, 12, 2)")  # fmt: skip
+        conn.execute(
+            "insert into runs (experiment_id, kind, status, start_step, end_step, threads) "
+            "values ('EXP-001', 'train', 'completed', 0, 12, 2)"
+        )
     result = cli(home, "show", "EXP-001")
     assert result.exit_code == 0, result.stderr
     assert column(result.stdout, "ranks") == ["1"]
@@ -205,9 +209,17 @@ def test_ranks_stays_at_120_columns_and_gives_way_on_a_narrow_terminal(
     registered(home)
     with Registry(home / "registry.db") as registry:
         run = registry.start_run(
-            "EXP-001", "train", start_step=0, pid=17537, host="box", device="cpu", dtype="float32", threads=2,
-            world_size=4, backend="gloo",
-        )  # fmt: skip
+            "EXP-001",
+            "train",
+            start_step=0,
+            pid=17537,
+            host="box",
+            device="cpu",
+            dtype="float32",
+            threads=2,
+            world_size=4,
+            backend="gloo",
+        )
         registry.finish_run(run, "completed", end_step=12, latest_metrics={"train_loss": 5.1, "eval_loss": 5.3})
     wide = draw(home, monkeypatch, 120)
     assert max(len(line) for line in wide.splitlines()) <= 120

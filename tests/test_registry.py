@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import octlm
 
-from octlm_cli import migrations
-from octlm_cli import registry as registry_module
-from octlm_cli.errors import Refused
-from octlm_cli.registry import KNOWN_MIGRATIONS, Registry
+from octlm.core.errors import Refused
+from octlm.store import migrations
+from octlm.store import registry as registry_module
+from octlm.store.registry import KNOWN_MIGRATIONS, Registry
 
 
 def columns(path: Path, table: str) -> set[str]:
@@ -82,8 +82,8 @@ def test_registry_from_a_newer_octlm_is_refused(tmp_path: Path) -> None:
 
 
 def test_registry_module_never_imports_torch() -> None:
-    modules = ("registry", "show", "details", "listing", "compare", "plots", "experiments", "cli.app")
-    imports = ", ".join(f"octlm_cli.{name}" for name in modules)
+    modules = ("store.registry", "views.show", "views.details", "views.listing", "views.compare", "views.plots")
+    imports = ", ".join(f"octlm.{name}" for name in (*modules, "store.experiments", "cli.app"))
     code = f"import sys; import {imports}; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"

@@ -13,31 +13,48 @@ from pathlib import Path
 import pytest
 from conftest import cli
 
-from octlm_cli import experiments
-from octlm_cli.home import Home
-from octlm_cli.registry import Registry
+from octlm.core.home import Home
+from octlm.store import experiments
+from octlm.store.registry import Registry
 
 EVIL = '<script>alert(1)</script> "><img src=x onerror=alert(2)>'
 
 
 VERIFY = {
-    "verdict": "pass", "split_at": [8], "until": 16, "nproc": 1, "next_loss": 5.0675, "seconds": {"a": 3.5, "b": 9.9},
+    "verdict": "pass",
+    "split_at": [8],
+    "until": 16,
+    "nproc": 1,
+    "next_loss": 5.0675,
+    "seconds": {"a": 3.5, "b": 9.9},
     "checks": [{"check": "model", "compared": 20, "differing": []}, {"check": "rng", "compared": 3, "differing": []}],
     "summary": "identical: model 20/20, rng 3/3",
-}  # fmt: skip
+}
 OVERFIT = {
-    "steps": 20, "max_loss": 1.0, "final_loss": 3.7659, "perplexity": 43.204, "bits_per_byte": 4.5752,
-    "first_logged": {"step": 4, "train_loss": 5.4656}, "matched_tokens": 6, "block_tokens": 17,
-    "block_text": EVIL, "decoded_text": "Documen",
-}  # fmt: skip
+    "steps": 20,
+    "max_loss": 1.0,
+    "final_loss": 3.7659,
+    "perplexity": 43.204,
+    "bits_per_byte": 4.5752,
+    "first_logged": {"step": 4, "train_loss": 5.4656},
+    "matched_tokens": 6,
+    "block_tokens": 17,
+    "block_text": EVIL,
+    "decoded_text": "Documen",
+}
 
 
 def records(steps: int, scale: float = 1.0) -> list[dict]:
     """A run file's records: the training loss every 2 steps, an evaluation every 4."""
     found = []
     for step in range(2, steps + 1, 2):
-        record = {"step": step, "tokens": step * 64, "lr": 1e-3 * (1 - step / (2 * steps)),
-                  "train_loss": scale * (6 - step / 10), "gradient_norm": 1.5 - step / 40}  # fmt: skip
+        record = {
+            "step": step,
+            "tokens": step * 64,
+            "lr": 1e-3 * (1 - step / (2 * steps)),
+            "train_loss": scale * (6 - step / 10),
+            "gradient_norm": 1.5 - step / 40,
+        }
         if step % 4 == 0:
             record |= {
                 "eval_loss": scale * (6.1 - step / 10),
@@ -135,8 +152,9 @@ def test_the_page_is_self_contained_and_deterministic(filled: Path, tmp_path: Pa
 def test_each_chart_has_a_point_per_record(filled: Path) -> None:
     html = report(filled, "EXP-001").stdout
     found = records(12)
-    charts = re.findall(r'<svg class="chart" data-chart="([^"]+)" data-metrics="([^"]+)" data-x="(\w+)"(.*?)</svg>',
-                        html, re.S)  # fmt: skip
+    charts = re.findall(
+        r'<svg class="chart" data-chart="([^"]+)" data-metrics="([^"]+)" data-x="(\w+)"(.*?)</svg>', html, re.S
+    )
     assert [c[0] for c in charts] == ["loss-step", "loss-tokens", "lr", "gradient-norm", "bpb"]
     for _, metrics, _, body in charts:
         expected = sum(1 for r in found for m in metrics.split() if r.get(m) is not None)
@@ -152,5 +170,5 @@ def test_an_experiment_never_trained_has_a_page(home: Path) -> None:
 
 
 def test_report_is_torch_free_at_import() -> None:
-    code = "import sys, octlm_cli.cli.app, octlm_cli.report; assert 'torch' not in sys.modules, 'torch loaded'"
+    code = "import sys, octlm.cli.app, octlm.views.report; assert 'torch' not in sys.modules, 'torch loaded'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -16,12 +16,26 @@ import pytest
 from conftest import cli, write_corpus, write_experiment
 from playwright.sync_api import Page, sync_playwright
 
-from octlm_cli.charts import NAMES, number
+from octlm.views.charts import NAMES, number
 
-CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
-                 if p and Path(p).is_file()), None)  # fmt: skip
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+CHROMIUM = next(
+    (
+        p
+        for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
+        if p and Path(p).is_file()
+    ),
+    None,
+)
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="no Chromium found (apt-get install chromium; .ci/run installs it)"
 )

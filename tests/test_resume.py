@@ -8,12 +8,14 @@ import torch
 import yaml
 from conftest import assert_same_training_state, cli, json_out, octlm, tiny_config, write_experiment
 
-from octlm_cli import checkpoint, data, runfile
+from octlm.data import blocks as data
+from octlm.store import runfile
+from octlm.train import checkpoint
 
 
 def metric_rows(home: Path, experiment: str = "EXP-001") -> list[dict]:
     """The registry's metrics table as run-file records (no ids, timings or absent fields)."""
-    from octlm_cli.registry import Registry
+    from octlm.store.registry import Registry
 
     drop = {"id", "experiment_id", "run_id", "track", *runfile.TIMING_FIELDS}
     with Registry(home / "registry.db") as registry:
@@ -115,7 +117,7 @@ def test_overfit_reaches_its_threshold(home: Path) -> None:
     failed = cli(home, "overfit", "EXP-001", "--steps", "2", "--max-loss", "0.01", "-q")
     assert failed.exit_code == 1
     # --steps trains a variant; the experiment's registered config stays the file's.
-    from octlm_cli.registry import Registry
+    from octlm.store.registry import Registry
 
     with Registry(home / "registry.db", create=False) as registry:
         row = registry.experiment("EXP-001")
@@ -141,7 +143,7 @@ def test_bf16_autocast_resumes_exactly(home: Path) -> None:
 def test_second_run_reads_tokens_from_the_cache(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
     assert len(list((home / "cache").glob("tokens-*.bin"))) == 1
-    from octlm_cli.tokenizer import Tokenizer
+    from octlm.data.tokenizer import Tokenizer
 
     def no_encoding(self, texts):  # a spy: the real run above made the cache
         raise AssertionError("tokenized again")
@@ -182,7 +184,7 @@ def test_compiled_training_with_dropout_resumes_exactly(home: Path, tmp_path: Pa
 
 
 def test_compiled_and_eager_runs_are_different_experiments(home: Path) -> None:
-    from octlm_cli import config as cfg
+    from octlm import config as cfg
 
     eager = cfg.from_dict(tiny_config())
     compiled = cfg.from_dict(tiny_config(training={"compile": True}))

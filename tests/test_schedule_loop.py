@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from octlm_cli import checkpoint
-from octlm_cli import config as cfg
-from octlm_cli.model import Decoder
-from octlm_cli.optim import parameter_groups
-from octlm_cli.schedule import learning_rate
+from octlm import config as cfg
+from octlm.train import checkpoint
+from octlm.train.decoder import Decoder
+from octlm.train.optim import parameter_groups
+from octlm.train.schedule import learning_rate
 
 
 def lr(step: int) -> float:
@@ -42,8 +42,8 @@ def test_decay_groups_matrices_only_in_fixed_order() -> None:
 
 
 def test_clipping_caps_the_global_norm_and_reports_it_before() -> None:
-    from octlm_cli.data import TokenBlocks
-    from octlm_cli.loop import TrainState, train_step
+    from octlm.data.blocks import TokenBlocks
+    from octlm.train.loop import TrainState, train_step
 
     config = cfg.from_dict(
         {
@@ -102,7 +102,7 @@ def test_a_payload_missing_a_key_is_invalid_and_named(tmp_path: Path, missing: s
     import hashlib
     import io
 
-    from octlm_cli.fsutil import atomic_write
+    from octlm.core.fsutil import atomic_write
 
     payload = small_record().to_payload()
     del payload[missing]

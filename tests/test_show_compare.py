@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import cli, json_out, octlm, write_corpus, write_experiment
 
-from octlm_cli.experiments import load, register
-from octlm_cli.home import Home
-from octlm_cli.plots import chart
-from octlm_cli.registry import Registry
+from octlm.core.home import Home
+from octlm.store.experiments import load, register
+from octlm.store.registry import Registry
+from octlm.views.plots import chart
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,13 @@ import pytest
 import torch
 from conftest import REPO, cli, json_out, octlm, write_experiment
 
-from octlm_cli import corpus, data, experiments
-from octlm_cli.errors import BadInput
-from octlm_cli.home import Home
-from octlm_cli.prepare import prepare
-from octlm_cli.tokenizer import Tokenizer
+from octlm.core.errors import BadInput
+from octlm.core.home import Home
+from octlm.data import blocks as data
+from octlm.data import corpus
+from octlm.data.pipeline import prepare
+from octlm.data.tokenizer import Tokenizer
+from octlm.store import experiments
 
 # EXP-008's streams as octlm encoded them before the token file existed (one encode_batch of every document,
 # int64 arrays), measured with the code of commit 2d13add: sha256 of train "<i8" bytes, "|", validation bytes.

@@ -1,0 +1,3 @@
+from octlm.cli.app import main
+
+main()

@@ -1,0 +1,226 @@
+"""The Typer app: the one place that creates it and registers every command.
+
+Commands are thin: they parse options, call one use case and render the result.
+Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 refused to protect existing state.
+Torch and tokenizers are imported only inside the commands that train or sample, so
+``octlm --help``, ``octlm show`` and ``octlm new`` start fast. The command modules import
+``common`` and never this module, so the CLI has no import cycle.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from octlm import __version__
+from octlm.cli import render
+from octlm.cli.commands import boxes as commands_boxes
+from octlm.cli.commands import canary as commands_canary
+from octlm.cli.commands import config as commands_config
+from octlm.cli.commands import experiments as commands_experiments
+from octlm.cli.commands import lifecycle as commands_lifecycle
+from octlm.cli.commands import report as commands_report
+from octlm.cli.commands import tools as commands_tools
+from octlm.cli.commands import training as commands_training
+from octlm.cli.common import OctlmGroup, StrictCommand
+
+HELP = (
+    "Train miniature decoder-only language models with a loop that resumes exactly, and prove it.\n\n"
+    "Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 refused to protect existing state."
+)
+HomeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--home",
+        metavar="DIR",
+        help="Home folder (default: OCTLM_HOME, else the nearest folder with experiments/ or registry.db, "
+        "else the current one).",
+        show_default=False,
+    ),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"octlm {__version__}")
+        raise typer.Exit()
+
+
+VersionOption = Annotated[
+    bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+]
+
+
+def _root(ctx: typer.Context, home: HomeOption = None, version: VersionOption = False) -> None:
+    ctx.obj = {"home": home}  # read by common.home_of
+
+
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+# The ``Examples:`` section of each command's help, by command name (``config keys`` for a subcommand). Commands
+# registered from other modules (``commands_lifecycle.COMMANDS``) take theirs from here too.
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "octlm": (
+        "octlm new --preset day1 --description 'first try'",
+        "octlm train EXP-001",
+        "octlm show",
+        "octlm show EXP-001 EXP-002",
+        "octlm --install-completion",
+    ),
+    "new": (
+        "octlm new --preset day1",
+        "octlm new EXP-010 --set training.steps=300 --description 'longer'",
+        "octlm new --from EXP-008 --set training.learning_rate=1e-3",
+        "octlm new --from EXP-008 --init-from EXP-008@200 --set training.steps=400",
+        "octlm new --id-prefix BOX-",
+    ),
+    "show": (
+        "octlm show",
+        "octlm show --where 'eval_loss<4' --sort eval_loss --limit 5",
+        "octlm show --where status=completed --where 'description~warmup'",
+        "octlm show --all",
+        "octlm show --columns eval_loss,training.learning_rate --csv",
+        "octlm show EXP-008",
+        "octlm show EXP-008 EXP-009 --all-keys",
+        "octlm show EXP-008 EXP-009 --plot",
+        "octlm show EXP-008 --json",
+    ),
+    "train": (
+        "octlm train EXP-008",
+        "octlm train EXP-008 --until 100",
+        "octlm train EXP-008 --restart --yes",
+        "octlm train EXP-008 --nproc 4",
+        "octlm train EXP-008 --nproc 2 --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29500",
+    ),
+    "resume": (
+        "octlm resume EXP-008",
+        "octlm resume EXP-008 --step 100 --until 200",
+        "octlm resume EXP-008 --nproc 4",
+        "octlm resume EXP-008 --nproc 2 --reshard",
+    ),
+    "verify-resume": (
+        "octlm verify-resume EXP-008 --split-at 50",
+        "octlm verify-resume EXP-008 --split-at 50 --until 100",
+        "octlm verify-resume EXP-008 --split-at 100 --nproc 4",
+    ),
+    "overfit": ("octlm overfit EXP-008", "octlm overfit EXP-008 --steps 300 --max-loss 0.5"),
+    "sample": (
+        "octlm sample EXP-008 --prompt 'def '",
+        "octlm sample EXP-008 --prompt 'import ' --temperature 0",
+        "octlm sample EXP-008 --step 200 --max-new-tokens 64 --json",
+    ),
+    "doctor": ("octlm doctor", "octlm doctor --repair", "octlm doctor --json"),
+    "prepare": ("octlm prepare EXP-008", "octlm prepare EXP-020 --json"),
+    "bench": (
+        "octlm bench",
+        "octlm bench EXP-008 --steps 20",
+        "octlm bench --preset day2 --precision fp32,bf16",
+        "octlm bench EXP-008 --nproc 2",
+        "octlm bench --preset day2 --determinism local,portable",
+    ),
+    "canary": ("octlm canary", "octlm canary EXP-020", "octlm canary --threads 4 --json"),
+    "rm": ("octlm rm EXP-012", "octlm rm EXP-012 --yes", "octlm rm EXP-012 --keep-files"),
+    "archive": ("octlm archive EXP-003", "octlm show --all"),
+    "unarchive": ("octlm unarchive EXP-003",),
+    "tag": ("octlm tag EXP-008 +baseline -old", "octlm show --where tags=baseline"),
+    "note": ('octlm note EXP-008 "lr too high"', "octlm show EXP-008"),
+    "report": (
+        "octlm report EXP-008 -o EXP-008.html",
+        "octlm report EXP-008 EXP-009 -o compare.html",
+        "octlm report EXP-008 > EXP-008.html",
+    ),
+    "export": (
+        "octlm export EXP-008 -o exported/EXP-008",
+        "octlm export EXP-008 --step 100 -o out --force",
+        "octlm export EXP-008 --format safetensors -o weights --json",
+    ),
+    "pack": (
+        "octlm pack EXP-008 -o EXP-008.tar",
+        "octlm pack EXP-008 --step 100 -o EXP-008.tar --json",
+        "octlm pack EXP-008 --all-checkpoints -o EXP-008-all.tar",
+    ),
+    "unpack": (
+        "octlm unpack EXP-008.tar && octlm resume EXP-008",
+        "octlm unpack EXP-008.tar --as B-EXP-008",
+        "octlm unpack EXP-008.tar --json",
+    ),
+    "registry": ("octlm registry export -o box-a.jsonl", "octlm registry import box-b.jsonl --prefix B-"),
+    "registry export": (
+        "octlm registry export -o box-a.jsonl",
+        "octlm registry export EXP-008 EXP-009 -o two.jsonl --json",
+        "octlm registry export > box-a.jsonl",
+    ),
+    "registry import": (
+        "octlm registry import box-a.jsonl",
+        "octlm registry import box-b.jsonl --prefix B-",
+        "octlm registry import box-b.jsonl --prefix B- --json",
+    ),
+    "config": ("octlm config keys", "octlm config keys --json"),
+    "config keys": ("octlm config keys", "octlm config keys --json"),
+}
+
+
+def examples(name: str) -> str | None:
+    """The ``Examples:`` lines of a command (None: it has none yet)."""
+    lines = EXAMPLES.get(name)
+    return "\n".join(lines) if lines else None
+
+
+def _typer(name: str, **options: Any) -> typer.Typer:
+    return typer.Typer(
+        name=name,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        cls=OctlmGroup,
+        context_settings=HELP_OPTIONS,
+        epilog=examples(name),
+        **options,
+    )
+
+
+def register(group: typer.Typer, commands: dict[str, Callable[..., Any]], prefix: str = "") -> None:
+    """Add ``commands`` to ``group``: every option checked (finite, within limits, UTF-8), ``-h``, examples."""
+    for name, command in commands.items():
+        settings = {**HELP_OPTIONS, **commands_lifecycle.CONTEXT_SETTINGS.get(name, {})}  # `tag ID -old`
+        group.command(name, cls=StrictCommand, context_settings=settings, epilog=examples(prefix + name))(command)
+
+
+COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists them
+    "new": commands_lifecycle.new,
+    "show": commands_experiments.show,
+    "train": commands_training.train,
+    "resume": commands_training.resume,
+    "verify-resume": commands_training.verify_resume,
+    "overfit": commands_training.overfit,
+    "sample": commands_training.sample,
+    "doctor": commands_tools.doctor,
+    "prepare": commands_tools.prepare,
+    "bench": commands_tools.bench,
+    "canary": commands_canary.canary,
+    "report": commands_report.report,
+    "export": commands_report.export,
+    **commands_lifecycle.COMMANDS,
+    **commands_boxes.COMMANDS,
+}
+CONFIG_COMMANDS: dict[str, Callable[..., Any]] = {"keys": commands_config.keys}
+
+app = _typer("octlm", help=HELP, add_completion=True)  # --install-completion, --show-completion
+app.callback()(_root)
+register(app, COMMANDS)
+config_app = _typer("config", help="Describe the experiment config.", add_completion=False)
+register(config_app, CONFIG_COMMANDS, prefix="config ")
+app.add_typer(config_app)
+registry_app = _typer("registry", help="Move registry records between homes (export, import).", add_completion=False)
+register(registry_app, commands_boxes.REGISTRY_COMMANDS, prefix="registry ")
+app.add_typer(registry_app)
+
+
+def main() -> None:
+    try:
+        app()  # OctlmGroup.main exits through common.finish: stdout flushed, a closed pipe taken quietly
+    except KeyboardInterrupt:  # outside a training loop (which handles it itself)
+        render.error("interrupted")
+        sys.exit(130)

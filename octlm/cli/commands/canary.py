@@ -1,0 +1,115 @@
+"""``octlm canary`` and ``bench --determinism local,portable``: the determinism profile's two commands.
+
+The canary pins its profile (``determinism.pin``) before importing torch, as the training commands do; the
+bench of several profiles imports no torch at all: it times each profile in processes of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from octlm.cli import render
+from octlm.cli.common import JsonOption, complete_ids, handled, home_of
+from octlm.core.errors import BadInput
+from octlm.runtime import determinism, launch
+
+CanaryIdArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[ID]",
+        help="Experiment whose profile and threads to use (default: portable, torch's thread count).",
+        show_default=False,
+        autocompletion=complete_ids,
+    ),
+]
+CanaryDeterminismOption = Annotated[
+    str | None,
+    typer.Option(
+        "--determinism",
+        metavar="D",
+        help="local or portable (default: the experiment's, else portable).",
+        show_default=False,
+    ),
+]
+ThreadsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--threads", metavar="N", help="Threads (default: the experiment's training.threads).", show_default=False
+    ),
+]
+
+
+def bench_profiles(
+    ctx: typer.Context,
+    model: list[str],
+    profiles: list[str],
+    precisions: list[str],
+    steps: int,
+    compile: bool | None,
+    rounds: int,
+    spec: launch.Launch,
+    as_json: bool,
+) -> None:
+    """``bench --determinism local,portable``: each profile in processes of its own (``bench_plan.by_profile``)."""
+    from octlm.tasks.bench import plan as bench_plan
+
+    if spec.wanted:
+        raise BadInput("--determinism with several profiles times one process each: leave out --nproc")
+    if compile is None and "portable" in profiles:
+        compile = False  # portable refuses compile: every profile eager, so that the ratio is the profile's alone
+    home = (ctx.obj or {}).get("home")
+    argv = [*(["--home", str(home)] if home else []), "bench", *model, "--steps", str(steps)]
+    argv += [
+        "--precision",
+        ",".join(precisions),
+        *([] if compile is None else ["--compile" if compile else "--no-compile"]),
+    ]
+    report = bench_plan.by_profile(argv, profiles, rounds)
+    if as_json:
+        render.emit_json(report)
+        return
+    first = report["runs"][0]
+    rows = [
+        (profile, name, rate, report["ratio"][profile][name])
+        for profile, rates in report["median_tokens_per_second"].items()
+        for name, rate in rates.items()
+    ]
+    title = (
+        f"bench {first['experiment'] or first['preset']} by profile: {first['parameters']:,} parameters, "
+        f"{rounds} processes per profile, alternating, {first['machine']['threads']} threads, "
+        f"{first['machine']['device']}"
+    )
+    render.print_table(("determinism", "precision", "tokens/s (median)", f"vs {profiles[0]}"), rows, title=title)
+
+
+@handled
+def canary(
+    ctx: typer.Context,
+    experiment_id: CanaryIdArgument = None,
+    determinism_: CanaryDeterminismOption = None,
+    threads: ThreadsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run the canary, a tiny fixed training run of octlm's own step, and print its digest: two machines that
+    print the same digest (same profile, threads and torch) continue each other's runs bit for bit."""
+    from octlm.config import Config
+    from octlm.store import experiments
+
+    config = experiments.load(home_of(ctx), experiment_id) if experiment_id else Config()
+    keys: dict[str, Any] = {"training.threads": threads} if threads is not None else {}
+    if determinism_ is not None or not experiment_id:
+        keys["training.determinism"] = determinism_ or "portable"
+    config = config.with_keys(keys, "--determinism" if determinism_ else "--threads") if keys else config
+    determinism.pin(config)
+    from octlm.train import canary as canaries  # imports torch
+
+    found = canaries.run(config)
+    if as_json:
+        render.emit_json(found)
+        return
+    print(
+        f"canary {found['digest']}: {found['profile']}, {found['threads']} threads, {found['capability']} kernels, "
+        f"torch {found['torch']}, {render.plain(found['processor'])}, {found['seconds']:.2f} s"
+    )

@@ -1,0 +1,100 @@
+"""``octlm report`` (an experiment's notebook page as one HTML file) and ``octlm export`` (a checkpoint in
+Hugging Face's format, or its tensors alone). ``report`` is torch-free; ``export`` imports its module, which
+loads torch, inside the command.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from octlm.cli import render
+from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home_of
+from octlm.views import report as reports
+
+IdsArgument = Annotated[
+    list[str],
+    typer.Argument(metavar="ID", help="One experiment: its page; several: side by side.", autocompletion=complete_ids),
+]
+OutputOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="FILE.html",
+        help="Write the page to this file (default: stdout).",
+        show_default=False,
+        dir_okay=False,
+    ),
+]
+FormatOption = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        metavar="hf|safetensors",
+        help="hf: a folder transformers loads (weights, config, tokenizer, model card); safetensors: the "
+        "weights alone, under octlm's names.",
+    ),
+]
+DirOption = Annotated[
+    Path, typer.Option("--output", "-o", metavar="DIR", help="The folder to write (created).", show_default=False)
+]
+ForceOption = Annotated[bool, typer.Option("--force", help="Replace DIR when it exists and is not empty.")]
+ExportStepOption = Annotated[
+    int | None,
+    typer.Option(
+        "--step",
+        metavar="N",
+        help="Export the checkpoint at step N (default: the newest valid one).",
+        show_default=False,
+    ),
+]
+
+
+@handled
+def report(ctx: typer.Context, experiment_ids: IdsArgument, output: OutputOption = None) -> None:
+    """Write an experiment's lab-notebook page, or several side by side, as one self-contained HTML file.
+
+    One ID: description, status, fingerprints, charts (train and eval loss by step and by tokens, learning
+    rate, gradient norm with the clip threshold, bits per byte), verdicts (verify-resume's checks; overfit
+    beside the seed notebook's figures), runs with provenance, checkpoints and the config. Several IDs: the
+    comparison of `octlm show A B`, the curves overlaid, then each experiment. Inline SVG with the value
+    of each point on hover; no script, no external file: it opens offline.
+    """
+    html = reports.report(home_of(ctx), list(experiment_ids))
+    if output is None:
+        sys.stdout.write(html)
+    else:
+        reports.save(output, html)
+        render.info(f"wrote {output} ({len(html.encode('utf-8')):,} bytes)")
+
+
+@handled
+def export(
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    output: DirOption,
+    step: ExportStepOption = None,
+    export_format: FormatOption = "hf",
+    force: ForceOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Export a checkpoint as a Hugging Face Llama model (or its weights alone as safetensors).
+
+    The checkpoint is checked as `sample` checks it (its experiment, its fingerprints). The folder is
+    written beside DIR, then renamed into place: DIR is whole or untouched. Needs the hf extra:
+    pip install 'octlm[hf]'.
+    """
+    from octlm.tasks import export as export_hf  # imports torch
+
+    result = export_hf.export(
+        home_of(ctx), experiment_id, output, step=step, export_format=export_format, force=force, warn=render.warn
+    )
+    if as_json:
+        render.emit_json(result)
+    else:
+        files = ", ".join(result["files"])
+        print(f"{experiment_id}: step {result['step']} exported as {result['format']} to {result['dir']}: {files}")

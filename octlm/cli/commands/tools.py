@@ -1,0 +1,319 @@
+"""Maintenance and measurement: ``doctor``, ``prepare``, ``bench`` and ``canary``.
+
+Each imports its module inside the command: they import torch (doctor through ``checkpoint``), which
+``octlm --help``, ``show`` and ``new`` must never load, and ``bench``, ``prepare`` and ``canary`` pin the
+determinism profile first (``profile``), which must happen before torch loads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from octlm.cli import render
+from octlm.cli.commands.canary import bench_profiles
+from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home_of
+from octlm.cli.profile import pin_experiment
+from octlm.cli.ranks import NprocOption
+from octlm.config.schema import DETERMINISMS
+from octlm.core.errors import BadInput
+from octlm.core.home import validate_id
+from octlm.runtime import determinism, launch
+
+if TYPE_CHECKING:
+    from octlm.config import Config
+
+RepairOption = Annotated[
+    bool,
+    typer.Option(
+        "--repair", help="Fix what can be fixed: rebuild lost rows from experiments/*.yaml and the checkpoints."
+    ),
+]
+OtherHostsOption = Annotated[
+    bool,
+    typer.Option(
+        "--other-hosts",
+        help="With --repair: also mark crashed the runs left running by another host (octlm cannot check "
+        "a process there; use it when you know they stopped).",
+    ),
+]
+BenchIdArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[ID]",
+        help="Experiment whose model to time (default: EXP-008, else --preset).",
+        show_default=False,
+        autocompletion=complete_ids,
+    ),
+]
+BenchPresetOption = Annotated[
+    str | None,
+    typer.Option("--preset", metavar="NAME", help="Time a preset's model instead (day1 ... day4).", show_default=False),
+]
+BenchStepsOption = Annotated[
+    int, typer.Option("--steps", metavar="N", help="Training steps to time (after 2 warm-up steps).")
+]
+PrecisionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--precision",
+        metavar="P[,P2]",
+        help="fp32, bf16, fp16, or a list such as fp32,bf16 (default: the config's).",
+        show_default=False,
+    ),
+]
+CompileOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--compile/--no-compile",
+        help="Time with or without torch.compile (default: the config's training.compile).",
+        show_default=False,
+    ),
+]
+DeterminismOption = Annotated[
+    str | None,
+    typer.Option(
+        "--determinism",
+        metavar="D[,D2]",
+        help="local, portable, or local,portable: each profile in processes of its own, alternating "
+        "(default: the config's).",
+        show_default=False,
+    ),
+]
+RoundsOption = Annotated[
+    int, typer.Option("--rounds", metavar="N", help="With several --determinism profiles: processes per profile.")
+]
+RanksReportOption = Annotated[
+    str | None,
+    typer.Option("--ranks-report", metavar="FILE", hidden=True, help="(a rank of bench --nproc) rank 0's JSON file."),
+]
+BENCH_HEADERS = (
+    "precision",
+    "ms/step",
+    "tokens/s",
+    "model GFLOP/s",
+    "matmul peak GFLOP/s",
+    "MFU",
+    "ckpt MB",
+    "save s",
+    "load s",
+    "ckpt cost %",
+    "1st step fresh s",
+    "1st step resumed s",
+)
+BENCH_DROPPABLE = (
+    "1st step resumed s",
+    "1st step fresh s",
+    "matmul peak GFLOP/s",
+    "load s",
+    "save s",
+    "ckpt cost %",
+    "model GFLOP/s",
+)
+
+
+@handled
+def doctor(
+    ctx: typer.Context, repair: RepairOption = False, other_hosts: OtherHostsOption = False, as_json: JsonOption = False
+) -> None:
+    """Check the registry against the files (missing, orphaned, foreign or corrupt checkpoints, checksums that
+    disagree, malformed rows, stuck runs). Checking reads only; --repair fixes what it can."""
+    from octlm.tasks import doctor as doctors  # imports torch (through checkpoint)
+
+    if other_hosts and not repair:
+        raise BadInput("--other-hosts marks runs of other hosts crashed: give it with --repair")
+    report = doctors.run(home_of(ctx), repair=repair, other_hosts=other_hosts)
+    if as_json:
+        render.emit_json(report)
+    else:
+        if report["problems"]:
+            rows = ((p["kind"], p["where"], p["detail"], "yes" if p["repaired"] else "no") for p in report["problems"])
+            render.print_table(("problem", "where", "detail", "repaired"), rows, title=f"doctor {report['home']}")
+        print("healthy" if report["healthy"] else report.get("advice") or "problems found")
+    if not report["healthy"]:
+        raise typer.Exit(1)
+
+
+@handled
+def prepare(ctx: typer.Context, experiment_id: IdArgument, as_json: JsonOption = False) -> None:
+    """Prepare an experiment's data alone (corpus, tokenizer, token file) and say what it cost: the next
+    train starts warm."""
+    from octlm.cli.progress import ConsoleReporter
+    from octlm.tasks import prepare as preparation  # imports torch and tokenizers
+
+    pin_experiment(ctx, experiment_id)
+    reporter = ConsoleReporter()
+    try:
+        report = preparation.run(home_of(ctx), experiment_id, reporter)
+    finally:
+        reporter.close()
+    if as_json:
+        render.emit_json(report)
+        return
+    rows = [(p["name"], p.get("seconds"), render.plain(p["detail"])) for p in report["phases"]]
+    render.print_table(("phase", "seconds", "detail"), rows, title=f"prepare {experiment_id}")
+    tokens, speed = report["tokens"], report["encoding_mb_per_second"]
+    print(
+        f"{experiment_id}: {tokens['train']:,} training and {tokens['validation']:,} validation tokens in "
+        f"{report['seconds']:.1f} s (token file {report['token_file']}"
+        + (f", encoded at {speed} MB/s" if speed else "")
+        + f"); peak memory {report['peak_rss_mb']:,.0f} MB"
+    )
+
+
+@handled
+def bench(
+    ctx: typer.Context,
+    experiment_id: BenchIdArgument = None,
+    preset: BenchPresetOption = None,
+    steps: BenchStepsOption = 10,
+    precision: PrecisionOption = None,
+    compile: CompileOption = None,
+    determinism_: DeterminismOption = None,
+    rounds: RoundsOption = 2,
+    as_json: JsonOption = False,
+    nproc: NprocOption = 1,
+    ranks_report: RanksReportOption = None,
+) -> None:
+    """Time training steps against this machine's measured matmul peak (MFU), checkpoints and resume.
+
+    With --nproc N: the step on one process and on N ranks (the same global batch), timed in one run: ms/step,
+    tokens/s, the gradient all-reduce's share of the step and the speed-up. With --determinism local,portable:
+    each profile in processes of its own, alternating, and the ratio of their tokens/s."""
+    spec = _checked(experiment_id, steps, rounds, nproc)
+    from octlm.tasks.bench import plan as bench_plan  # torch-free: the profile is pinned before torch loads
+
+    config = bench_plan.resolve_config(home_of(ctx), experiment_id, preset)
+    profiles = bench_plan.parse_list(determinism_, config.training.determinism, DETERMINISMS, "--determinism")
+    precisions = bench_plan.parse_precisions(precision, config)
+    model = [experiment_id] if experiment_id else ["--preset", preset] if preset else []
+    if len(profiles) > 1:
+        bench_profiles(ctx, model, profiles, precisions, steps, compile, rounds, spec, as_json)
+        return
+    config = bench_plan.with_choices(config, compile, profiles[0])
+    determinism.pin(config)
+    if spec.wanted or launch.launched() or ranks_report is not None:  # the ranks, or one of them
+        _show_ranks(_bench_ranks(ctx, config, model, precisions, steps, spec, ranks_report), config, as_json)
+        return
+    from octlm.tasks.bench import measure as benches  # imports torch
+
+    report = benches.run(config, precisions, steps)
+    if as_json:
+        render.emit_json(report)
+        return
+    print_bench(report, config.id or config.preset)
+
+
+def _checked(experiment_id: str | None, steps: int, rounds: int, nproc: int) -> launch.Launch:
+    """Bench's options that are one line before torch loads (`bench ''` is no ID, `--nproc 0`)."""
+    for flag, value in (("--steps", steps), ("--rounds", rounds)):
+        if value <= 0:
+            raise BadInput(f"{flag} {value}: must be positive")
+    if experiment_id is not None:
+        validate_id(experiment_id)
+    return launch.Launch(nproc)
+
+
+def _show_ranks(found: dict[str, Any] | None, config: Config, as_json: bool) -> None:
+    if found is not None and as_json:
+        render.emit_json(found)
+    elif found is not None:
+        print_bench_ranks(found, config.id or config.preset)
+
+
+def _bench_ranks(
+    ctx: typer.Context,
+    config: Config,
+    model: list[str],
+    precisions: list[str],
+    steps: int,
+    spec: launch.Launch,
+    ranks_report: str | None,
+) -> dict[str, Any] | None:
+    """``bench --nproc N`` in the process the user started: one process, then N ranks, each running ``bench``
+    with ``--ranks-report``; in a rank, what it measured (rank 0 writes it to ``--ranks-report`` when given,
+    else returns it: a group started by another launcher). None: nothing to print here."""
+    from octlm.tasks.bench import ranks as bench_ranks  # imports torch
+
+    if spec.wanted and ranks_report is None:
+        home = (ctx.obj or {}).get("home")
+        argv = [*(["--home", str(home)] if home else []), "bench", *model, "--steps", str(steps)]
+        argv += ["--precision", ",".join(precisions), "--compile" if config.training.compile else "--no-compile"]
+        argv += ["--determinism", config.training.determinism]
+        return bench_ranks.compare(config, precisions, steps, spec, argv, f"octlm-bench-{config.id or config.preset}")
+    return bench_ranks.in_ranks(config, precisions, steps, Path(ranks_report) if ranks_report else None)
+
+
+RANKS_HEADERS = (
+    "precision",
+    "ranks",
+    "threads",
+    "ms/step",
+    "tokens/s",
+    "all-reduce ms",
+    "all-reduce %",
+    "speed-up",
+)
+RANKS_KINDS = ["raw", "raw", "raw", "metric", "count", "metric", "metric", "metric"]
+
+
+def print_bench_ranks(report: dict[str, Any], name: str) -> None:
+    """The table of ``bench --nproc N``: a row for one process and one for N ranks, per precision (threads: each
+    rank's; all-reduce ms the first column left out on a narrow terminal)."""
+    title = (
+        f"bench {name}: {report['parameters']:,} parameters, "
+        f"{report['tokens_per_step']:,} tokens/step (global), {'compiled' if report['compile'] else 'eager'}, "
+        f"{report['machine']['cores']} cores, {report['machine']['device']} (threads: per rank)"
+    )
+    rows = [
+        (
+            r["precision"],
+            r["ranks"],
+            r["threads_per_rank"],
+            r["ms_per_step"],
+            r["tokens_per_second"],
+            r["all_reduce_ms"],
+            100 * r["all_reduce_share"],
+            r["speed_up"],
+        )
+        for r in report["results"]
+    ]
+    render.print_table(RANKS_HEADERS, rows, title=title, kinds=RANKS_KINDS, droppable=("all-reduce ms",))
+    busy = max(r["ranks"] * r["threads_per_rank"] for r in report["results"])
+    if report["machine"]["device"] == "cpu" and busy > (report["machine"]["cores"] or busy):
+        render.info(f"note: {busy} threads on {report['machine']['cores']} cores: the ranks compete for the cores")
+
+
+def print_bench(report: dict[str, Any], name: str) -> None:
+    """The bench table (whole numbers always; low-priority columns dropped, named, on a narrow terminal)."""
+    title = (
+        f"bench {name}: {report['parameters']:,} parameters, "
+        f"{report['tokens_per_step']:,} tokens/step, {'compiled' if report['compile'] else 'eager'}, "
+        f"{report['machine']['threads']} threads, {report['machine']['device']}"
+    )
+    rows = [_bench_row(r) for r in report["results"]]
+    render.print_table(BENCH_HEADERS, rows, title=title, droppable=BENCH_DROPPABLE)
+    if "bf16_over_fp32_tokens_per_second" in report:
+        print(
+            f"bf16 / fp32 tokens/s: {report['bf16_over_fp32_tokens_per_second']}x "
+            f"(matmul peak ratio {report['bf16_over_fp32_matmul_peak']}x)"
+        )
+
+
+def _bench_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        r["precision"],
+        r["ms_per_step"],
+        r["tokens_per_second"],
+        r["model_flops_per_second"] / 1e9,
+        r["matmul_peak_flops_per_second"] / 1e9,
+        r["mfu"],
+        r["checkpoint_bytes"] / 1e6,
+        r["checkpoint_save_seconds"],
+        r["checkpoint_load_seconds"],
+        100 * r["checkpoint_cost_at_interval"],
+        r["first_step_fresh_seconds"],
+        r["first_step_resumed_seconds"],
+    )

@@ -1,0 +1,350 @@
+"""Commands that train and use models: ``train``, ``resume``, ``verify-resume``, ``overfit``, ``sample``.
+
+Each imports ``runner``, ``verify`` or ``sampling`` inside its body: both import torch, which ``octlm --help``,
+``show`` and ``new`` must never load.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from octlm.cli import render
+from octlm.cli.common import IdArgument, JsonOption, QuietOption, UntilOption, handled, home_of
+from octlm.cli.profile import pin_experiment
+from octlm.cli.progress import ConsoleReporter, hangup_safe, output_may_vanish
+from octlm.cli.ranks import EndpointOption, NnodesOption, NodeRankOption, NprocOption, start_ranks
+from octlm.cli.segments import SegmentsView
+from octlm.core.errors import Refused
+from octlm.runtime import launch
+
+RestartOption = Annotated[
+    bool, typer.Option("--restart", help="Discard existing checkpoints, tokenizer and run file, and start over.")
+]
+YesOption = Annotated[
+    bool, typer.Option("--yes", "-y", help="With --restart: discard without asking, even on a terminal.")
+]
+ResumeStepOption = Annotated[
+    int | None,
+    typer.Option(
+        "--step",
+        metavar="N",
+        help="Resume from the checkpoint at this step (default: the newest valid one).",
+        show_default=False,
+    ),
+]
+SplitAtOption = Annotated[
+    str,
+    typer.Option(
+        "--split-at",
+        metavar="N[,N2,...]",
+        help="Step(s) where run (b) stops and resumes in a new process: N or N1,N2,...",
+    ),
+]
+FinalStepOption = Annotated[
+    int | None,
+    typer.Option(
+        "--until", metavar="N", help="Final step M of both runs (default: training.steps).", show_default=False
+    ),
+]
+ReshardOption = Annotated[
+    bool,
+    typer.Option(
+        "--reshard",
+        help="Continue a checkpoint trained on another number of ranks (model, optimizer and sampler kept, "
+        "random streams reseeded; not bit-exact from there).",
+    ),
+]
+KeepScratchOption = Annotated[bool, typer.Option("--keep-scratch", help="Keep the scratch folders for inspection.")]
+StepsOption = Annotated[
+    int | None,
+    typer.Option("--steps", metavar="N", help="Training steps (default: training.steps).", show_default=False),
+]
+MaxLossOption = Annotated[
+    float,
+    typer.Option("--max-loss", metavar="X", help="Pass when the final loss on the block is at most this."),
+]
+PromptOption = Annotated[str, typer.Option("--prompt", metavar="TEXT", help="Text to continue.")]
+MaxNewTokensOption = Annotated[int, typer.Option("--max-new-tokens", metavar="N", help="Tokens to generate.")]
+TemperatureOption = Annotated[
+    float, typer.Option("--temperature", metavar="T", help="Sampling temperature; 0 = greedy.")
+]
+TopKOption = Annotated[
+    int | None,
+    typer.Option("--top-k", metavar="K", help="Sample only from the k likeliest tokens.", show_default=False),
+]
+SeedOption = Annotated[
+    int,
+    typer.Option("--seed", metavar="S", help="Seed of the sampling generator (never the training streams)."),
+]
+SampleStepOption = Annotated[
+    int | None,
+    typer.Option(
+        "--step", metavar="N", help="Use the checkpoint at this step (default: the newest).", show_default=False
+    ),
+]
+
+
+def _summary_line(result: dict[str, Any]) -> str:
+    metrics = result.get("metrics") or {}
+    line = f"{result['id']}: {result['status']} at step {result['end_step']}/{result['steps']}"
+    if metrics.get("eval_loss") is not None:
+        line += (
+            f"; train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}, "
+            f"perplexity {metrics['perplexity']:.2f}, {metrics['bits_per_byte']:.4f} bits per byte"
+        )
+    if result.get("tokens_per_second"):
+        line += f"; {result['tokens_per_second']:,.0f} tokens/s"
+    return line
+
+
+def _finish(result: dict[str, Any], as_json: bool) -> None:
+    """The summary of a run that is already recorded: a reader that left cannot turn it into a failure."""
+    with output_may_vanish():
+        if as_json:
+            render.emit_json(result)
+        else:
+            render.info(_summary_line(result))
+
+
+@handled
+def train(
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    restart: RestartOption = False,
+    until: UntilOption = None,
+    yes: YesOption = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+    nproc: NprocOption = 1,
+    nnodes: NnodesOption = 1,
+    node_rank: NodeRankOption = 0,
+    rdzv_endpoint: EndpointOption = "",
+) -> None:
+    """Train an experiment from step 0 (refuses existing progress unless --restart)."""
+    spec = launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint)
+    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the ranks
+    if restart and not yes and spec.wanted and spec.node_rank == 0 and sys.stdin.isatty():
+        ctx.params["yes"] = _confirm_before_ranks(ctx, experiment_id)  # a rank cannot ask: it has no terminal
+    start_ranks(ctx, experiment_id, spec)
+    options: dict[str, Any] = {"restart": restart, "until": until}
+    if restart:
+        options["confirm"] = None if yes else "ask"
+    _train(ctx, "train", experiment_id, as_json, quiet, **options)
+
+
+@handled
+def resume(
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    step: ResumeStepOption = None,
+    until: UntilOption = None,
+    reshard: ReshardOption = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+    nproc: NprocOption = 1,
+    nnodes: NnodesOption = 1,
+    node_rank: NodeRankOption = 0,
+    rdzv_endpoint: EndpointOption = "",
+) -> None:
+    """Continue from the newest valid checkpoint (or start at 0); exits 0 at once when complete."""
+    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the ranks
+    start_ranks(ctx, experiment_id, launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint))
+    _train(ctx, "resume", experiment_id, as_json, quiet, step=step, until=until, reshard=reshard)
+
+
+def _train(ctx: typer.Context, use_case: str, experiment_id: str, as_json: bool, quiet: bool, **options: Any) -> None:
+    """``train`` or ``resume`` with a progress reporter; a hung-up terminal never fails the run."""
+    from octlm.run import runner  # runner imports torch
+    from octlm.views import estimate
+
+    home, leader = home_of(ctx), launch.rank() == 0  # only rank 0 of several speaks
+    with hangup_safe():
+        reporter = ConsoleReporter(
+            quiet or not leader, lambda start, until: estimate.expected(home, experiment_id, start, until)
+        )
+        if options.get("confirm") == "ask":
+            interactive = leader and reporter.interactive and sys.stdin.isatty()
+            options["confirm"] = _asker(reporter) if interactive else None
+        try:
+            result = getattr(runner, use_case)(home, experiment_id, reporter=reporter, **options)
+        finally:
+            reporter.close()
+        if not leader:
+            return
+        if options.get("restart"):
+            _say_discarded(result.get("discarded"), quiet)
+        _finish(result, as_json)
+
+
+def _confirm_before_ranks(ctx: typer.Context, experiment_id: str) -> bool:
+    """``--restart`` on several ranks asks here, before they start (``Refused`` when declined)."""
+    from octlm.run.artifacts import ExperimentFiles  # imports torch, as the ranks will
+
+    listed = ExperimentFiles(home_of(ctx), experiment_id).discardable()
+    if listed:
+        render.info("--restart discards:\n" + "\n".join(f"  {render.plain(item)}" for item in listed))
+        if not typer.confirm("Discard them and start over?", default=False, err=True):
+            raise Refused("--restart cancelled: nothing was discarded")
+    return True
+
+
+def _asker(reporter: ConsoleReporter) -> Callable[[list[str]], bool]:
+    """On a terminal, ``--restart`` shows what it would discard and asks first."""
+
+    def confirm(items: list[str]) -> bool:
+        with reporter.suspended():
+            render.info("--restart discards:\n" + "\n".join(f"  {render.plain(item)}" for item in items))
+            return typer.confirm("Discard them and start over?", default=False, err=True)
+
+    return confirm
+
+
+def _say_discarded(items: list[str] | None, quiet: bool) -> None:
+    if items is None or quiet:
+        return
+    with output_may_vanish():
+        if not items:
+            render.info("--restart: nothing to discard")
+        for item in items:
+            render.info(f"discarded {render.plain(item)}")
+
+
+@handled
+def verify_resume(
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    split_at: SplitAtOption,
+    until: FinalStepOption = None,
+    keep_scratch: KeepScratchOption = False,
+    as_json: JsonOption = False,
+    nproc: NprocOption = 1,
+) -> None:
+    """Prove exact resume: one run 0->M against runs split at N in new processes, compared bit for bit."""
+    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the segments
+    from octlm.tasks import verify  # imports torch
+
+    with hangup_safe():
+        reporter = ConsoleReporter()
+        segments = SegmentsView(before=reporter.close)
+        try:
+            result = verify.verify_resume(
+                home_of(ctx),
+                experiment_id,
+                split_at,
+                until,
+                keep_scratch,
+                progress=render.info,
+                reporter=reporter,
+                segments=segments,
+                nproc=launch.Launch(nproc).nproc,
+            )
+        finally:
+            reporter.close()
+            segments.close()
+    if as_json:
+        render.emit_json(result)
+    else:
+        _print_verify_resume(experiment_id, result)
+    if not result["identical"]:
+        raise typer.Exit(1)
+
+
+def _print_verify_resume(experiment_id: str, result: dict[str, Any]) -> None:
+    rows = []
+    for check in result["checks"]:
+        differing = check["differing"]
+        worst = max((d["max_abs_diff"] or 0.0 for d in differing), default=0.0)
+        names = ", ".join(d["name"] for d in differing[:5])
+        verdict = "identical" if not differing else f"DIFFERS (max |diff| {worst:.3g}) {names}"
+        rows.append((check["check"], check["compared"], check["compared"] - len(differing), verdict))
+    splits = ",".join(map(str, result["split_at"]))
+    title = f"verify-resume {experiment_id}: split at {splits}, until {result['until']}"
+    render.print_table(("check", "compared", "identical", "verdict"), rows, title=title)
+    seconds = result["seconds"]
+    print(
+        f"{experiment_id}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; "
+        f"next-batch loss {result['next_loss']:.6f}; (a) {seconds['a']:.1f} s, (b) {seconds['b']:.1f} s"
+    )
+
+
+@handled
+def overfit(
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    steps: StepsOption = None,
+    max_loss: MaxLossOption = 1.0,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Memorise one block, then greedy-decode it back; exit 0 when the final loss <= --max-loss."""
+    pin_experiment(ctx, experiment_id)
+    from octlm.run import overfit as overfit_runs  # imports torch
+
+    with hangup_safe():
+        reporter = ConsoleReporter(quiet)
+        try:
+            result = overfit_runs.overfit(
+                home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter
+            )
+        finally:
+            reporter.close()
+    if as_json:
+        render.emit_json(result)
+    else:
+        _print_overfit(experiment_id, result)
+    if result["verdict"] != "pass":
+        raise typer.Exit(1)
+
+
+def _print_overfit(experiment_id: str, result: dict[str, Any]) -> None:
+    matches = f"{result['matched_tokens']}/{result['block_tokens']} tokens"
+    render.print_table(
+        ("final loss", "perplexity", "bits per byte", "decode matches", "verdict"),
+        [(result["final_loss"], result["perplexity"], result["bits_per_byte"], matches, result["verdict"].upper())],
+        title=f"overfit {experiment_id}: one block, {result['steps']} steps",
+    )
+    print("--- block ---")
+    print(render.plain(result["block_text"], multiline=True))
+    print("--- greedy decode ---")
+    print(render.plain(result["decoded_text"], multiline=True))
+    print(f"{experiment_id}: {result['verdict'].upper()}: {result['summary']}")
+
+
+@handled
+def sample(
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    prompt: PromptOption = "",
+    max_new_tokens: MaxNewTokensOption = 200,
+    temperature: TemperatureOption = 1.0,
+    top_k: TopKOption = None,
+    seed: SeedOption = 0,
+    step: SampleStepOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Generate text from an experiment's newest (or given) checkpoint; prints it on stdout."""
+    from octlm.tasks import sample as sampling  # imports torch
+
+    home = home_of(ctx)
+    result = sampling.sample(
+        home,
+        experiment_id,
+        prompt=prompt,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        seed=seed,
+        step=step,
+        warn=render.warn,
+    )
+    if result.get("special_tokens") and not result["completion"]:
+        counts = ", ".join(f"{name} x{count}" for name, count in result["special_tokens"].items())
+        render.info(f"{result['tokens']} tokens generated, all special ({counts})")
+    if as_json:
+        render.emit_json(result)
+    else:
+        print(render.plain(result["text"], multiline=True))

@@ -1,0 +1,23 @@
+"""The determinism profile of a command's process, pinned before the command imports torch (``determinism``).
+
+Every command that trains (or times, or runs the canary) calls ``pin_experiment`` with its experiment ID first:
+the experiment's ``training.determinism`` sets the environment torch reads when it loads, and the processes
+the command starts (``verify-resume``'s segments, the ranks of ``--nproc``) inherit it. A rank on a box without
+the home has no config to read: it inherits the profile from its launcher's environment, or refuses in
+``runtime.require_profile`` when it does not hold it (export the variables ``octlm canary`` names there).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from octlm.cli.common import home_of
+from octlm.runtime import determinism
+from octlm.store import experiments
+
+
+def pin_experiment(ctx: typer.Context, experiment_id: str) -> None:
+    """Pin the profile of ``experiment_id`` when its config is here (errors in it are the command's to say)."""
+    home = home_of(ctx)
+    if home.config_path(experiment_id).is_file():
+        determinism.pin(experiments.load(home, experiment_id))

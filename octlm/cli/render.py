@@ -1,0 +1,349 @@
+"""Rendering for humans (rich, on stderr or a stdout table) and for scripts (JSON on stdout).
+
+Torch-free. Data goes to stdout; progress, logs and warnings go to stderr. rich drops
+colour when the output is not a terminal or ``NO_COLOR`` is set.
+
+Text from users and files (descriptions, paths, configs, error messages) is never markup: every
+console here is a ``PlainConsole``, which reads no markup and no emoji codes and passes every string
+through ``plain`` (control characters out, lone surrogates replaced), and table cells and titles are
+``rich.text.Text`` built by ``plain``. octlm's own styling goes through ``style=``, never markup.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# C0 and C1 controls (ESC, BEL, CR, backspace, DEL ...) but tab and newline, and the bidirectional
+# overrides that make a terminal show text in another order than it is.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_BREAKS = re.compile("[\t\n\u2028\u2029]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # undecodable bytes of argv or a file: unprintable as UTF-8
+
+
+def plain(value: Any, multiline: bool = False) -> str:
+    """``value`` as text safe to show as it is: control characters removed, lone surrogates as U+FFFD,
+    and (unless ``multiline``) tabs and line breaks as spaces, so one value stays one line."""
+    text = _SURROGATE.sub("\ufffd", value if isinstance(value, str) else str(value))
+    return _CONTROL.sub("", text if multiline else _BREAKS.sub(" ", text))
+
+
+class PlainConsole(Console):
+    """A rich console for which every string is plain text: no markup, no emoji codes, no controls.
+    A closed pipe raises ``BrokenPipeError`` for the caller (rich's own answer is exit 1)."""
+
+    def __init__(self, **options: Any):
+        super().__init__(**{"highlight": False, **options, "markup": False, "emoji": False})
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(plain(text, multiline=True), **{**options, "markup": False, "emoji": False})
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+err = PlainConsole(stderr=True)
+
+
+def out_console() -> Console:
+    # Piped output is for grep and less, not an 80-column screen: let tables keep their width.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
+    return PlainConsole(soft_wrap=False, width=width)
+
+
+def terminal() -> bool:
+    """Whether stdout is an interactive terminal (rich tables) rather than a pipe or file (plain text)."""
+    return sys.stdout.isatty()
+
+
+def emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _say(text: str, style: str | None = None) -> None:
+    """One message on stderr, never hard-wrapped off a terminal (logs stay greppable); a stderr the reader
+    closed (a pipe, a hung-up terminal) is not an error."""
+    try:
+        if err.is_terminal:
+            err.print(text, soft_wrap=True, style=style)
+        else:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def error(message: str) -> None:
+    _say(f"octlm: error: {plain(message)}")
+
+
+def warn(message: str) -> None:
+    _say(f"octlm: warning: {plain(message)}", style="yellow")
+
+
+def info(message: str) -> None:
+    _say(plain(message, multiline=True))
+
+
+# ---------------------------------------------------------------- formats: one kind per column
+
+# The kind of a column decides how its values are written, in every view: ``raw`` as stored (IDs,
+# pids, steps), ``count`` with thousands separators, ``metric`` at 4 significant figures, ``seconds``
+# with 1 decimal, ``mb`` (bytes shown in MB), ``megabytes`` (a figure already in MB), ``yaml`` (config
+# values), ``text`` (free text: the only kind a narrow terminal may shorten, with an ellipsis).
+COLUMN_KINDS: dict[str, str] = {
+    "ID": "raw",
+    "id": "raw",
+    "#": "raw",
+    "pid": "raw",
+    "step": "raw",
+    "steps": "raw",
+    "threads": "raw",
+    "run": "raw",
+    "status": "raw",
+    "kind": "raw",
+    "verdict": "raw",
+    "last_verdict": "raw",
+    "precision": "raw",
+    "tokens": "count",
+    "tokens/s": "count",
+    "tokens_per_second": "count",
+    "step tokens": "count",
+    "train loss": "metric",
+    "eval loss": "metric",
+    "ppl": "metric",
+    "bpb": "metric",
+    "MFU": "metric",
+    "ms/step": "metric",
+    "model GFLOP/s": "metric",
+    "matmul peak GFLOP/s": "metric",
+    "ckpt cost %": "metric",
+    "duration s": "seconds",
+    "save s": "seconds",
+    "load s": "seconds",
+    "1st step fresh s": "seconds",
+    "1st step resumed s": "seconds",
+    "wall_seconds": "seconds",
+    "elapsed_seconds": "seconds",
+    "size": "mb",
+    "ckpt MB": "megabytes",
+    "checkpoint_bytes": "mb",
+    "description": "text",
+    "detail": "text",
+    "command": "text",
+    "path": "text",
+    "summary": "text",
+    "help": "text",
+    "where": "text",
+    "notes": "text",
+    "tags": "yaml",
+    "archived": "yaml",
+    "updated (UTC)": "raw",
+    "started": "raw",
+    "when": "raw",
+}
+METRIC_WORDS = ("loss", "perplexity", "bits_per_byte", "learning_rate", "gradient_norm")
+TEXT_KINDS = frozenset({"text"})
+_FLOW = re.compile(r"[,\[\]{}#]|^\s|\s$")  # what a plain YAML scalar in a flow list cannot hold
+
+
+def kind_of(name: str) -> str:
+    """The kind of a column (or of a comparison row) by its name; a dotted name is a config key."""
+    if name in COLUMN_KINDS:
+        return COLUMN_KINDS[name]
+    if "." in name:
+        return "yaml"
+    last = name.rsplit(" ", 1)[-1].rsplit(":", 1)[-1].strip()
+    if last in COLUMN_KINDS:
+        return COLUMN_KINDS[last]
+    return "metric" if any(word in name for word in METRIC_WORDS) else "auto"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def significant(value: float, digits: int = 4) -> str:
+    """``value`` at ``digits`` significant figures, never in exponent form between 1e-4 and 1e15."""
+    if value == 0 or not 1e-4 <= abs(value) < 1e15:
+        return f"{value:.{digits}g}"
+    if abs(value) >= 10**digits:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}" if abs(value) >= 1 else f"{float(f'{value:.{digits}g}')!r}"
+
+
+def yaml_value(value: Any) -> str:
+    """A config value as one writes it in YAML: ``[builtin:docs]``, ``false``, ``10000``, ``null``."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{yaml_value(k)}: {yaml_value(v)}" for k, v in value.items()) + "}"
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e16 else repr(value)
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    try:
+        same = text != "" and not _FLOW.search(text) and yaml.safe_load(text) == text
+    except yaml.YAMLError:
+        same = False
+    return text if same else json.dumps(text, ensure_ascii=False)
+
+
+def format_cell(kind: str, value: Any) -> str:
+    """``value`` written the way its column's ``kind`` asks (see COLUMN_KINDS); None is ``-``."""
+    if kind == "yaml" or isinstance(value, (list, tuple, dict, bool)):
+        return yaml_value(value)
+    if value is None or value == "":
+        return "-"
+    if not _number(value):
+        return str(value)
+    if kind == "raw":
+        return str(value)
+    if kind == "count":
+        return f"{value:,.0f}"
+    if kind in ("seconds", "megabytes"):
+        return f"{value:,.1f}"
+    if kind == "mb":
+        return f"{value / 1e6:,.1f} MB"
+    if kind == "metric" or isinstance(value, float):
+        return significant(float(value))
+    return f"{value:,}" if abs(value) >= 100_000 else str(value)
+
+
+def fmt(value: Any) -> str:
+    """A value of no particular column (numbers at 4 significant figures)."""
+    return format_cell("auto", value)
+
+
+# ---------------------------------------------------------------- tables
+
+TEXT_MIN = 20  # what a free-text column keeps at least on a narrow terminal
+
+
+def cells(columns: list[str], rows: Iterable[Iterable[Any]], kinds: list[str] | None = None) -> list[list[str]]:
+    """Every cell as the text it is shown as (kinds by column name unless given)."""
+    chosen = kinds or [kind_of(c) for c in columns]
+    return [[plain(format_cell(k, v)) for k, v in zip(chosen, row, strict=False)] for row in rows]
+
+
+def plain_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], kinds: list[str] | None = None) -> str:
+    """Fixed-width text for pipes and files: fast for thousands of rows, easy to grep and cut."""
+    header = [plain(c) for c in columns]
+    body = cells(header, rows, kinds)
+    widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def _widths(header: list[str], body: list[list[str]]) -> list[int]:
+    return [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(header)]
+
+
+def needed(header: list[str], body: list[list[str]], kinds: list[str], keep: list[int] | None = None) -> int:
+    """The width a rich table needs with every value whole (free text shortened to TEXT_MIN)."""
+    widths = _widths(header, body)
+    chosen = range(len(header)) if keep is None else keep
+    return sum((min(widths[i], TEXT_MIN) if kinds[i] in TEXT_KINDS else widths[i]) + 3 for i in chosen) - 1
+
+
+def fit(
+    header: list[str], body: list[list[str]], kinds: list[str], width: int, droppable: Iterable[str]
+) -> tuple[list[int], list[str]]:
+    """The indexes of the columns kept to fit ``width`` (dropping ``droppable`` ones, in order) and the
+    names of those dropped."""
+    keep: list[int] = list(range(len(header)))
+    dropped: list[str] = []
+    for name in droppable:
+        if needed(header, body, kinds, keep) <= width:
+            break
+        if name in header and header.index(name) in keep:
+            keep.remove(header.index(name))
+            dropped.append(name)
+    return keep, dropped
+
+
+def rich_table(title: str | None, header: list[str], body: list[list[str]], kinds: list[str], width: int) -> Table:
+    """A rich table in which numbers, IDs and names keep their width and only free text gives way
+    (with an ellipsis) to what ``width`` leaves it."""
+    widths = _widths(header, body)
+    fixed = sum(w + 3 for w, k in zip(widths, kinds, strict=True) if k not in TEXT_KINDS) - 1
+    texts = [i for i, k in enumerate(kinds) if k in TEXT_KINDS]
+    room = max(0, width - fixed - 3 * len(texts))
+    shown = Text(plain(title)) if title is not None else None
+    result = Table(
+        title=shown, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False
+    )
+    for index, name in enumerate(header):
+        if index in texts:
+            share = max(TEXT_MIN, min(widths[index], room // len(texts)))
+            result.add_column(Text(name), no_wrap=True, overflow="ellipsis", width=share)
+        else:
+            result.add_column(Text(name), no_wrap=True, min_width=widths[index], justify=_justify(kinds[index]))
+    for row in body:
+        result.add_row(*(Text(cell) for cell in row))
+    return result
+
+
+def _justify(kind: str) -> Any:
+    return "right" if kind in ("metric", "count", "seconds", "mb", "megabytes") else "left"
+
+
+def print_table(
+    columns: Iterable[str],
+    rows: Iterable[Iterable[Any]],
+    *,
+    title: str | None = None,
+    droppable: Iterable[str] = (),
+    kinds: list[str] | None = None,
+) -> list[str]:
+    """A rich table on a terminal (dropping ``droppable`` columns, in order, until it fits, with a note
+    on stderr naming them); plain fixed-width text with every column otherwise. Returns the dropped names."""
+    header = [plain(c) for c in columns]
+    chosen = kinds or [kind_of(c) for c in header]
+    body = cells(header, rows, chosen)
+    if not terminal():
+        if title:
+            sys.stdout.write(plain(title) + "\n")
+        sys.stdout.write(plain_table(header, body, ["raw"] * len(header)))
+        return []
+    console = out_console()
+    keep, dropped = fit(header, body, chosen, console.width, droppable)
+    if dropped:
+        info(f"note: {console.width} columns: left out {', '.join(dropped)} (widen the terminal, or pipe the output)")
+    pick = [header[i] for i in keep], [[row[i] for i in keep] for row in body], [chosen[i] for i in keep]
+    if needed(*pick) > console.width:  # still too wide: plain lines, which the terminal wraps but never cuts
+        sys.stdout.write((plain(title) + "\n" if title else "") + plain_table(*pick[:2], ["raw"] * len(keep)))
+        return dropped
+    console.print(rich_table(title, *pick, console.width))
+    return dropped
+
+
+def print_pairs(title: str, pairs: Iterable[tuple[str, Any]]) -> None:
+    """``key: value`` lines: a rich two-column grid on a terminal, plain lines otherwise; values never cut
+    (a long value wraps on a terminal)."""
+    items = [(plain(k), plain(format_cell(kind_of(k), v))) for k, v in pairs]
+    if not terminal():
+        sys.stdout.write(plain(title) + "\n" + "".join(f"  {k}: {v}\n" for k, v in items))
+        return
+    result = Table(title=Text(plain(title)), title_justify="left", show_header=False, box=None, pad_edge=False)
+    result.add_column("key", style="bold", no_wrap=True)
+    result.add_column("value", overflow="fold")
+    for key, value in items:
+        result.add_row(Text(key), Text(value))
+    out_console().print(result)

@@ -1,0 +1,73 @@
+"""``verify-resume``'s children as they run: a bar per segment on a terminal, prefixed lines elsewhere.
+
+Each child is an ``octlm train`` or ``resume`` whose stderr is a pipe, so it speaks in plain lines
+(timestamped phases, ``step N: ...`` at each evaluation); the bar follows those steps and shows the
+newest line beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from octlm.cli import render
+from octlm.cli.progress import interactive_stderr, stamped
+
+STEP = re.compile(r"step (\d+)[: ]")
+
+
+class SegmentsView:
+    def __init__(self, before: Callable[[], None] = lambda: None) -> None:
+        self.before = before  # called once, before the first segment (the phases' display ends there)
+        self.console = render.PlainConsole(stderr=True, highlight=False)
+        self.progress: Progress | None = None
+        self.tasks: dict[str, tuple[TaskID, int]] = {}  # label: its bar and its last step
+        if interactive_stderr(self.console):
+            self.progress = Progress(
+                TextColumn("{task.fields[label]}", markup=False),
+                BarColumn(bar_width=12),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[said]}", markup=False),
+                console=self.console,
+                refresh_per_second=4,
+            )
+
+    def _say(self, message: str) -> None:
+        try:
+            self.console.print(render.plain(message), soft_wrap=True)
+        except OSError:
+            pass
+
+    def begin(self, label: str, start: int, until: int) -> None:
+        self.before()
+        self.before = lambda: None
+        if self.progress is None:
+            self._say(stamped(f"{label} steps {start} -> {until}"))
+            return
+        if not self.tasks:
+            self.progress.start()
+        task = self.progress.add_task(
+            label, total=until - start, completed=0, label=f"{label} {start}->{until}", said=""
+        )
+        self.tasks[label] = (task, start)
+
+    def line(self, label: str, text: str) -> None:
+        if self.progress is None:
+            self._say(f"{label} {text}")
+            return
+        task, start = self.tasks[label]
+        found = STEP.match(text)
+        completed = int(found.group(1)) - start if found else None
+        self.progress.update(task, completed=completed, said=render.plain(text)[:60])
+
+    def end(self, label: str) -> None:
+        if self.progress is not None:
+            task, _ = self.tasks[label]
+            self.progress.update(task, completed=self.progress.tasks[task].total or 0, said="done")
+
+    def close(self) -> None:
+        if self.progress is not None and self.tasks:
+            self.progress.stop()

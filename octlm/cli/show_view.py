@@ -1,0 +1,270 @@
+"""Writing what ``octlm show`` found: JSON, CSV, or tables (rich on a terminal, plain text otherwise)."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from octlm.cli import render
+from octlm.config import flatten
+from octlm.views.show import Request, Shown
+
+LIST_HEADERS = (
+    "ID",
+    "description",
+    "status",
+    "step",
+    "train loss",
+    "eval loss",
+    "ppl",
+    "bpb",
+    "tokens",
+    "verdict",
+    "updated (UTC)",
+)
+LIST_DROPPABLE = ("updated (UTC)", "ppl", "train loss", "tokens", "verdict", "bpb")
+RUN_HEADERS = (
+    "#",
+    "kind",
+    "status",
+    "steps",
+    "started",
+    "host",
+    "pid",
+    "device",
+    "dtype",
+    "threads",
+    "ranks",
+    "train loss",
+    "eval loss",
+)
+RUN_DROPPABLE = ("threads", "dtype", "ranks", "host", "device", "started", "train loss")
+PROVENANCE_HEADERS = (
+    "#",
+    "command",
+    "git commit",
+    "dirty",
+    "versions (octlm/python/torch)",
+    "duration s",
+    "resumed from",
+)
+PROVENANCE_DROPPABLE = ("versions (octlm/python/torch)", "dirty", "resumed from", "git commit")
+LIFECYCLE = ("tags", "notes", "archived", "parent")  # shown in the detail when the document has them
+
+
+def write(shown: Shown, request: Request) -> None:
+    for warning in shown.warnings:
+        render.warn(warning)
+    if request.as_json:
+        render.emit_json(shown.document)
+    elif shown.text is not None:
+        sys.stdout.write(render.plain(shown.text, multiline=True))
+    elif request.as_csv:
+        write_csv(shown.header, shown.rows)
+    elif shown.mode == "list":
+        _list(shown, request)
+    elif shown.mode == "compare":
+        title = " vs ".join(request.ids) + ("" if request.all_keys else "  (config: only keys that differ)")
+        print_compare(list(request.ids), shown.rows, title)
+    else:
+        print_detail(shown.document)
+
+
+def print_compare(ids: list[str], rows: list[list[Any]], title: str) -> None:
+    """Fields down, experiments across; each value formatted by its field's kind. On a terminal too narrow
+    for every experiment, several tables of as many experiments as fit, with a note saying so."""
+    body = [
+        [render.plain(row[0]), *(render.format_cell(render.kind_of(str(row[0])), v) for v in row[1:])] for row in rows
+    ]
+    groups = _groups(["", *ids], body, render.out_console().width) if render.terminal() else [list(range(len(ids)))]
+    if len(groups) > 1:
+        render.info(f"note: {len(ids)} experiments do not fit side by side: shown in {len(groups)} tables")
+    for number, group in enumerate(groups, 1):
+        header = ["", *(ids[i] for i in group)]
+        part = [[row[0], *(row[i + 1] for i in group)] for row in body]
+        suffix = f"  ({number}/{len(groups)})" if len(groups) > 1 else ""
+        render.print_table(header, part, title=title + suffix, kinds=["raw"] * len(header))
+
+
+def _groups(header: list[str], body: list[list[str]], width: int) -> list[list[int]]:
+    """Experiments (indexes) in groups whose tables, field column included, fit ``width``."""
+    widths = [max([len(header[c]), *(len(row[c]) for row in body)]) + 3 for c in range(len(header))]
+    groups: list[list[int]] = [[]]
+    used = widths[0]
+    for index, column in enumerate(widths[1:]):
+        if groups[-1] and used + column > width + 1:
+            groups.append([])
+            used = widths[0]
+        groups[-1].append(index)
+        used += column
+    return groups
+
+
+def write_csv(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> None:
+    """CSV of plain text: control characters out (line breaks and tabs stay, quoted as CSV quotes them)."""
+    writer = csv.writer(sys.stdout)
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([_csv_cell(v) for v in row])
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, list):  # tags
+        value = " ".join(str(item) for item in value)
+    return "" if value is None else render.plain(value, multiline=True) if isinstance(value, str) else value
+
+
+def _list(shown: Shown, request: Request) -> None:
+    rows = shown.document["experiments"]
+    if not rows:
+        hint = " match" if request.where else ": create one with `octlm new --preset day1`"
+        render.info(f"no experiments in {shown.document['home']}{hint}")
+    elif request.columns:
+        render.print_table(shown.header, shown.rows)
+    else:
+        render.print_table(LIST_HEADERS, (_list_row(row) for row in rows), droppable=LIST_DROPPABLE)
+
+
+def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    step = f"{r['step'] or 0}/{r['steps']}" if r["steps"] else "-"
+    updated = _cut(r["updated"], 16).replace("T", " ")
+    return (
+        r["id"],
+        r["description"],
+        r["status"],
+        step,
+        r["train_loss"],
+        r["eval_loss"],
+        r["perplexity"],
+        r["bits_per_byte"],
+        r["tokens"],
+        r["last_verdict"],
+        updated,
+    )
+
+
+def print_detail(item: dict[str, Any]) -> None:
+    """One experiment: its summary and config as ``key: value`` lines, then its runs, provenance,
+    checkpoints and verdicts as tables (rich on a terminal, plain text otherwise)."""
+    fingerprints = item["fingerprints"]
+    render.print_pairs(
+        f"{item['id']}  {item['description']}",
+        [
+            ("status", item["status"]),
+            ("step", item["step"]),
+            *_lifecycle(item),
+            ("config fingerprint", fingerprints["config"]),
+            ("data hash", fingerprints["data"]),
+            ("tokenizer hash", fingerprints["tokenizer"]),
+        ],
+    )
+    _gap()
+    render.print_pairs("config", flatten(item["config"]).items())
+    if item["runs"]:
+        _gap()
+        render.print_table(RUN_HEADERS, [_run_row(r) for r in item["runs"]], title="runs", droppable=RUN_DROPPABLE)
+        _gap()
+        rows = [_provenance_row(r) for r in item["runs"]]
+        render.print_table(PROVENANCE_HEADERS, rows, title="provenance", droppable=PROVENANCE_DROPPABLE)
+    if item["checkpoints"]:
+        _gap()
+        rows = [(c["step"], c["path"], c["size"], _cut(c["sha256"], 16)) for c in item["checkpoints"]]
+        render.print_table(("step", "path", "size", "sha256"), rows, title="checkpoints", droppable=("sha256",))
+    if item["verifications"]:
+        _gap()
+        rows = [
+            (v["kind"], v["verdict"], _cut(v["created"], 19).replace("T", " "), _summary(v))
+            for v in item["verifications"]
+        ]
+        render.print_table(("kind", "verdict", "when", "summary"), rows, title="verdicts", droppable=("when",))
+
+
+def _lifecycle(item: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Tags, notes, archived and the parent checkpoint of a fork, when the document has them."""
+    pairs: list[tuple[str, Any]] = []
+    tags = item.get("tags")
+    if tags:
+        pairs.append(("tags", tags))
+    if item.get("archived"):
+        pairs.append(("archived", True))
+    if item.get("parent"):
+        pairs.append(("forked from", item["parent"]))
+    notes = item.get("notes") or []
+    for note in notes if isinstance(notes, list) else [notes]:
+        text = note.get("text") if isinstance(note, dict) else note
+        when = _cut(note.get("created"), 16).replace("T", " ") if isinstance(note, dict) else ""
+        pairs.append(("note", f"{when}  {text}".strip()))
+    return pairs
+
+
+def _summary(verification: dict[str, Any]) -> Any:
+    details = verification["details"]
+    return details.get("summary", "") if isinstance(details, dict) else ""
+
+
+def _gap() -> None:
+    sys.stdout.write("\n")
+
+
+def _run_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    metrics = r["latest_metrics"] if isinstance(r["latest_metrics"], dict) else {}
+    started = _cut(r["started"], 19).replace("T", " ")
+    return (
+        r["id"],
+        r["kind"],
+        r["status"],
+        f"{r['start_step']}->{r['end_step']}",
+        started,
+        r["host"],
+        r["pid"],
+        r["device"],
+        r["dtype"],
+        r["threads"],
+        ranks(r),
+        metrics.get("train_loss"),
+        metrics.get("eval_loss"),
+    )
+
+
+def ranks(r: dict[str, Any]) -> str:
+    """The processes a run trained on: ``1``; ``4 gloo`` (the backend only for several ranks); ``4 nccl,
+    2 nodes`` over several nodes; then ``, resharded from 2`` for a run resumed under another world size.
+    A row without the columns (or with a damaged cell) reads as one process on one node."""
+    size = _count(r.get("world_size"))
+    nodes = _count(r.get("nnodes"))
+    text = str(size)
+    if size > 1 and r.get("backend"):
+        text += f" {r['backend']}"
+    if nodes > 1:
+        text += f", {nodes} nodes"
+    resharded = r.get("resharded_from")
+    if resharded is not None and resharded != "":
+        text += f", resharded from {resharded}"
+    return text
+
+
+def _count(value: Any) -> int:
+    """A world size or node count as stored; 1 for none or anything that is not a positive whole number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _provenance_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    command = " ".join(map(str, r["argv"])) if isinstance(r["argv"], list) else r["argv"]
+    versions = f"{r['octlm_version']}/{r['python_version']}/{r['torch_version']}"
+    dirty = {1: "yes", 0: "no"}.get(r["git_dirty"])
+    return (r["id"], command, _cut(r["git_commit"], 12), dirty, versions, _duration(r), r["resumed_from"])
+
+
+def _cut(value: Any, length: int) -> str:
+    """The first ``length`` characters of a cell as text ("" for none), whatever the registry holds."""
+    return "" if value is None else str(value)[:length]
+
+
+def _duration(run: dict[str, Any]) -> float | None:
+    try:
+        return round((datetime.fromisoformat(run["ended"]) - datetime.fromisoformat(run["started"])).total_seconds(), 1)
+    except (TypeError, ValueError):  # not finished, or a timestamp damaged outside octlm
+        return None

@@ -1,0 +1,62 @@
+"""The experiment config: typed, frozen dataclasses, valid by construction, loaded from YAML (torch-free).
+
+Owns what an experiment's YAML may say and what it means: the sections and their keys (``schema``), how a raw
+value becomes a typed one with a one-line error naming the key (``validation``), the presets (``presets``),
+canonical JSON, dotted keys and diffs (``tree``), and reading files, ``--set`` overrides and key descriptions
+(``load``). Everything above imports the config from here: ``from octlm.config import Config, load``.
+May import: ``core``.
+"""
+
+from octlm.config.load import (
+    ADDED_LATER,
+    BOOKKEEPING,
+    DEVICES,
+    PRECISIONS,
+    SECTIONS,
+    TOP_LEVEL,
+    CheckpointConfig,
+    Config,
+    DataConfig,
+    InitConfig,
+    ModelConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    apply_overrides,
+    canonical,
+    describe_keys,
+    diff,
+    flatten,
+    from_dict,
+    load,
+    merge,
+    parse_yaml,
+    resolve_preset,
+    to_yaml,
+)
+
+__all__ = [
+    "ADDED_LATER",
+    "BOOKKEEPING",
+    "DEVICES",
+    "PRECISIONS",
+    "SECTIONS",
+    "TOP_LEVEL",
+    "CheckpointConfig",
+    "Config",
+    "DataConfig",
+    "InitConfig",
+    "ModelConfig",
+    "TokenizerConfig",
+    "TrainingConfig",
+    "apply_overrides",
+    "canonical",
+    "describe_keys",
+    "diff",
+    "flatten",
+    "from_dict",
+    "load",
+    "merge",
+    "parse_yaml",
+    "resolve_preset",
+    "to_yaml",
+]

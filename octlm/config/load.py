@@ -1,0 +1,224 @@
+"""Experiment configs: frozen, typed dataclasses, loaded from YAML and valid by construction.
+
+Every error names the file and the dotted key (``EXP-008.yaml: training.warmup_steps: ...``).
+The fingerprint covers only the fields that determine the training trajectory; see
+``BOOKKEEPING`` for the fields left out, so changing how often a run evaluates or
+checkpoints never blocks a resume.
+
+The dataclasses and the fingerprint live in ``config_schema`` (each section validates itself
+when built or replaced), value coercion in ``validation``; this module adds YAML files, presets,
+``--set`` overrides and ``describe_keys``, and is where the rest of octlm imports all of them from.
+Torch-free: ``octlm new``, ``octlm show`` and ``octlm config keys`` must start fast.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import Field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from octlm.config import presets
+from octlm.config.schema import (
+    ADDED_LATER,
+    BOOKKEEPING,
+    DEVICES,
+    PRECISIONS,
+    SECTIONS,
+    TOP_LEVEL,
+    CheckpointConfig,
+    Config,
+    DataConfig,
+    InitConfig,
+    ModelConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    canonical,
+    diff,
+    field_kinds,
+    flatten,
+    split_key,
+)
+from octlm.config.validation import kind_of, shown, type_name
+from octlm.core.errors import ConfigError
+
+__all__ = [
+    "ADDED_LATER",
+    "BOOKKEEPING",
+    "DEVICES",
+    "PRECISIONS",
+    "SECTIONS",
+    "TOP_LEVEL",
+    "CheckpointConfig",
+    "Config",
+    "DataConfig",
+    "InitConfig",
+    "ModelConfig",
+    "TokenizerConfig",
+    "TrainingConfig",
+    "apply_overrides",
+    "canonical",
+    "describe_keys",
+    "diff",
+    "flatten",
+    "from_dict",
+    "load",
+    "merge",
+    "parse_yaml",
+    "resolve_preset",
+    "to_yaml",
+]
+
+
+def from_dict(raw: Any, origin: str = "<config>") -> Config:
+    """Build and validate a Config from a parsed YAML mapping; ``origin`` names the file."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: expected a mapping of sections at the top, got {kind_of(raw)}")
+    for key in raw:
+        if key not in SECTIONS and key not in TOP_LEVEL:
+            known = ", ".join((*TOP_LEVEL, *SECTIONS))
+            raise ConfigError(f"{origin}: {shown(key)}: unknown key; known keys: {known}")
+    top = {key: raw[key] for key in TOP_LEVEL if raw.get(key) is not None}
+    try:
+        sections: dict[str, Any] = {n: cls(**_section_values(cls, raw.get(n), n)) for n, cls in SECTIONS.items()}
+        return Config(**top, **sections)
+    except ConfigError as error:
+        raise ConfigError(f"{origin}: {error}") from None
+
+
+def _section_values(cls: type, raw: Any, where: str) -> dict[str, Any]:
+    """A section's raw mapping, checked for its shape and unknown keys (the section checks the values)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of keys, got {kind_of(raw)}")
+    known = [f.name for f in fields(cls)]
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{where}.{shown(key)}: unknown key; known keys of {where}: {', '.join(known)}")
+    return raw
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error (naming key and line)
+    instead of the last one silently winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # ``<<: *base`` may be overridden by the keys beside it
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = lines.get(key)
+            except TypeError:
+                continue  # an unhashable key: the safe loader's own error follows
+            if first is not None:
+                problem = f"duplicate key {shown(key, quote=True)} (first on line {first})"
+                raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
+            lines[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str, origin: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"{origin}:{where}: malformed YAML: {problem}") from None
+    except (ValueError, RecursionError) as error:  # an integer of 5000 digits, nesting a parser cannot follow
+        raise ConfigError(f"{origin}: malformed YAML: {shown(error)}") from None
+
+
+def load(path: Path) -> Config:
+    """Load and validate an experiment config file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot be read: {error}") from None
+    raw = parse_yaml(text, path.name)
+    return from_dict(resolve_preset(raw, path.name), path.name)
+
+
+def resolve_preset(raw: Any, origin: str) -> Any:
+    """A config may name ``preset:``; its keys fill in what the file leaves out."""
+    if not isinstance(raw, dict) or not raw.get("preset"):
+        return raw
+    name = raw["preset"]
+    if not isinstance(name, str):
+        raise ConfigError(f"{origin}: preset: expected text, got {kind_of(name)}")
+    base = presets.preset(name, origin=f"{origin}: preset")
+    return merge(base, raw)
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str], origin: str = "--set") -> dict[str, Any]:
+    """Apply ``a.b=c`` overrides to a raw config mapping; values are parsed as YAML scalars.
+
+    Keys are checked here; values when the result goes through ``from_dict``.
+    """
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{origin} {shown(item, quote=True)}: expected KEY=VALUE, for example training.steps=400")
+        section, name = split_key(key, origin)
+        if section is None:
+            out[name] = text
+            continue
+        value = parse_yaml(text, f"{origin} {key}") if text.strip() else ""
+        target = out.setdefault(section, {})
+        if not isinstance(target, dict):
+            target = out[section] = {}
+        target[name] = value
+    return out
+
+
+def to_yaml(config: Config) -> str:
+    """The resolved config as YAML, sections in their usual order."""
+    body = config.to_dict()
+    ordered = {k: body[k] for k in TOP_LEVEL if body.get(k)}
+    ordered.update({k: body[k] for k in SECTIONS if k != "init" or config.init != InitConfig()})
+    return yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
+
+
+def describe_keys() -> list[dict[str, Any]]:
+    """Every config key in file order (top-level keys, then the sections'), one dict each:
+    ``key``, ``type``, ``default``, ``fingerprinted`` and ``doc`` (the help text, choices spelled out).
+
+    ``ADDED_LATER`` keys count as fingerprinted: they are, once they differ from their default.
+    """
+    top = [_describe(spec.name, spec, str) for spec in fields(Config) if spec.name in TOP_LEVEL]
+    return top + [
+        _describe(f"{section}.{spec.name}", spec, field_kinds(cls)[spec.name])
+        for section, cls in SECTIONS.items()
+        for spec in fields(cls)
+    ]
+
+
+def _describe(key: str, spec: Field[Any], kind: Any) -> dict[str, Any]:
+    choices, maximum = spec.metadata["choices"], spec.metadata.get("maximum")
+    spelled = f"{', '.join(choices[:-1])} or {choices[-1]}" if len(choices) > 1 else "".join(choices)
+    return {
+        "key": key,
+        "type": type_name(kind),
+        "default": list(spec.default) if isinstance(spec.default, tuple) else spec.default,
+        "fingerprinted": key not in BOOKKEEPING,
+        "doc": spec.metadata["doc"].replace("{choices}", spelled) + (f"; at most {maximum:,}" if maximum else ""),
+    }

@@ -1,0 +1,54 @@
+"""The signals a training process stops for (SIGHUP, SIGINT, SIGTERM), the exit codes they end with
+(128 + the signal's number), and the guard that turns the first one into a stop at the next step."""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+from octlm.core.errors import Interrupted
+
+SIGNAL_EXIT = {signal.SIGHUP: 129, signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def handled_signals() -> list[signal.Signals]:
+    """SIGHUP, SIGINT and SIGTERM; SIGHUP not when it is ignored (``nohup``: the run outlives the terminal)."""
+    return [s for s in SIGNAL_EXIT if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN]
+
+
+class SignalGuard:
+    """First SIGHUP/SIGINT/SIGTERM: finish the step, checkpoint, exit 129/130/143. Second: stop at once,
+    except the same signal again within ``REPEAT_S``: one kill that reached the process twice (a
+    launcher forwarding it, and ``docker stop`` or systemd signalling the whole group)."""
+
+    REPEAT_S = 1.0
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.received_at = 0.0
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> SignalGuard:
+        for signum in handled_signals():
+            self.previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if self.received == signum and now - self.received_at < self.REPEAT_S:
+            return
+        if self.received is not None:
+            raise Interrupted(
+                f"stopped at once by a second {signal.Signals(signum).name}; the previous checkpoint is intact",
+                SIGNAL_EXIT[signal.Signals(signum)],
+            )
+        self.received, self.received_at = signum, now
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.received is not None

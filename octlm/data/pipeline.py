@@ -1,0 +1,176 @@
+"""From a config to training data: corpus, tokenizer (trained once, then reused), token streams, blocks.
+
+Each long phase (reading, training the tokenizer, encoding, then the first step) is told to the reporter."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from octlm.config import Config
+from octlm.core.home import Home
+from octlm.core.reporting import QuietReporter, Reporter
+from octlm.data import apart as apart_process
+from octlm.data import blocks as data
+from octlm.data import corpus
+from octlm.data.fingerprints import Fingerprints
+from octlm.data.tokenizer import Tokenizer, cache_path, from_cache, load_or_train, to_cache
+from octlm.runtime import machine as runtime
+
+
+def data_root(home: Home) -> Path:
+    """Relative ``data.sources`` resolve here: ``OCTLM_DATA_ROOT`` if set, else the home."""
+    root = os.environ.get("OCTLM_DATA_ROOT")
+    return Path(root).resolve() if root else home.root
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """What a training process trains on, and the notes worth telling the user about it."""
+
+    config: Config
+    device: torch.device
+    tokenizer: Tokenizer
+    train_blocks: data.TokenBlocks
+    eval_blocks: data.TokenBlocks
+    data_hash: str
+    notes: tuple[str, ...]
+    world_size: int = 1  # the ranks it is trained on: part of the config's fingerprint above 1
+
+    @property
+    def fingerprints(self) -> Fingerprints:
+        return Fingerprints(self.config.fingerprint_at(self.world_size), self.data_hash, self.tokenizer.fingerprint)
+
+    def one_block(self) -> PreparedData:
+        """The first training block alone, for training and evaluating on it (``overfit``)."""
+        block = self.train_blocks.select(slice(0, 1))  # (1, T)
+        return dataclasses.replace(self, train_blocks=block, eval_blocks=block)
+
+
+def prepare(
+    home: Home,
+    config: Config,
+    tokenizer_path: Path,
+    reporter: Reporter | None = None,
+    first_step: bool = True,
+    apart: bool = True,
+) -> PreparedData:
+    """Set up the process, then read the corpus, load (or take from the cache, or train) the tokenizer and
+    cut blocks, telling ``reporter`` each phase; with ``first_step``, the last phase is the first step.
+
+    A newly trained or cached tokenizer is saved only after the whole corpus has encoded with it. With
+    ``apart`` (and on Linux), a tokenizer to train or a token file to write is made in a child process
+    (``apart.run_apart``), so that the memory they take is not kept for the run; this process then loads
+    both, as a warm start does. The tokens are the same either way."""
+    report = reporter or QuietReporter()
+    device = runtime.prepare_process(config)
+    found = _read_corpus(home, config, report)
+    cached = cache_path(home.cache, (d.text for d in found.train), config.tokenizer.vocab_size)  # reads them all
+    where = _Where(home, config, tokenizer_path, cached)
+    notes = _apart(where, found, report) if apart and _cold(where, found) else None
+    tokenizer, data_hash, streams, more = _tokens(where, found, report if notes is None else None)
+    notes = [*(notes or []), *more]
+    train_blocks = data.make_blocks(streams.train, tokenizer, config.model.context_length)
+    if len(streams.validation):
+        validation = data.make_blocks(streams.validation, tokenizer, config.model.context_length)
+    else:
+        notes.append("no validation documents: evaluating on training blocks (set data.validation_fraction)")
+        validation = train_blocks
+    eval_blocks = validation.select(slice(0, config.training.eval_blocks))
+    if first_step:
+        _first_step(config, device, report)
+    return PreparedData(config, device, tokenizer, train_blocks, eval_blocks, data_hash, tuple(notes))
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where the data's artefacts are: the home (its ``cache/``), the experiment's tokenizer file and the
+    shared cache's tokenizer for this corpus and vocabulary."""
+
+    home: Home
+    config: Config
+    tokenizer: Path
+    cached: Path
+
+
+def _tokens(
+    where: _Where, found: corpus.Corpus, report: Reporter | None
+) -> tuple[Tokenizer, str, data.Streams, list[str]]:
+    """The tokenizer, the dataset hash and the token streams (made, or loaded and verified); the notes.
+    ``report`` None: nothing is told (the work was done and told apart)."""
+    tell, path, cached = report or QuietReporter(), where.tokenizer, where.cached
+    tokenizer, how = _tokenizer(where, found, tell)
+    data_hash = data.dataset_hash(found, tokenizer)
+    tell.phase("encoding", f"{_megabytes(found)} MB with {tokenizer.vocab_size:,} tokens")
+    streams = data.token_streams(found, tokenizer, where.home.cache, data_hash)
+    notes = [streams.note] if streams.note else []
+    if how != "loaded":
+        tokenizer.save(path)
+        notes.append(_tokenizer_note(how, tokenizer, path, cached))
+    if how == "trained":
+        to_cache(tokenizer, cached)
+    return tokenizer, data_hash, streams, notes
+
+
+def _cold(where: _Where, found: corpus.Corpus) -> bool:
+    """Whether a tokenizer is to be trained or a token file written (a warm start has both)."""
+    if os.path.lexists(where.tokenizer):
+        return not _token_file(where.home, found, where.tokenizer).exists()
+    return not os.path.lexists(where.cached) or not _token_file(where.home, found, where.cached).exists()
+
+
+def _token_file(home: Home, found: corpus.Corpus, tokenizer: Path) -> Path:
+    try:
+        return home.cache / f"tokens-{data.dataset_hash(found, Tokenizer.load(tokenizer))}.bin"
+    except Exception:  # a damaged tokenizer file: the work in this process says what is wrong with it
+        return home.cache / "tokens-unreadable.bin"
+
+
+def _apart(where: _Where, found: corpus.Corpus, report: Reporter) -> list[str] | None:
+    """Train the tokenizer and write the token file in a child process; its notes (None: not done there)."""
+
+    def work(child: Reporter) -> list[str]:
+        return _tokens(where, found, child)[3]
+
+    return apart_process.run_apart(work, report)
+
+
+def _megabytes(found: corpus.Corpus) -> str:
+    documents = (*found.train, *found.validation)
+    return f"{sum(d.size for d in documents) / 1e6:,.1f}"
+
+
+def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
+    report.phase("reading corpus")
+    found = corpus.load(config.data.sources, data_root(home), config.data.validation_fraction, config.data.max_bytes)
+    count = len(found.train) + len(found.validation)
+    report.phase("reading corpus", f"{_megabytes(found)} MB, {count:,} documents")
+    return found
+
+
+def _tokenizer(where: _Where, found: corpus.Corpus, report: Reporter) -> tuple[Tokenizer, str]:
+    """The experiment's tokenizer, the cached one, or a newly trained one (the library's own progress
+    on a terminal); and how it was found."""
+    vocab_size, count, path = where.config.tokenizer.vocab_size, len(found.train), where.tokenizer
+    if not os.path.lexists(path) and from_cache(where.cached) is None:
+        detail = f"{vocab_size:,} tokens on {count:,} documents"
+        report.phase("training tokenizer", detail, own_progress=report.interactive)
+    texts = (d.text for d in found.train)  # read again from their files
+    return load_or_train(path, texts, vocab_size, where.cached, show_progress=report.interactive, length=count)
+
+
+def _tokenizer_note(how: str, tokenizer: Tokenizer, path: Path, cached: Path) -> str:
+    if how == "cached":
+        return f"reused tokenizer from cache/{cached.name} ({tokenizer.vocab_size} tokens) -> {path}"
+    return f"trained tokenizer ({tokenizer.vocab_size} tokens) -> {path}"
+
+
+def _first_step(config: Config, device: torch.device, report: Reporter) -> None:
+    if config.training.compile:
+        report.phase("compiling (first step)", f"torch.compile on {device.type}, once per process")
+    else:
+        report.phase("first step")

@@ -1,0 +1,259 @@
+"""Merging records of another home into this one (``registry import``, and ``unpack``'s rows). Torch-free.
+
+``plan`` decides everything before anything is written: each experiment is matched by UUID (one already here
+keeps its local ID; a new one takes its ID, renamed by ``--prefix`` or ``--as``, and is refused, exit 3, when
+that ID is here with another UUID or as files without a row); runs, verdicts and notes by UUID; checkpoints by
+experiment, step and sha256 (registered as remote, on their box, unless ``unpack`` brought the files); a run file
+is written when there is none here, or replaced when the imported one extends it. ``apply`` then writes the YAML
+and run files, and the rows in one transaction, under each experiment's lock; a failure takes the files back.
+Importing the same records twice plans nothing the second time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from octlm import config as cfg
+from octlm.core.errors import BadInput, Refused
+from octlm.core.fsutil import atomic_write, read_regular
+from octlm.core.home import Home, validate_id, validate_prefix
+from octlm.exchange import records as exchange
+from octlm.exchange.records import TRACKS
+from octlm.store import runfile
+from octlm.store.locking import ExperimentLock
+from octlm.store.merge import ExchangeRegistry, Merge
+
+
+def import_file(home: Home, path: Path, prefix: str | None = None) -> dict[str, Any]:
+    """``octlm registry import``: merge the export at ``path`` into ``home``'s registry (see the module)."""
+    found = exchange.read(path)
+    if prefix is not None:
+        validate_prefix(prefix, "--prefix")
+    hint = "import it under other IDs with --prefix (--prefix B- imports EXP-001 as B-EXP-001)"
+    home.ensure_writable()
+    with ExchangeRegistry(home.registry) as registry:
+        chosen = plan(home, registry, found, lambda i: f"{prefix or ''}{i}", hint=hint)
+        rows = apply(home, registry, chosen) if chosen.changed else {}
+    files = sorted(str(p.relative_to(home.root)) for p in chosen.files)
+    return {
+        "schema_version": exchange.SCHEMA_VERSION,
+        "file": str(path),
+        "changed": chosen.changed,
+        "experiments": chosen.experiments,
+        "rows": rows,
+        "files": files,
+    }
+
+
+@dataclass
+class Plan:
+    merge: Merge = field(default_factory=Merge)
+    files: dict[Path, bytes] = field(default_factory=dict)  # written before the rows, taken back on failure
+    targets: dict[str, str] = field(default_factory=dict)  # experiment UUID -> its ID here
+    experiments: list[dict[str, Any]] = field(default_factory=list)  # what happens to each, for the report
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.files) or not self.merge.empty()
+
+
+def plan(
+    home: Home,
+    registry: ExchangeRegistry,
+    found: list[dict[str, Any]],
+    rename: Callable[[str], str],
+    *,
+    hint: str,
+    local: bool = False,
+    strict: bool = False,
+) -> Plan:
+    """What merging ``found`` writes. ``rename``: an imported experiment's ID here; ``hint``: the way out of a
+    taken ID; ``local``: checkpoint files come along (``unpack``) rather than staying remote; ``strict``: an
+    experiment already here under another ID than ``rename`` gives is refused rather than merged into it."""
+    result = Plan()
+    by_type: dict[str, list[dict[str, Any]]] = {
+        kind: [] for kind in ("experiment", "run", "checkpoint", "verification", "note", "run_file")
+    }
+    for item in found:
+        by_type[item["type"]].append(item)
+    known = registry.by_uuid("experiments")
+    for item in by_type["experiment"]:
+        _experiment(home, registry, result, item, known, rename, hint, strict)
+    for item in found:
+        if item["type"] != "experiment" and item["experiment_uuid"] not in result.targets:
+            if item["experiment_uuid"] not in known:
+                raise BadInput(
+                    f"a {item['type']} record names experiment {item['experiment_uuid']}, "
+                    "which is neither in the file nor here"
+                )
+            result.targets[item["experiment_uuid"]] = known[item["experiment_uuid"]]
+    _children(registry, result, by_type)
+    _checkpoints(registry, result, by_type["checkpoint"], local)
+    for item in by_type["run_file"]:
+        _run_file(home, result, item)
+    return result
+
+
+def _experiment(
+    home: Home,
+    registry: ExchangeRegistry,
+    result: Plan,
+    item: dict[str, Any],
+    known: dict[str, Any],
+    rename: Callable[[str], str],
+    hint: str,
+    strict: bool,
+) -> None:
+    source, key = item["id"], item["uuid"]
+    wanted = validate_id(rename(source))
+    target = known.get(key, wanted)
+    if key in result.targets or target in result.targets.values():
+        raise BadInput(f"{source}: the file holds this experiment (or its ID) twice")
+    if key in known and strict and target != wanted:
+        raise Refused(f"{source} is already here as {target} (the same UUID): nothing was changed")
+    result.targets[key] = target
+    former = sorted(set(item.get("former_ids") or []) | ({source} - {target}))
+    entry = {"id": target, "from": source, "uuid": key}
+    if key in known:
+        had = registry.former_ids(target)
+        if set(former) - set(had):
+            result.merge.former_ids[target] = sorted(set(had) | set(former))
+        result.experiments.append({**entry, "status": "here"})
+        return
+    if _taken(home, registry, target):
+        raise Refused(f"{target} exists here as another experiment (another UUID): nothing was changed; {hint}")
+    text = _yaml(item, target)
+    result.files[home.config_path(target)] = text.encode("utf-8")
+    fields = {k: item.get(k) for k in ("description", "preset", "created", "updated", "config_hash", "tags")}
+    config: dict[str, Any] = item["config_json"] if isinstance(item.get("config_json"), dict) else {}
+    yaml_path = str(home.config_path(target).relative_to(home.root))
+    row = {
+        "id": target,
+        "uuid": key,
+        **fields,
+        "config_json": {**config, "id": target},
+        "former_ids": former or None,
+        "yaml_path": yaml_path,
+        "archived": int(bool(item.get("archived"))),
+    }
+    result.merge.experiments.append(row)
+    result.experiments.append({**entry, "status": "new"})
+
+
+def _taken(home: Home, registry: ExchangeRegistry, experiment_id: str) -> bool:
+    paths = (
+        home.config_path(experiment_id),
+        home.checkpoint_dir(experiment_id),
+        home.run_file(experiment_id),
+        home.run_file(experiment_id, TRACKS["overfit"]),
+    )
+    return registry.experiment(experiment_id) is not None or any(path.exists() for path in paths)
+
+
+def _yaml(item: dict[str, Any], target: str) -> str:
+    """The experiment's YAML as exported, with its ``id`` set to ``target`` when renamed; checked to load."""
+    text, origin = item["yaml"], f"{item['id']}.yaml (imported)"
+    raw = cfg.parse_yaml(text, origin)
+    if not isinstance(raw, dict):
+        raise BadInput(f"{origin}: not a config (a mapping of sections)")
+    if raw.get("id") != target:
+        raw["id"] = target
+        text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
+    cfg.from_dict(cfg.resolve_preset(raw, origin), origin)
+    return text
+
+
+def _children(registry: ExchangeRegistry, result: Plan, by_type: dict[str, list[dict[str, Any]]]) -> None:
+    """Runs, verdicts and notes not here yet (by UUID), each under its experiment's ID here."""
+    for kind, table, out in (
+        ("run", "runs", result.merge.runs),
+        ("verification", "verifications", result.merge.verifications),
+        ("note", "notes", result.merge.notes),
+    ):
+        here = registry.by_uuid(table)
+        for item in by_type[kind]:
+            if item["uuid"] not in here:
+                fields = {k: v for k, v in item.items() if k not in ("schema_version", "type", "experiment_uuid")}
+                out.append({**fields, "experiment_id": result.targets[item["experiment_uuid"]]})
+                here[item["uuid"]] = None
+
+
+def _checkpoints(registry: ExchangeRegistry, result: Plan, items: list[dict[str, Any]], local: bool) -> None:
+    """Checkpoints not here yet (the same experiment, step and sha256): as remote rows (the file stays on its
+    box), or with ``local`` at ``checkpoints/<ID>/step-NNNNNN.pt``, where ``unpack`` puts the file."""
+    here: dict[str, set[tuple[int, str]]] = {}
+    for item in items:
+        target = result.targets[item["experiment_uuid"]]
+        if target not in here:
+            here[target] = {(row["step"], row["sha256"]) for row in registry.checkpoints(target)}
+        if (item["step"], item["sha256"]) in here[target]:
+            continue
+        here[target].add((item["step"], item["sha256"]))
+        fields = {k: v for k, v in item.items() if k not in ("schema_version", "type", "experiment_uuid")}
+        if local:
+            fields.update(path=f"checkpoints/{target}/step-{item['step']:06d}.pt", remote_host=None, remote_path=None)
+        elif not item.get("remote_host") or not item.get("remote_path"):
+            raise BadInput(f"a checkpoint record of {target} at step {item['step']} names no remote_host and path")
+        else:
+            fields["path"] = f"{item['remote_host']}:{item['remote_path']}"
+        result.merge.checkpoints.append({**fields, "experiment_id": target})
+
+
+def _run_file(home: Home, result: Plan, item: dict[str, Any]) -> None:
+    """A track's run file: written when there is none here, replaced when the imported one extends this one."""
+    target = result.targets[item["experiment_uuid"]]
+    path = home.run_file(target, TRACKS[item["track"]])
+    current, incoming = runfile.read(path), item["records"]
+    if current and (len(incoming) <= len(current) or incoming[: len(current)] != current):
+        return
+    if not incoming and not item["metrics"]:
+        return
+    result.files[path] = "".join(json.dumps(record) + "\n" for record in incoming).encode("utf-8")
+    result.merge.metrics[(target, item["track"])] = item["metrics"]
+
+
+def apply(
+    home: Home, registry: ExchangeRegistry, chosen: Plan, before: Callable[[list[Path]], None] | None = None
+) -> dict[str, int]:
+    """Write ``chosen``: under the lock of each experiment it touches, ``before`` (``unpack`` places its files,
+    naming each in the list it is given), the YAML and run files, then the rows in one transaction; {table: rows
+    written}. Any failure takes back every file written."""
+    placed: list[Path] = []
+    written: list[tuple[Path, bytes | None]] = []
+    with contextlib.ExitStack() as locks:
+        for target in sorted(set(chosen.targets.values())):
+            locks.enter_context(ExperimentLock(home.lock_path(target), target))
+        try:
+            if before is not None:
+                before(placed)
+            for path, data in chosen.files.items():
+                old = read_regular(path, max_bytes=runfile.MAX_BYTES, follow=False) if path.exists() else None
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, data)
+                written.append((path, old))
+            return registry.merge(chosen.merge)
+        except BaseException as error:
+            _take_back(placed, written)
+            if isinstance(error, sqlite3.IntegrityError):
+                raise Refused(
+                    f"another process registered one of these IDs meanwhile ({error}): nothing changed"
+                ) from None
+            raise
+
+
+def _take_back(placed: list[Path], written: list[tuple[Path, bytes | None]]) -> None:
+    for path, old in reversed(written):
+        if old is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write(path, old)
+    for path in reversed(placed):
+        path.unlink(missing_ok=True)

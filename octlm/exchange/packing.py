@@ -1,0 +1,353 @@
+"""``octlm pack`` / ``unpack``: one experiment as one tar file, to move it to another home. Torch-free.
+
+A pack holds, under ``octlm-pack/``: ``manifest.json`` (format, version, the experiment, the sha256 and size of
+every other member), ``registry.jsonl`` (the experiment's records, as ``registry export`` writes them, with its
+YAML and run files; only the packed checkpoints), ``tokenizer.json``, and ``checkpoints/step-NNNNNN.pt`` with
+their ``.sha256`` files. Members are sorted, with fixed times, owners and modes, so the same state packs to the
+same bytes. ``unpack`` reads nothing but such regular files (any other name, a link or a device is refused),
+verifies every checksum in a staging folder inside the home before anything is registered, then places the
+files and merges the rows (``importing``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from octlm import __version__
+from octlm.core.errors import BadInput, Refused
+from octlm.core.fsutil import atomic_writer, check_regular, create_exclusive, open_regular, read_regular
+from octlm.core.home import Home, validate_id
+from octlm.exchange import importing
+from octlm.exchange import records as exchange
+from octlm.store.locking import ExperimentLock
+from octlm.store.merge import ExchangeRegistry
+
+FORMAT, VERSION = "octlm-pack", 1
+ROOT, MANIFEST, RECORDS, TOKENIZER = "octlm-pack/", "manifest.json", "registry.jsonl", "tokenizer.json"
+CHECKPOINT_FILE = re.compile(r"step-(\d{6,12})\.pt")
+MEMBER = re.compile(r"manifest\.json|registry\.jsonl|tokenizer\.json|checkpoints/step-\d{6,12}\.(?:pt|sha256)")
+MAX_SMALL = 1 << 30  # the manifest, the records and the tokenizer are read whole
+Source = Path | bytes
+
+
+# ---------------------------------------------------------------- pack
+
+
+def pack(home: Home, experiment_id: str, output: Path, *, step: int | None = None, every: bool = False) -> dict:
+    """Write the pack of ``experiment_id`` to ``output`` (atomically), under the experiment's lock."""
+    if not output.parent.is_dir():
+        raise BadInput(f"-o {output}: there is no folder {output.parent}")
+    if not home.config_path(experiment_id).is_file():
+        raise BadInput(f"unknown experiment {experiment_id}: {home.config_path(experiment_id)} does not exist")
+    folder = home.checkpoint_dir(experiment_id)
+    with ExperimentLock(home.lock_path(experiment_id), experiment_id):
+        chosen = _chosen(folder, experiment_id, step, every)
+        members: dict[str, Source] = {}
+        for _, path in chosen:
+            members[f"checkpoints/{path.name}"] = path
+            members[f"checkpoints/{path.with_suffix('.sha256').name}"] = path.with_suffix(".sha256")
+        if (folder / TOKENIZER).is_file():
+            members[TOKENIZER] = folder / TOKENIZER
+        digests = {name: _digest(source) for name, source in members.items()}
+        for _, path in chosen:
+            _check_sidecar(path, digests[f"checkpoints/{path.name}"][0])
+        members[RECORDS] = _records(home, experiment_id, chosen, digests)
+        digests[RECORDS] = _digest(members[RECORDS])
+        files = {name: {"sha256": digest, "size": size} for name, (digest, size) in sorted(digests.items())}
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "experiment": experiment_id,
+            "octlm": __version__,
+            "files": files,
+        }
+        members[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+        _write_tar(output, members)
+    return {
+        "schema_version": exchange.SCHEMA_VERSION,
+        "file": str(output),
+        "experiment": experiment_id,
+        "steps": [number for number, _ in chosen],
+        "bytes": output.stat().st_size,
+    }
+
+
+def _chosen(folder: Path, experiment_id: str, step: int | None, every: bool) -> list[tuple[int, Path]]:
+    found = sorted((int(m.group(1)), p) for p in folder.glob("step-*.pt") if (m := CHECKPOINT_FILE.fullmatch(p.name)))
+    if step is not None:
+        found = [(number, path) for number, path in found if number == step]
+        if not found:
+            raise BadInput(f"{experiment_id} has no checkpoint at step {step}")
+    return found if every or step is not None else found[-1:]
+
+
+def _digest(source: Source) -> tuple[str, int]:
+    if isinstance(source, bytes):
+        return hashlib.sha256(source).hexdigest(), len(source)
+    with open(open_regular(source, max_bytes=None, follow=False), "rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        return digest, os.fstat(handle.fileno()).st_size
+
+
+def _check_sidecar(path: Path, digest: str) -> None:
+    if not _matches_sidecar(path, digest):
+        raise Refused(f"{path.name}: its bytes do not match its .sha256 file (corrupted?): not packed")
+
+
+def _matches_sidecar(path: Path, digest: str) -> bool:
+    """Whether a checkpoint's ``.sha256`` file names ``digest`` (as ``checkpoint.expected_digest`` reads it; that
+    module imports torch, which packing does not)."""
+    written = read_regular(path.with_suffix(".sha256"), max_bytes=4096, follow=False).decode("utf-8", "replace")
+    return written.split()[:1] == [digest]
+
+
+def _records(home: Home, experiment_id: str, chosen: list[tuple[int, Path]], digests: dict) -> bytes:
+    """The experiment's records with only the packed checkpoints (a file without a row gets a plain record)."""
+    paths = {str(path.relative_to(home.root)) for _, path in chosen}
+    with ExchangeRegistry(home.registry, create=False) as registry:
+        if registry.experiment(experiment_id) is None:
+            raise Refused(f"{experiment_id} is not in the registry: run `octlm doctor --repair` first")
+        found = exchange.records(home, registry, [experiment_id], keep=lambda row: row["path"] in paths)
+    have = {item["step"] for item in found if item["type"] == "checkpoint"}
+    key = found[0]["uuid"]
+    for number, path in chosen:
+        if number not in have:
+            digest, size = digests[f"checkpoints/{path.name}"]
+            found.append(
+                exchange.record("checkpoint", {"experiment_uuid": key, "step": number, "sha256": digest, "size": size})
+            )
+    return "".join(json.dumps(item) + "\n" for item in found).encode("utf-8")  # in a fixed order: rows, columns
+
+
+def _write_tar(output: Path, members: dict[str, Source]) -> None:
+    with atomic_writer(output) as handle, tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(members):
+            source = members[name]
+            info = tarfile.TarInfo(ROOT + name)
+            info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = 0, 0o644, 0, 0, "", ""
+            if isinstance(source, bytes):
+                info.size = len(source)
+                tar.addfile(info, io.BytesIO(source))
+                continue
+            with open(open_regular(source, max_bytes=None, follow=False), "rb") as file:
+                info.size = os.fstat(file.fileno()).st_size
+                tar.addfile(info, file)
+
+
+# ---------------------------------------------------------------- unpack
+
+
+def unpack(home: Home, path: Path, as_id: str | None = None) -> dict[str, Any]:
+    """Verify the pack at ``path``, then place its files and merge its rows into ``home`` (see the module)."""
+    if as_id is not None:
+        validate_id(as_id)
+    with _open(path) as tar:
+        members, manifest, found = _read_pack(tar, path)
+        source = next(item for item in found if item["type"] == "experiment")
+        home.ensure_writable()
+        with ExchangeRegistry(home.registry) as registry:
+            hint = "unpack it under another ID with --as NEW-ID"
+            chosen = importing.plan(
+                home, registry, found, lambda i: as_id or i, hint=hint, local=True, strict=as_id is not None
+            )
+            target = chosen.targets[source["uuid"]]
+            staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=home.root))
+            try:
+                staged = _extract(tar, members, manifest, staging, path)
+                moves = _moves(home.checkpoint_dir(target), staged)
+                rows = (
+                    importing.apply(home, registry, chosen, before=lambda placed: _place(moves, placed))
+                    if chosen.changed or moves
+                    else {}
+                )
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    steps = sorted(int(m.group(1)) for p in moves if (m := CHECKPOINT_FILE.fullmatch(p[1].name)))
+    return {
+        "schema_version": exchange.SCHEMA_VERSION,
+        "file": str(path),
+        "experiment": target,
+        "from": source["id"],
+        "uuid": source["uuid"],
+        "changed": bool(chosen.changed or moves),
+        "checkpoints": steps,
+        "rows": rows,
+    }
+
+
+def _open(path: Path) -> tarfile.TarFile:
+    try:
+        check_regular(path)  # a FIFO or a device would block or flood the read
+        return tarfile.open(path, mode="r:")
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such file") from None
+    except (tarfile.TarError, EOFError) as error:
+        raise BadInput(f"{path}: not an octlm pack (not a tar file: {error})") from None
+    except OSError as error:
+        raise BadInput(f"{path}: cannot be read: {error.strerror or error}") from None
+
+
+def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], dict, list[dict[str, Any]]]:
+    """The members (checked), the manifest and the records, each checked against the others."""
+    members = _members(tar, path)
+    for name in (MANIFEST, RECORDS):
+        if name not in members:
+            raise BadInput(f"{path}: not an octlm pack (no {ROOT}{name})")
+    manifest = _manifest(_read(tar, members[MANIFEST], path), path)
+    if set(manifest["files"]) != set(members) - {MANIFEST}:
+        raise Refused(f"{path}: its members and its manifest disagree (truncated or altered): nothing was written")
+    data = _read(tar, members[RECORDS], path)
+    _verify(RECORDS, hashlib.sha256(data).hexdigest(), len(data), manifest, path)
+    found = exchange.parse(data, f"{path}: {RECORDS}")
+    experiments = [item for item in found if item["type"] == "experiment"]
+    if len(experiments) != 1 or experiments[0]["id"] != manifest["experiment"]:
+        raise BadInput(f"{path}: {RECORDS} must hold exactly the one experiment {manifest['experiment']}")
+    for item in found:
+        entry = manifest["files"].get(f"checkpoints/step-{item.get('step', -1):06d}.pt")
+        if item["type"] == "checkpoint" and (entry is None or entry["sha256"] != item["sha256"]):
+            raise Refused(
+                f"{path}: the checkpoint of step {item['step']} is listed without its file or with another "
+                "checksum: nothing was written"
+            )
+    return members, manifest, found
+
+
+def _members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
+    """{name under octlm-pack/: member}; refuses any member but the regular files a pack holds."""
+    try:
+        infos = tar.getmembers()
+    except (tarfile.TarError, EOFError) as error:
+        raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
+    out: dict[str, tarfile.TarInfo] = {}
+    for info in infos:
+        name, shown = info.name, repr(info.name[:200])
+        if name.startswith("/") or ".." in name.split("/"):
+            raise Refused(f"{path}: member {shown} has an absolute or '..' name: refused, nothing was written")
+        if not info.isreg():
+            raise Refused(
+                f"{path}: member {shown} is {_kind(info)}: a pack holds regular files only; nothing was written"
+            )
+        short = name[len(ROOT) :] if name.startswith(ROOT) else ""
+        if not MEMBER.fullmatch(short) or short in out:
+            raise Refused(f"{path}: unexpected member {shown}: not an octlm pack's; nothing was written")
+        out[short] = info
+    return out
+
+
+def _kind(info: tarfile.TarInfo) -> str:
+    kinds = (
+        (info.issym(), "a symbolic link"),
+        (info.islnk(), "a hard link"),
+        (info.isdir(), "a folder"),
+        (info.isdev(), "a device or FIFO"),
+    )
+    return next((name for test, name in kinds if test), "not a regular file")
+
+
+def _read(tar: tarfile.TarFile, info: tarfile.TarInfo, path: Path) -> bytes:
+    if info.size > MAX_SMALL:
+        raise Refused(f"{path}: {info.name} is {info.size} bytes, more than a pack's {info.name} holds")
+    try:
+        handle = tar.extractfile(info)
+        data = handle.read() if handle is not None else b""
+    except (tarfile.TarError, EOFError) as error:
+        raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
+    if len(data) != info.size:
+        raise BadInput(f"{path}: truncated tar ({info.name} is cut short)")
+    return data
+
+
+def _manifest(data: bytes, path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError):
+        raise BadInput(f"{path}: not an octlm pack (its manifest is not JSON)") from None
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != FORMAT
+        or not isinstance(manifest.get("version"), int)
+    ):
+        raise BadInput(f"{path}: not an octlm pack (no {FORMAT} manifest)")
+    if manifest["version"] > VERSION:
+        raise Refused(
+            f"{path}: pack format version {manifest['version']} is newer than this octlm's ({VERSION}): "
+            "upgrade octlm to unpack it; nothing was written"
+        )
+    files = manifest.get("files")
+    valid = isinstance(files, dict) and all(
+        isinstance(e, dict) and isinstance(e.get("sha256"), str) and isinstance(e.get("size"), int)
+        for e in files.values()
+    )
+    if not valid or not isinstance(manifest.get("experiment"), str):
+        raise BadInput(f"{path}: not an octlm pack (a manifest without its experiment and files)")
+    validate_id(manifest["experiment"])
+    return manifest
+
+
+def _verify(name: str, digest: str, size: int, manifest: dict[str, Any], path: Path) -> None:
+    entry = manifest["files"][name]
+    if (digest, size) != (entry["sha256"], entry["size"]):
+        raise Refused(f"{path}: {name} does not match its checksum (corrupted?): nothing was registered")
+
+
+def _extract(
+    tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], manifest: dict[str, Any], staging: Path, path: Path
+) -> list[Path]:
+    """The tokenizer and checkpoint files, copied into ``staging`` and each verified against the manifest, and each
+    checkpoint against its ``.sha256`` file."""
+    staged, digests = [], {}
+    for name, info in sorted(members.items()):
+        if name in (MANIFEST, RECORDS):
+            continue
+        target = staging / Path(name).name
+        digest, size = _copy(tar, info, target, path)
+        _verify(name, digest, size, manifest, path)
+        staged.append(target)
+        digests[target.name] = digest
+    for target in staged:
+        if target.suffix == ".pt" and not _matches_sidecar(target, digests[target.name]):
+            raise Refused(f"{path}: {target.name} does not match its .sha256 file: nothing was registered")
+    return staged
+
+
+def _copy(tar: tarfile.TarFile, info: tarfile.TarInfo, target: Path, path: Path) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    try:
+        source: IO[bytes] | None = tar.extractfile(info)
+        with os.fdopen(create_exclusive(target), "wb") as out:
+            while source is not None and (chunk := source.read(1 << 20)):
+                digest.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+    except (tarfile.TarError, EOFError) as error:
+        raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
+    return digest.hexdigest(), size
+
+
+def _moves(folder: Path, staged: list[Path]) -> list[tuple[Path, Path]]:
+    """(staged file, its place) of each file not here yet, ``.sha256`` files before their checkpoints; Refused
+    when a file is here with other bytes."""
+    moves = []
+    for source in sorted(staged, key=lambda p: (p.stem, p.suffix == ".pt")):
+        place = folder / source.name
+        if not place.exists():
+            moves.append((source, place))
+        elif _digest(place)[0] != _digest(source)[0]:
+            raise Refused(f"{place} is here with other bytes than the pack's: nothing was changed")
+    return moves
+
+
+def _place(moves: list[tuple[Path, Path]], placed: list[Path]) -> None:
+    for source, place in moves:
+        place.parent.mkdir(parents=True, exist_ok=True)
+        os.link(source, place)  # never over a file that appeared meanwhile
+        placed.append(place)

@@ -1,0 +1,324 @@
+"""One invocation that trains: its registry run row, run file, signals and timing.
+
+A ``Session`` turns the loop's events into durable state: ``start`` opens the run row and cuts
+the run file back to the starting step, ``on_eval`` appends a record, ``on_checkpoint`` hands the
+state to the track's ``CheckpointKeeper``, and ``finish`` / ``fail`` close the row. The loop
+itself stays pure. Neither the registry (``Bookkeeping``) nor the reporter can stop a run: a locked
+registry defers its rows, and output that nobody reads any more is the reporter's to drop.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from octlm.config import Config
+from octlm.core import provenance
+from octlm.core.errors import Interrupted, Relayed
+from octlm.core.reporting import Reporter
+from octlm.core.signals import SIGNAL_EXIT, SignalGuard
+from octlm.data.blocks import TokenBlocks
+from octlm.data.fingerprints import Fingerprints
+from octlm.run.artifacts import CheckpointKeeper, Track
+from octlm.runtime import machine as runtime
+from octlm.runtime import rng
+from octlm.runtime.distributed import Ranks
+from octlm.store import runfile
+from octlm.store.bookkeeping import BOOKKEEPING_TIMEOUT_S, SETTLE_TIMEOUT_S, Bookkeeping
+from octlm.train import loop
+from octlm.train.loop import LoopHooks, TrainState
+
+__all__ = ["Bookkeeping", "RankSession", "Session", "summary"]
+
+
+def summary(
+    config: Config,
+    *,
+    kind: str,
+    status: str,
+    start_step: int,
+    end_step: int,
+    tokens: int,
+    seconds: float,
+    tokens_per_second: float | None,
+    checkpoint_path: Path | None,
+    metrics: dict[str, Any],
+    fingerprints: Fingerprints,
+    run_id: int | None = None,
+) -> dict[str, Any]:
+    """What ``train`` / ``resume`` / ``overfit`` report about a run (``--json`` and the summary line)."""
+    return {
+        "id": config.id,
+        "kind": kind,
+        "status": status,
+        "run_id": run_id,
+        "start_step": start_step,
+        "end_step": end_step,
+        "steps": config.training.steps,
+        "tokens": tokens,
+        "seconds": round(seconds, 3),
+        "tokens_per_second": tokens_per_second,
+        "checkpoint": str(checkpoint_path) if checkpoint_path else None,
+        "metrics": metrics,
+        "data_hash": fingerprints.data,
+        "tokenizer_hash": fingerprints.tokenizer,
+        "config_hash": fingerprints.config,
+    }
+
+
+class _Steps:
+    """What every rank of a run does: the loop under a signal guard, the stop agreed by all ranks before each
+    step (so they stop at the same step, for the same signal), and every rank's random state gathered at each
+    checkpoint, which ``save`` (rank 0) writes before all ranks go on together."""
+
+    def __init__(self, config: Config, ranks: Ranks):
+        self.config, self.ranks = config, ranks
+        self.saved_step: int | None = None
+        self.stop_signal = 0
+
+    def save(self, state: TrainState, rng_states: list[dict[str, Any]]) -> None:
+        """Rank 0 writes the checkpoint; other ranks have nothing to write."""
+
+    def on_eval(self, state: TrainState, record: dict[str, Any]) -> None:
+        """Rank 0 records a logged record; the loop calls it nowhere else."""
+
+    def on_step(self, step: int) -> None:
+        """Rank 0 shows progress."""
+
+    def on_checkpoint(self, state: TrainState) -> None:
+        if self.saved_step == state.step:
+            return
+        rng_states = self.ranks.gather(rng.capture())  # every rank's, in rank order
+        self.save(state, rng_states)
+        self.ranks.barrier()  # the checkpoint is durable before any rank goes on
+        self.saved_step = state.step
+
+    def _agreed_stop(self, guard: SignalGuard) -> bool:
+        self.stop_signal = self.ranks.agree(guard.received or 0)
+        return self.stop_signal != 0
+
+    def _train(
+        self,
+        guard: SignalGuard,
+        state: TrainState,
+        until: int,
+        blocks: tuple[TokenBlocks, TokenBlocks],
+        interval: int | None,
+    ) -> bool:
+        """The loop to ``until``; True when the ranks agreed to stop early (``stop_signal`` says why)."""
+        hooks = LoopHooks(
+            on_step=self.on_step,
+            on_eval=lambda record: self.on_eval(state, record),
+            on_checkpoint=self.on_checkpoint,
+            should_stop=lambda: self._agreed_stop(guard),
+        )
+        return loop.train_until(
+            state,
+            until=until,
+            train_blocks=blocks[0],
+            eval_blocks=blocks[1],
+            eval_interval=self.config.training.eval_interval,
+            checkpoint_interval=interval or self.config.checkpoint.interval,
+            hooks=hooks,
+            log_interval=self.config.training.log_interval,
+        )
+
+
+class RankSession(_Steps):
+    """A rank other than 0: the same steps, agreements and gathered random states; no files, rows or output.
+    It ends as rank 0 does: a stop by a signal is ``Relayed`` with rank 0's exit code."""
+
+    def __init__(self, config: Config, ranks: Ranks, resumed: bool, start_step: int):
+        super().__init__(config, ranks)
+        if resumed:  # as rank 0's session: a stop before the first step rewrites nothing
+            self.saved_step = start_step
+
+    def run(self, state: TrainState, *, until: int, train_blocks: TokenBlocks, interval: int | None) -> None:
+        with SignalGuard() as guard:
+            stopped = self._train(guard, state, until, (train_blocks, train_blocks), interval)
+        if stopped:
+            raise Relayed(SIGNAL_EXIT[signal.Signals(self.stop_signal)])
+
+
+class Session(_Steps):
+    """Rank 0's session (the only one of a single process): run row, run file, checkpoints, output."""
+
+    def __init__(
+        self,
+        *,
+        registry: Bookkeeping,
+        config: Config,
+        kind: str,
+        track: Track,
+        keeper: CheckpointKeeper,
+        fingerprints: Fingerprints,
+        reporter: Reporter,
+        home_root: Path,
+        ranks: Ranks | None = None,
+        resharded_from: int | None = None,
+    ):
+        super().__init__(config, ranks or Ranks())
+        self.registry, self.kind, self.track, self.resharded_from = registry, kind, track, resharded_from
+        self.keeper, self.fingerprints, self.reporter, self.home_root = keeper, fingerprints, reporter, home_root
+        self.run_id: int | None = None
+        self.last_checkpoint: Path | None = None
+        self.latest: dict[str, Any] = {}
+        self.started = time.perf_counter()
+        self.start_step = 0
+        self.base_elapsed = 0.0
+
+    def _row(self) -> int:
+        assert self.run_id is not None, "the run row is opened by start()"
+        return self.run_id
+
+    def start(self, state: TrainState, until: int, resumed_from: Path | None, forked_from: Path | None = None) -> None:
+        """Open the run row; a resume cuts the run file and the metrics back to its checkpoint's step.
+        A fork's first run records the parent checkpoint (path and sha256) where a resume records its own."""
+        self.start_step, self.base_elapsed = state.step, state.elapsed
+        if resumed_from is not None:  # already durable: a stop before the first step rewrites nothing
+            self.saved_step, self.last_checkpoint = state.step, resumed_from
+        runfile.cut(self.track.run_file, state.step)
+        self.registry.cut_metrics(self.config.id, self.track.kind, state.step)
+        self.run_id = self.registry.start_run(
+            self.config.id, self.kind, **self._run_fields(state, until, resumed_from, forked_from)
+        )
+        self.reporter.start(
+            {
+                "id": self.config.id,
+                "kind": self.kind,
+                "start": state.step,
+                "until": until,
+                "parameters": state.model.parameter_count(),
+                "device": str(state.device),
+                "precision": self.config.training.precision,
+                "ranks": self.ranks.world_size,
+            }
+        )
+
+    def _run_fields(
+        self, state: TrainState, until: int, resumed_from: Path | None, forked_from: Path | None
+    ) -> dict[str, Any]:
+        """The new run row: where it starts, what it trains under, on how many ranks, and its provenance."""
+        origin = str(resumed_from.relative_to(self.home_root)) if resumed_from else None
+        if forked_from is not None:
+            origin = f"{forked_from.relative_to(self.home_root)} (init, sha256 {self.config.init.sha256})"
+        environment = runtime.environment(state.device, self.config.training.precision, state.optimizer_impl)
+        return {
+            "start_step": state.step,
+            "end_step": state.step,
+            "target_step": until,
+            "device": environment["device"],
+            "dtype": environment["dtype"],
+            "threads": environment["threads"],
+            "config_hash": self.fingerprints.config,
+            "data_hash": self.fingerprints.data,
+            "tokenizer_hash": self.fingerprints.tokenizer,
+            **provenance.run_fields(self.home_root),
+            "resumed_from": origin,
+            "world_size": self.ranks.world_size,
+            "nnodes": self.ranks.nnodes,
+            "backend": self.ranks.backend(state.device),
+            "resharded_from": self.resharded_from,
+        }
+
+    def on_step(self, step: int) -> None:
+        self.reporter.step(step)
+
+    def on_eval(self, state: TrainState, record: dict[str, Any]) -> None:
+        """A logged record (with an evaluation at evaluation steps): run file, metrics table, run row."""
+        elapsed = time.perf_counter() - self.started
+        trained = (state.step - self.start_step) * state.tokens_per_step
+        record = {
+            **record,
+            "elapsed_seconds": round(self.base_elapsed + elapsed, 3),
+            "tokens_per_second": round(trained / max(elapsed, 1e-9), 1),
+        }
+        self.latest = {**self.latest, **record}  # the newest value of each field: evaluations are rarer than logs
+        runfile.append(self.track.run_file, record)
+        self.registry.add_metrics(self.config.id, self.track.kind, self.run_id, record)
+        self.registry.update_run(self._row(), latest_metrics=self.latest, end_step=state.step)
+        if "eval_loss" in record:  # the reporter shows evaluations; the bar moves with every step
+            self.reporter.eval(record)
+
+    def save(self, state: TrainState, rng_states: list[dict[str, Any]]) -> None:
+        state.elapsed = self.base_elapsed + (time.perf_counter() - self.started)
+        path = self.keeper.save(state, self.latest, self.run_id, rng_states)
+        self.last_checkpoint = path
+        self.registry.update_run(self._row(), end_step=state.step)
+        self.reporter.checkpoint(state.step, path)
+
+    def run(
+        self,
+        state: TrainState,
+        *,
+        until: int,
+        train_blocks: TokenBlocks,
+        eval_blocks: TokenBlocks,
+        resumed_from: Path | None,
+        checkpoint_interval: int | None = None,
+        forked_from: Path | None = None,
+    ) -> None:
+        """Start, train to ``until`` under a signal guard, finish; raises ``Interrupted`` on a signal."""
+        try:
+            with SignalGuard() as guard:
+                self.start(state, until, resumed_from, forked_from)
+                stopped = self._train(guard, state, until, (train_blocks, eval_blocks), checkpoint_interval)
+        except BaseException as error:
+            self.fail(error)
+            raise
+        self.finish(state, self.stop_signal if stopped else None)
+
+    def fail(self, error: BaseException) -> None:
+        """Close the row as ``interrupted`` or ``failed`` (as far as the registry lets us), then the reporter."""
+        status = "interrupted" if isinstance(error, (Interrupted, KeyboardInterrupt)) else "failed"
+        end = self.saved_step if self.saved_step is not None else self.start_step
+        try:
+            if self.run_id is not None:
+                message = str(error) or type(error).__name__
+                self.registry.finish_run(
+                    self.run_id, status, end_step=end, error=message, final_metrics=self.latest or None
+                )
+            self.registry.settle(BOOKKEEPING_TIMEOUT_S)
+        except Exception:
+            pass  # the registry may be what failed; the run reads as crashed and doctor can fix it
+        self.reporter.finish()
+
+    def finish(self, state: TrainState, received: int | None) -> None:
+        """The registry first (the run is over whatever the terminal does), then the reporter."""
+        status, name = (self.status(state), "") if received is None else ("interrupted", signal.Signals(received).name)
+        error = {"error": f"stopped by {name}"} if name else {}
+        self.registry.finish_run(self._row(), status, end_step=state.step, final_metrics=self.latest or None, **error)
+        self.registry.settle(SETTLE_TIMEOUT_S if received is None else BOOKKEEPING_TIMEOUT_S)
+        self.reporter.finish()
+        if received is None:
+            return
+        saved = self.last_checkpoint.name if self.last_checkpoint else "none"
+        raise Interrupted(
+            f"stopped by {name} at step {state.step}; checkpoint {saved} written; "
+            f"continue with `octlm resume {self.config.id}`",
+            SIGNAL_EXIT[signal.Signals(received)],
+        )
+
+    def status(self, state: TrainState) -> str:
+        """``completed`` only at the config's last step; a run that ended by ``--until`` before it is ``stopped``."""
+        return "completed" if state.step >= self.config.training.steps else "stopped"
+
+    def summary(self, state: TrainState) -> dict[str, Any]:
+        seconds = time.perf_counter() - self.started
+        trained = (state.step - self.start_step) * state.tokens_per_step
+        return summary(
+            self.config,
+            kind=self.kind,
+            status=self.status(state),
+            start_step=self.start_step,
+            end_step=state.step,
+            tokens=state.tokens,
+            seconds=seconds,
+            tokens_per_second=round(trained / max(seconds, 1e-9), 1),
+            checkpoint_path=self.last_checkpoint,
+            metrics=self.latest,
+            fingerprints=self.fingerprints,
+            run_id=self.run_id,
+        )

@@ -1,0 +1,6 @@
+"""What a home remembers (torch-free): the registry and its plumbing (``registry``, ``base``,
+``migrations``, ``merge``), the registry as a run writes it (``bookkeeping``), whether a run's process lives
+(``liveness``), one writer per experiment (``locking``), run files (``runfile``), experiments as files and rows
+(``experiments``) and their lifecycle (``lifecycle``).
+May import: ``core``, ``config``.
+"""

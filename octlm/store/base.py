@@ -1,0 +1,288 @@
+"""The registry's plumbing: its columns, the connection (WAL, busy handling, read-only opening), migrating
+and write transactions. ``registry.py`` builds the named reads and writes on it; together they hold all
+of octlm's SQL (the schema is in ``migrations.py``). Never imports torch.
+
+``RegistryBase(path, create=False)`` reads only: ``mode=ro`` (``immutable=1`` on a read-only medium), never
+creating, migrating (a pending migration runs on a copy in memory) or switching the journal mode.
+Reads return plain dicts with the JSON columns decoded (``argv``, ``latest_metrics``, ``final_metrics``,
+checkpoint ``metrics``, verification ``details``, experiment ``tags``); a cell that is not valid JSON reads
+as ``None`` (``tags`` as ``[]``). Writes accept only the known columns of their table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from octlm.core.errors import BadInput, Refused
+
+BUSY_TIMEOUT_S = 60.0
+KNOWN_MIGRATIONS = (  # = migrations.NAMES
+    "m001_initial",
+    "m002_summary_view",
+    "m003_pid_start_json_guards",
+    "m004_lifecycle_metrics",
+    "m005_ranks",
+    "m006_identity_remote",
+)
+
+# The writable columns of each table ("id" is the database's); they mirror migrations.py (a test checks).
+EXPERIMENT_COLUMNS = (
+    "description",
+    "preset",
+    "created",
+    "updated",
+    "yaml_path",
+    "config_json",
+    "config_hash",
+    "archived",
+    "tags",
+    "uuid",
+    "former_ids",
+)
+RUN_COLUMNS = (
+    "experiment_id",
+    "kind",
+    "status",
+    "start_step",
+    "end_step",
+    "target_step",
+    "started",
+    "ended",
+    "updated",
+    "host",
+    "pid",
+    "argv",
+    "octlm_version",
+    "python_version",
+    "torch_version",
+    "device",
+    "dtype",
+    "threads",
+    "git_commit",
+    "git_dirty",
+    "config_hash",
+    "data_hash",
+    "tokenizer_hash",
+    "resumed_from",
+    "latest_metrics",
+    "final_metrics",
+    "error",
+    "pid_start",
+    "world_size",
+    "nnodes",
+    "backend",
+    "resharded_from",
+    "uuid",
+)
+CHECKPOINT_COLUMNS = (
+    "experiment_id",
+    "run_id",
+    "step",
+    "path",
+    "sha256",
+    "size",
+    "tokens",
+    "created",
+    "config_hash",
+    "data_hash",
+    "tokenizer_hash",
+    "metrics",
+    "remote_host",
+    "remote_path",
+)
+VERIFICATION_COLUMNS = ("experiment_id", "run_id", "kind", "verdict", "created", "details", "uuid")
+NOTE_COLUMNS = ("experiment_id", "created", "text", "uuid")
+METRIC_FIELDS = (  # the fields of a run-file record that the metrics table holds
+    "step",
+    "tokens",
+    "lr",
+    "train_loss",
+    "eval_loss",
+    "perplexity",
+    "bits_per_byte",
+    "gradient_norm",
+    "elapsed_seconds",
+    "tokens_per_second",
+)
+METRIC_COLUMNS = ("experiment_id", "run_id", "track", *METRIC_FIELDS)
+METRIC_TRACKS = ("train", "overfit")
+# Every table holding rows of an experiment, children first (the order a removal deletes them in).
+EXPERIMENT_TABLES = ("metrics", "notes", "checkpoints", "verifications", "runs", "experiments")
+JSON_COLUMNS = frozenset(
+    {"argv", "latest_metrics", "final_metrics", "metrics", "details", "config_json", "tags", "former_ids"}
+)
+JSON_CELLS = (  # (table, column) of every JSON cell, config_json included
+    ("experiments", "config_json"),
+    ("experiments", "tags"),
+    ("runs", "argv"),
+    ("runs", "latest_metrics"),
+    ("runs", "final_metrics"),
+    ("checkpoints", "metrics"),
+    ("verifications", "details"),
+    ("experiments", "former_ids"),
+)
+TRAINING_KINDS = ("train", "resume")
+
+T = TypeVar("T")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def checked(table: str, fields: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+    """``fields`` with its JSON columns encoded; ValueError naming the first key that is not a column."""
+    for key in fields:
+        if key not in allowed:
+            raise ValueError(f"{table}: unknown column {key!r}")
+    return {k: json.dumps(v) if k in JSON_COLUMNS and not isinstance(v, str) else v for k, v in fields.items()}
+
+
+def decoded(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its JSON columns decoded; a malformed cell reads as None, and ``tags`` as a list."""
+    for key in JSON_COLUMNS.intersection(row):
+        if isinstance(row[key], str):
+            try:
+                row[key] = json.loads(row[key])
+            except ValueError:
+                row[key] = None
+    if "tags" in row and not (isinstance(row["tags"], list) and all(isinstance(t, str) for t in row["tags"])):
+        row["tags"] = []
+    return row
+
+
+class RegistryBase:
+    """The connection: opening (read-only or for writing), migrating, transactions, decoded reads."""
+
+    def __init__(self, path: Path, *, create: bool = True, busy_timeout: float = BUSY_TIMEOUT_S):
+        self.busy_timeout, self.path, self.read_only = busy_timeout, path, not create
+        self.conn: sqlite3.Connection | None = None
+        if not create and not path.exists():
+            return  # every read answers empty; nothing is created
+        try:
+            self.conn = self._open_for_reading() if self.read_only else self._open_for_writing()
+            self._migrate()
+        except sqlite3.DatabaseError as error:
+            raise Refused(f"{path}: cannot be opened as an octlm registry: {error}") from None
+        except OSError as error:
+            raise BadInput(f"{path}: cannot be created: {error.strerror}") from None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _open_for_writing(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    def _open_for_reading(self) -> sqlite3.Connection:
+        """``mode=ro``; ``immutable=1`` where a reader cannot create the WAL index (a read-only folder or medium)."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path))
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=self.busy_timeout, isolation_level=None)
+        try:
+            conn.execute("select count(*) from sqlite_master").fetchone()
+        except sqlite3.OperationalError as error:
+            conn.close()
+            if "unable to open" not in str(error) and "readonly" not in str(error):
+                raise
+            conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        # journal_mode changes ignore the busy handler on a fresh file; retry briefly.
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self.conn is None:
+            raise Refused(f"{self.path}: there is no registry here to write to")
+        return self.conn
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        if self.conn is None:
+            return []
+        return [decoded(dict(row)) for row in self.conn.execute(sql, params).fetchall()]
+
+    def _applied(self) -> list[str]:
+        sql = "select 1 from sqlite_master where type='table' and name='_sqlite_migrations'"
+        if not self._rows(sql):
+            return []
+        rows = self._rows("select name from _sqlite_migrations where migration_set='octlm' order by id")
+        return [row["name"] for row in rows]
+
+    def _migrate(self) -> None:
+        applied = self._applied()
+        unknown = [name for name in applied if name not in KNOWN_MIGRATIONS]
+        if unknown:
+            raise Refused(
+                f"{self.path}: written by a newer octlm (unknown schema migration {unknown[0]}); "
+                "upgrade octlm to use this registry"
+            )
+        if len(applied) == len(KNOWN_MIGRATIONS):
+            return
+        # Imported only here: sqlite_utils stays out of `octlm show` and `octlm new` once migrated.
+        from sqlite_utils import Database
+
+        from octlm.store.migrations import migrations
+
+        if self.read_only:  # never write the file: read an up-to-date copy in memory
+            memory = sqlite3.connect(":memory:", isolation_level=None)
+            self._connection().backup(memory)
+            self._connection().close()
+            self.conn, memory.row_factory = memory, sqlite3.Row
+        with self._transaction() as conn:
+            migrations.apply(Database(conn))
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that takes the write lock up front (waits, never fails busy)."""
+        conn = self._connection()
+        try:
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.OperationalError as error:
+            raise Refused(f"{self.path}: the registry cannot be written ({error}); nothing was recorded") from None
+
+    def set_busy_timeout(self, seconds: float) -> None:
+        """How long a write waits for another connection's lock before it fails (or is deferred)."""
+        self.busy_timeout = seconds
+        if self.conn is not None:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,171 @@
+"""An experiment's lifecycle after ``new``: remove it (its rows and files, or only its rows), archive it,
+tag it, note on it. Torch-free, like ``new`` and ``show``.
+
+Removal holds the experiment's lock (a running ``train`` or ``resume`` makes it refuse, exit 3) and
+touches only what is named for that one experiment: its rows in every table, ``experiments/<ID>.yaml``,
+``checkpoints/<ID>/``, ``runs/<ID>.jsonl`` and ``runs/<ID>-<track>.jsonl`` (never ``runs/<ID>0.jsonl``,
+another experiment's) and ``locks/<ID>.lock``. Files go first, then the rows in one transaction: a
+removal cut short leaves at worst rows without a config, which ``rm`` again or ``doctor --repair`` clears.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from octlm.core.errors import BadInput, Refused
+from octlm.core.home import Home, validate_id
+from octlm.store import experiments
+from octlm.store.locking import ExperimentLock
+from octlm.store.registry import MAX_NOTE_CHARS, Registry
+
+TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/=+-]{0,63}")
+TAG_HELP = "a tag is 1 to 64 letters, digits and _ . : / = + - (starting with a letter or digit)"
+
+
+# ---------------------------------------------------------------- rm
+
+
+def removal(home: Home, experiment_id: str) -> dict[str, Any]:
+    """What ``rm`` would remove: {"id", "rows": {table: count}, "files": [paths relative to the home]};
+    BadInput when the experiment has neither rows nor files."""
+    validate_id(experiment_id)
+    with Registry(home.registry, create=False) as registry:
+        rows = registry.row_counts(experiment_id)
+    files = [_relative(home, path) for path in _files(home, experiment_id)]
+    if not rows and not any(name != _relative(home, home.lock_path(experiment_id)) for name in files):
+        raise BadInput(f"unknown experiment {experiment_id}: no rows in {home.registry.name} and no files")
+    return {"id": experiment_id, "rows": rows, "files": files}
+
+
+def remove(home: Home, experiment_id: str, *, keep_files: bool = False) -> dict[str, Any]:
+    """Remove an experiment's rows and (unless ``keep_files``) its files, holding its lock; Refused while
+    it is being trained. Returns {"id", "rows": {table: rows deleted}, "files": [removed], "kept_files"}."""
+    removal(home, experiment_id)  # unknown: BadInput before anything is created or taken
+    lock_path = home.lock_path(experiment_id)
+    had_lock = lock_path.exists()
+    try:
+        with ExperimentLock(lock_path, experiment_id):
+            with Registry(home.registry, create=home.registry.exists()) as registry:
+                _refuse_running(registry, experiment_id)
+                files = [] if keep_files else _delete_files(home, experiment_id)
+                rows = registry.remove_experiment(experiment_id) if registry.row_counts(experiment_id) else {}
+            if not keep_files or not had_lock:
+                lock_path.unlink(missing_ok=True)  # held: a writer that opened it first re-checks the inode
+    except Refused as error:
+        raise Refused(f"cannot remove {experiment_id}: {error}") from None
+    if not keep_files and had_lock:
+        files.append(_relative(home, lock_path))
+    return {"id": experiment_id, "rows": rows, "files": files, "kept_files": keep_files}
+
+
+def _refuse_running(registry: Registry, experiment_id: str) -> None:
+    for run in registry.runs(experiment_id):
+        if run["status"] == "running" or str(run["status"]).startswith("unknown (host "):
+            raise Refused(
+                f"run {run['id']} ({run['kind']}) is {run['status']} (pid {run['pid']} on {run['host']}); "
+                "wait for it to finish or stop it"
+            )
+
+
+def _files(home: Home, experiment_id: str) -> list[Path]:
+    """The experiment's own files and folders that exist (a link counts as the link itself)."""
+    pattern = re.compile(rf"{re.escape(experiment_id)}(-[A-Za-z0-9_]+)?\.jsonl")
+    candidates = [home.config_path(experiment_id), home.checkpoint_dir(experiment_id)]
+    if home.runs.is_dir():
+        candidates += sorted(path for path in home.runs.iterdir() if pattern.fullmatch(path.name))
+    candidates.append(home.lock_path(experiment_id))
+    return [path for path in candidates if path.exists() or path.is_symlink()]
+
+
+def _delete_files(home: Home, experiment_id: str) -> list[str]:
+    removed = []
+    for path in _files(home, experiment_id):
+        if path == home.lock_path(experiment_id):
+            continue  # held now; unlinked last
+        removed.append(_relative(home, path))
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)  # never follows a link inside it
+        else:
+            path.unlink()
+    return removed
+
+
+def _relative(home: Home, path: Path) -> str:
+    suffix = "/" if path.is_dir() and not path.is_symlink() else ""
+    return str(path.relative_to(home.root)) + suffix
+
+
+# ---------------------------------------------------------------- archive, tag, note
+
+
+@contextlib.contextmanager
+def _registered(home: Home, experiment_id: str) -> Iterator[Registry]:
+    """The writable registry, with the experiment's row (registered from its YAML file if it had none);
+    BadInput for an unknown experiment, before a registry is created."""
+    validate_id(experiment_id)
+    path = home.config_path(experiment_id)
+    with Registry(home.registry, create=False) as reader:
+        known = reader.experiment(experiment_id) is not None
+    if not known and not path.exists():
+        raise BadInput(f"unknown experiment {experiment_id}: not in {home.registry.name} and no {path}")
+    with Registry(home.registry) as registry:
+        if registry.experiment(experiment_id) is None:
+            experiments.register(home, registry, experiments.load(home, experiment_id))
+        yield registry
+
+
+def set_archived(home: Home, experiment_id: str, archived: bool) -> dict[str, Any]:
+    """Archive (hidden from ``show`` unless ``--all``) or unarchive; {"id", "archived", "changed"}."""
+    with _registered(home, experiment_id) as registry:
+        row = registry.experiment(experiment_id) or {}
+        registry.set_archived(experiment_id, archived)
+    return {"id": experiment_id, "archived": archived, "changed": bool(row.get("archived")) != archived}
+
+
+def parse_tags(changes: list[str]) -> tuple[list[str], list[str]]:
+    """``+name`` (or ``name``) adds, ``-name`` removes: (added, removed); BadInput for a malformed tag."""
+    add: list[str] = []
+    remove: list[str] = []
+    for change in changes:
+        sign, name = (change[0], change[1:]) if change[:1] in ("+", "-") else ("+", change)
+        if TAG.fullmatch(name) is None:
+            raise BadInput(f"tag {change!r}: {TAG_HELP}")
+        (add if sign == "+" else remove).append(name)
+    return add, remove
+
+
+def retag(home: Home, experiment_id: str, changes: list[str]) -> dict[str, Any]:
+    """Apply ``+name`` / ``-name`` changes; {"id", "tags", "added", "removed"} (what actually changed)."""
+    add, remove = parse_tags(changes)
+    with _registered(home, experiment_id) as registry:
+        before = (registry.experiment(experiment_id) or {}).get("tags") or []
+        tags = registry.retag(experiment_id, add, remove) if add or remove else sorted(before)
+    added, removed = sorted(set(tags) - set(before)), sorted(set(before) - set(tags))
+    return {"id": experiment_id, "tags": tags, "added": added, "removed": removed}
+
+
+def add_note(home: Home, experiment_id: str, text: str) -> dict[str, Any]:
+    """Append a note; the note's row ({"id", "experiment_id", "created", "text"})."""
+    text = text.strip()
+    if not text:
+        raise BadInput("a note needs some text: octlm note ID TEXT")
+    if len(text) > MAX_NOTE_CHARS:
+        raise BadInput(f"a note holds at most {MAX_NOTE_CHARS:,} characters; this one has {len(text):,}")
+    with _registered(home, experiment_id) as registry:
+        return registry.add_note(experiment_id, text)
+
+
+def notes(home: Home, experiment_id: str) -> list[dict[str, Any]]:
+    """An experiment's notes, oldest first (read-only)."""
+    validate_id(experiment_id)
+    with Registry(home.registry, create=False) as registry:
+        known = registry.experiment(experiment_id) is not None
+        found = registry.notes(experiment_id)
+    if not known and not home.config_path(experiment_id).exists():
+        raise BadInput(f"unknown experiment {experiment_id}")
+    return found

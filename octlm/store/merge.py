@@ -1,0 +1,121 @@
+"""The registry's side of moving experiments between homes (``registry export/import``, ``pack/unpack``): the
+raw rows of an experiment, the UUIDs and checkpoint paths already here, and ``merge``, which writes a planned
+import in one transaction. Never imports torch; the records and their checks are ``exchange.py``'s.
+
+Rows are matched by UUID (experiments, runs, verdicts, notes) or by path (checkpoints): a row already here is
+never written again, so merging the same plan twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from octlm.store.base import (
+    CHECKPOINT_COLUMNS,
+    EXPERIMENT_COLUMNS,
+    METRIC_COLUMNS,
+    NOTE_COLUMNS,
+    RUN_COLUMNS,
+    VERIFICATION_COLUMNS,
+    checked,
+)
+from octlm.store.registry import Registry
+
+# The tables with rows of an experiment that an export carries (metrics go with their run file).
+EXPORTED = ("runs", "checkpoints", "verifications", "notes", "metrics")
+UUID_TABLES = ("experiments", "runs", "verifications", "notes")
+
+
+@dataclass
+class Merge:
+    """What an import writes. Child rows name their run by ``run_uuid`` (its local id is looked up in the
+    transaction, after the runs are in); ``metrics`` replaces the rows of (experiment, track) wholesale."""
+
+    experiments: list[dict[str, Any]] = field(default_factory=list)
+    former_ids: dict[str, list[str]] = field(default_factory=dict)  # existing experiment -> its new former IDs
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    verifications: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        parts = (self.experiments, self.former_ids, self.runs, self.checkpoints, self.verifications, self.notes)
+        return not any(parts) and not self.metrics
+
+
+class ExchangeRegistry(Registry):
+    def raw_rows(self, table: str, experiment_id: str) -> list[dict[str, Any]]:
+        """Every row of one experiment in ``table`` (one of ``EXPORTED``), as stored (statuses not re-derived)."""
+        if table not in EXPORTED:
+            raise ValueError(f"{table}: not an exported table")
+        return self._rows(f"select * from {table} where experiment_id = ? order by id", (experiment_id,))
+
+    def by_uuid(self, table: str) -> dict[str, Any]:
+        """{uuid: id} of every row of ``table`` (one of ``UUID_TABLES``) that has a UUID."""
+        if table not in UUID_TABLES:
+            raise ValueError(f"{table}: has no uuid column")
+        return {row["uuid"]: row["id"] for row in self._rows(f"select id, uuid from {table} where uuid is not null")}
+
+    def checkpoint_paths(self) -> set[str]:
+        return {row["path"] for row in self._rows("select path from checkpoints")}
+
+    def merge(self, plan: Merge) -> dict[str, int]:
+        """Write ``plan`` in one transaction; {table: rows written}. A row already here (its UUID, its path)
+        is skipped; an experiment ID taken meanwhile fails the whole transaction (sqlite3.IntegrityError)."""
+        written: dict[str, int] = {}
+        with self._transaction() as conn:
+            for row in plan.experiments:
+                fields = checked("experiments", {k: v for k, v in row.items() if k != "id"}, EXPERIMENT_COLUMNS)
+                _insert(conn, "experiments", {"id": row["id"], **fields}, "", written)
+            for experiment_id, former in plan.former_ids.items():
+                fields = checked("experiments", {"former_ids": former}, EXPERIMENT_COLUMNS)
+                conn.execute(
+                    "update experiments set former_ids = ? where id = ?", (fields["former_ids"], experiment_id)
+                )
+            for row in plan.runs:
+                _insert(conn, "runs", checked("runs", row, RUN_COLUMNS), " on conflict(uuid) do nothing", written)
+            run_ids = _run_ids(conn)
+            for table, rows, columns, conflict in (
+                ("checkpoints", plan.checkpoints, CHECKPOINT_COLUMNS, "path"),
+                ("verifications", plan.verifications, VERIFICATION_COLUMNS, "uuid"),
+                ("notes", plan.notes, NOTE_COLUMNS, "uuid"),
+            ):
+                for row in rows:
+                    fields = checked(table, _with_run_id(row, run_ids, table != "notes"), columns)
+                    _insert(conn, table, fields, f" on conflict({conflict}) do nothing", written)
+            self._replace_metrics(conn, plan.metrics, run_ids, written)
+        return {table: count for table, count in written.items() if count}
+
+    def _replace_metrics(
+        self,
+        conn: sqlite3.Connection,
+        metrics: dict[tuple[str, str], list[dict[str, Any]]],
+        run_ids: dict[str, int],
+        written: dict[str, int],
+    ) -> None:
+        for (experiment_id, track), rows in metrics.items():
+            conn.execute("delete from metrics where experiment_id = ? and track = ?", (experiment_id, track))
+            for row in rows:
+                fields = {"experiment_id": experiment_id, "track": track, **_with_run_id(row, run_ids, True)}
+                _insert(conn, "metrics", checked("metrics", fields, METRIC_COLUMNS), "", written)
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any], conflict: str, written: dict[str, int]) -> None:
+    columns, marks = ", ".join(row), ", ".join("?" for _ in row)  # keys are checked columns, never user text
+    cursor = conn.execute(f"insert into {table} ({columns}) values ({marks}){conflict}", tuple(row.values()))
+    written[table] = written.get(table, 0) + max(cursor.rowcount, 0)
+
+
+def _run_ids(conn: sqlite3.Connection) -> dict[str, int]:
+    return {row[1]: row[0] for row in conn.execute("select id, uuid from runs where uuid is not null").fetchall()}
+
+
+def _with_run_id(row: dict[str, Any], run_ids: dict[str, int], has_run: bool) -> dict[str, Any]:
+    """``row`` with its ``run_uuid`` turned into this registry's ``run_id`` (None when the run is not here)."""
+    fields = {k: v for k, v in row.items() if k != "run_uuid"}
+    if has_run:
+        fields["run_id"] = run_ids.get(row.get("run_uuid") or "")
+    return fields

@@ -1,0 +1,350 @@
+"""``verify-resume``: prove that a run split across processes ends bit-identical to one done in one go.
+
+Both runs happen in scratch homes (never the experiment's own checkpoints or run file):
+(a) one process trains 0 -> M; (b) one process trains 0 -> N1, and each later segment
+resumes from the previous checkpoint in a new Python process, up to M. Then every model
+tensor, optimizer tensor, random state, the run file and the loss of the next batch after
+M are compared bit for bit.
+
+Each segment is a child interpreter started with ``-P`` (no working directory on ``sys.path``) in
+the scratch home, so a ``./octlm_cli`` planted where the user stands never runs; the user's own
+environment (``PYTHONPATH``, user site-packages) still applies. Each runs in a process group of its
+own: a signal to ``verify-resume`` stops the child and its group, removes the scratch folder (unless
+``--keep-scratch``) and exits 129/130/143.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from octlm.config import Config, to_yaml
+from octlm.core.errors import BadInput, Interrupted, OctlmError
+from octlm.core.home import Home
+from octlm.core.reporting import QuietReporter, QuietSegments, Reporter, Segments
+from octlm.core.signals import SIGNAL_EXIT, handled_signals
+from octlm.data.pipeline import PreparedData, data_root, prepare
+from octlm.run.artifacts import ExperimentFiles, restore
+from octlm.runtime.launch import octlm_command
+from octlm.store import experiments, runfile
+from octlm.store.registry import Registry
+from octlm.train import checkpoint
+from octlm.train.loop import train_step
+
+STOP_GRACE_S = 10.0  # a stopped segment may finish its step; then its process group is killed
+
+
+def parse_splits(text: str, until: int) -> list[int]:
+    try:
+        splits = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise BadInput(f"--split-at {text!r}: expected step numbers such as 100 or 50,100,150") from None
+    if not splits:
+        raise BadInput("--split-at: give at least one step")
+    for step in splits:
+        if not 0 < step < until:
+            raise BadInput(f"--split-at {step}: must be above 0 and below the final step {until}")
+    return splits
+
+
+def _scratch_home(root: Path, plan: Plan) -> Home:
+    """A home with the experiment's config (checkpoint cadence adjusted), its tokenizer and the shared cache."""
+    home = Home(root)
+    home.experiments.mkdir(parents=True)
+    home.config_path(plan.experiment_id).write_text(plan.config_text)
+    files = ExperimentFiles(home, plan.experiment_id)
+    files.folder.mkdir(parents=True)
+    shutil.copy2(plan.tokenizer, files.tokenizer)
+    plan.cache.mkdir(parents=True, exist_ok=True)
+    home.cache.symlink_to(plan.cache, target_is_directory=True)
+    if plan.init_checkpoint:  # a fork starts from its parent's checkpoint, at the same place in the home
+        (root / plan.init_checkpoint).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(plan.home / plan.init_checkpoint, root / plan.init_checkpoint)
+    return home
+
+
+def _segment(home: Home, args: list[str], plan: Plan, label: str, segments: Segments) -> float:
+    """One segment in a child process, its stderr lines passed on as they come; its failure is one line,
+    a signal to this process stops it."""
+    command = octlm_command(["--home", str(home.root), *args])
+    env = {**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(plan.data_root)}
+    started, said = time.perf_counter(), ["(no output)"]
+    with subprocess.Popen(
+        command,
+        cwd=home.root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: a Ctrl-C reaches this process, which stops it
+    ) as child:
+        try:
+            assert child.stderr is not None
+            for line in child.stderr:
+                said = [line.rstrip("\n")] if line.strip() else said
+                segments.line(label, said[0])
+            child.wait()
+        except BaseException:
+            _stop(child)
+            raise
+    segments.end(label)
+    if child.returncode != 0:
+        raise OctlmError(f"segment `octlm {' '.join(args)}` failed with exit {child.returncode}: {said[0]}")
+    return time.perf_counter() - started
+
+
+def _stop(child: subprocess.Popen[str]) -> None:
+    """SIGTERM to the child's process group, SIGKILL to whatever is left of it after a grace period."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(STOP_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):  # the group outlives its leader while members remain
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(outcome: str) -> Iterator[None]:
+    """The first SIGHUP/SIGINT/SIGTERM raises ``Interrupted`` (129/130/143) where it lands, saying
+    ``outcome``; later ones are ignored while the command stops its child and cleans up."""
+    stopping = False
+
+    def handle(signum: int, frame: object) -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            name = signal.Signals(signum)
+            raise Interrupted(f"verify-resume stopped by {name.name}; {outcome}", SIGNAL_EXIT[name])
+
+    previous = {signum: signal.signal(signum, handle) for signum in handled_signals()}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Signals wait until the block is done (a cleanup that must not stop halfway), then arrive."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_EXIT)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNAL_EXIT)
+
+
+def _tensors(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts/lists to {dotted.path: leaf}."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_tensors(value, f"{prefix}{key}."))
+        return out
+    if isinstance(tree, (list, tuple)) and not (tree and isinstance(tree[0], (int, float))):
+        out = {}
+        for index, value in enumerate(tree):
+            out.update(_tensors(value, f"{prefix}{index}."))
+        return out
+    return {prefix.rstrip("."): tree}
+
+
+def _compare(a: Any, b: Any) -> tuple[bool, float | None]:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False, None
+        if torch.equal(a, b):
+            return True, 0.0
+        if a.is_floating_point():
+            return False, float((a.double() - b.double()).abs().max())
+        return False, None
+    return a == b, None
+
+
+def _section(name: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    left, right = _tensors(a), _tensors(b)
+    differing = []
+    for key in sorted(set(left) | set(right)):
+        same, gap = _compare(left.get(key), right.get(key))
+        if not same:
+            differing.append({"name": f"{name}.{key}", "max_abs_diff": gap})
+    return {"check": name, "compared": len(set(left) | set(right)), "differing": differing}
+
+
+def _next_loss(prepared: PreparedData, loaded: checkpoint.Loaded) -> float:
+    """The loss of the next global batch in this one process (a checkpoint of several ranks is continued
+    here as a reshard would: its random streams reseeded alike for (a) and (b))."""
+    state = restore(prepared, loaded, QuietReporter(), reshard=loaded.record.world_size != 1)
+    loss, _ = train_step(state, prepared.train_blocks, 0.0)
+    return float(loss)
+
+
+def verify_resume(
+    home: Home,
+    experiment_id: str,
+    split_text: str,
+    until: int | None = None,
+    keep_scratch: bool = False,
+    progress: Callable[[str], None] | None = None,
+    reporter: Reporter | None = None,
+    segments: Segments | None = None,
+    nproc: int = 1,
+) -> dict[str, Any]:
+    """Runs (a) and (b) in scratch homes and compares them, each segment on ``nproc`` ranks; ``reporter`` is
+    told the phases of preparing the data here, ``segments`` each child process and what it says."""
+    report = progress or (lambda message: None)
+    config = experiments.load(home, experiment_id)
+    final = config.training.steps if until is None else until
+    if not 0 < final <= config.training.steps:
+        raise BadInput(f"--until {final}: must be between 1 and training.steps ({config.training.steps})")
+    splits = parse_splits(split_text, final)
+    files = ExperimentFiles(home, experiment_id)
+    home.ensure_writable()
+    outcome = "its child process was stopped and its scratch folder " + ("kept" if keep_scratch else "removed")
+    with _stopped_by_signals(outcome), Registry(home.registry) as registry:
+        experiments.register(home, registry, config)
+        with files.lock():
+            # trains the experiment's tokenizer once if it has none
+            prepared = prepare(home, config, files.tokenizer, reporter, first_step=False)
+        config.training.check_split(nproc)
+        result = _in_scratch(
+            _plan(home, config, splits, final, nproc), prepared, keep_scratch, report, segments or QuietSegments()
+        )
+        result.update({"id": experiment_id, "split_at": splits, "until": final, "nproc": nproc})
+        registry.add_verification(experiment_id, "verify-resume", result["verdict"], result)
+        return result
+
+
+def _plan(home: Home, config: Config, splits: list[int], final: int, nproc: int) -> Plan:
+    # Both runs checkpoint only where they must: at the splits (by --until) and at the end.
+    scratch = config.with_keys({"checkpoint.interval": final, "checkpoint.keep": len(splits) + 1})
+    tokenizer = ExperimentFiles(home, config.id).tokenizer
+    cadence = (to_yaml(scratch), tokenizer, splits, final, data_root(home), home.cache)
+    return Plan(config.id, *cadence, home.root, config.init.checkpoint, nproc)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The two runs to compare: (a) 0 -> until in one process; (b) split at ``splits``."""
+
+    experiment_id: str
+    config_text: str
+    tokenizer: Path
+    splits: list[int]
+    until: int
+    data_root: Path
+    cache: Path
+    home: Path  # the experiment's own home: a fork's parent checkpoint (init.checkpoint) is linked from it
+    init_checkpoint: str = ""
+    nproc: int = 1  # ranks of every segment
+
+
+def _in_scratch(
+    plan: Plan, prepared: PreparedData, keep_scratch: bool, report: Callable[[str], None], segments: Segments
+) -> dict[str, Any]:
+    scratch: Path | None = None
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_EXIT)  # no signal until the cleanup knows the folder
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=f"octlm-verify-{plan.experiment_id}-"))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNAL_EXIT)
+        result = _both_runs(scratch, plan, prepared, segments)
+    finally:
+        with _signals_held():  # the folder goes entirely, even if a signal arrives meanwhile
+            if scratch is not None and keep_scratch:
+                report(f"scratch kept at {scratch}")
+            elif scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+    return result
+
+
+def _both_runs(scratch: Path, plan: Plan, prepared: PreparedData, segments: Segments) -> dict[str, Any]:
+    a = _scratch_home(scratch / "a", plan)
+    b = _scratch_home(scratch / "b", plan)
+    bounds = [0, *plan.splits, plan.until]
+    seconds = {"a": _run_segment(a, plan, "(a)", 0, plan.until, segments), "b": 0.0}
+    for index, (begin, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        seconds["b"] += _run_segment(b, plan, f"(b{index + 1})", begin, stop, segments)
+    result = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
+    result["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+    return result
+
+
+def _run_segment(home: Home, plan: Plan, label: str, begin: int, stop: int, segments: Segments) -> float:
+    segments.begin(label, begin, stop)
+    verb = "resume" if begin else "train"
+    ranks = ["--nproc", str(plan.nproc)] if plan.nproc > 1 else []
+    return _segment(home, [verb, plan.experiment_id, "--until", str(stop), *ranks], plan, label, segments)
+
+
+def _final(home: Home, plan: Plan) -> checkpoint.Loaded:
+    loaded = checkpoint.newest_valid(ExperimentFiles(home, plan.experiment_id).folder, step=plan.until)
+    assert loaded is not None  # newest_valid refuses rather than return None when a step is given
+    return loaded
+
+
+def _verdict(
+    prepared: PreparedData,
+    loaded_a: checkpoint.Loaded,
+    loaded_b: checkpoint.Loaded,
+    a: Home,
+    b: Home,
+    experiment_id: str,
+) -> dict[str, Any]:
+    ra, rb = loaded_a.record, loaded_b.record
+    checks = [
+        _section("model", ra.model, rb.model),
+        _section("optimizer", ra.optimizer, rb.optimizer),
+        _section("rng", {"sampler": ra.sampler, "ranks": ra.rng}, {"sampler": rb.sampler, "ranks": rb.rng}),
+    ]
+    if ra.scaler or rb.scaler:  # fp16 only
+        checks.append(_section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
+    if ra.log_accumulator or rb.log_accumulator:  # a loss sum pending between two logged steps
+        checks.append(_section("log", {"log": ra.log_accumulator}, {"log": rb.log_accumulator}))
+    loss_check = _loss_check(prepared, loaded_a, loaded_b)
+    run_file_check, first_step = _run_file_check(a, b, experiment_id)
+    checks += [loss_check, run_file_check]
+    identical = all(not check["differing"] for check in checks)
+    summary = ("identical: " if identical else "DIFFERENT: ") + ", ".join(
+        f"{c['check']} {c['compared'] - len(c['differing'])}/{c['compared']}" for c in checks
+    )
+    return {
+        "verdict": "pass" if identical else "fail",
+        "identical": identical,
+        "checks": checks,
+        "next_loss": loss_check["values"][0],
+        "first_differing_step": first_step,
+        "summary": summary,
+    }
+
+
+def _loss_check(prepared: PreparedData, loaded_a: checkpoint.Loaded, loaded_b: checkpoint.Loaded) -> dict[str, Any]:
+    """The loss of the batch after the last step, from each final checkpoint."""
+    loss_a, loss_b = _next_loss(prepared, loaded_a), _next_loss(prepared, loaded_b)
+    differing = [] if loss_a == loss_b else [{"name": "loss", "max_abs_diff": abs(loss_a - loss_b)}]
+    return {"check": "next-batch loss", "compared": 1, "differing": differing, "values": [loss_a, loss_b]}
+
+
+def _run_file_check(a: Home, b: Home, experiment_id: str) -> tuple[dict[str, Any], Any]:
+    """The two run files, timings aside, and the first step where they differ (None when equal)."""
+    records_a = runfile.without_timings(runfile.read(a.run_file(experiment_id)))
+    records_b = runfile.without_timings(runfile.read(b.run_file(experiment_id)))
+    pairs = zip(records_a, records_b, strict=False)
+    first_step = next((left.get("step") for left, right in pairs if left != right), None)
+    if first_step is None and len(records_a) != len(records_b):
+        first_step = "length differs"
+    differing = [] if first_step is None else [{"name": f"first differing step: {first_step}", "max_abs_diff": None}]
+    check = {"check": "run file", "compared": max(len(records_a), len(records_b)), "differing": differing}
+    return check, first_step

@@ -1,0 +1,116 @@
+"""One experiment in detail, as plain data: config, fingerprints, runs, checkpoints and verdicts. Torch-free."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from typing import Any
+
+from octlm.config import flatten
+from octlm.core.errors import BadInput
+from octlm.core.home import Home, validate_id
+from octlm.store import experiments, runfile
+from octlm.store.registry import TRAINING_KINDS, Registry
+
+SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
+NUMBERS = (  # the fields of a run-file record that the views compute with
+    "step",
+    "tokens",
+    "lr",
+    "train_loss",
+    "eval_loss",
+    "perplexity",
+    "bits_per_byte",
+    "gradient_norm",
+    "elapsed_seconds",
+    "tokens_per_second",
+)
+
+
+def detail(home: Home, experiment_id: str) -> dict[str, Any]:
+    """The ``octlm show ID --json`` document; BadInput for a malformed or unknown ID."""
+    validate_id(experiment_id)
+    path = home.config_path(experiment_id)
+    with Registry(home.registry, create=False) as registry:
+        row = registry.experiment(experiment_id)
+        if row is None and not path.exists():
+            raise BadInput(f"unknown experiment {experiment_id}: not in {home.registry.name} and no {path}")
+        fingerprint: str | None
+        if path.exists():
+            config = experiments.load(home, experiment_id)
+            resolved, fingerprint = config.to_dict(), config.fingerprint
+        else:
+            resolved, fingerprint = registry.configs().get(experiment_id, {}), row["config_hash"] if row else None
+        runs = registry.runs(experiment_id)
+        checkpoints = registry.checkpoints(experiment_id)
+        verdicts = registry.verifications(experiment_id)
+        notes = _notes(registry, experiment_id)
+    training = [run for run in runs if run["kind"] in TRAINING_KINDS]
+    last = training[-1] if training else None
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "id": experiment_id,
+        "uuid": (row or {}).get("uuid"),  # kept across homes (pack, registry export); None: only a YAML file
+        "description": resolved.get("description", ""),
+        "status": last["status"] if last else "new",
+        "step": last["end_step"] if last else None,
+        "fingerprints": {
+            "config": fingerprint,
+            "data": _newest(runs, "data_hash"),
+            "tokenizer": _newest(runs, "tokenizer_hash"),
+        },
+        **lifecycle(row or {}, resolved, notes),
+        "config": resolved,
+        "runs": runs,
+        "checkpoints": checkpoints,
+        "verifications": verdicts,
+    }
+
+
+def lifecycle(row: dict[str, Any], config: dict[str, Any], notes: list[Any]) -> dict[str, Any]:
+    """Tags, notes, archived and the parent checkpoint of a fork (``init.parent``), whichever the registry
+    row and config hold (a registry without them reads as none)."""
+    init = config.get("init") if isinstance(config.get("init"), dict) else {}
+    tags = row.get("tags")
+    return {
+        "tags": [str(t) for t in tags] if isinstance(tags, list) else [],
+        "notes": notes,
+        "archived": bool(row.get("archived")),
+        "parent": (init or {}).get("parent") or None,
+    }
+
+
+def _notes(registry: Registry, experiment_id: str) -> list[Any]:
+    """The experiment's notes, when this registry keeps them (``Registry.notes``)."""
+    read = getattr(registry, "notes", None)
+    try:
+        found = read(experiment_id) if callable(read) else []
+    except sqlite3.OperationalError:  # a registry from before notes, opened read-only
+        return []
+    return list(found) if isinstance(found, (list, tuple)) else []
+
+
+def run_records(home: Home, experiment_id: str) -> list[dict[str, Any]]:
+    """The records of an experiment's run file as the views use them: mappings only, with each of
+    ``NUMBERS`` a finite number or None, whatever a hand-edited or diverged run left there."""
+    return [
+        {key: value if key not in NUMBERS or _finite(value) else None for key, value in record.items()}
+        for record in runfile.read(home.run_file(experiment_id))
+        if isinstance(record, dict)
+    ]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _newest(runs: list[dict[str, Any]], key: str) -> Any:
+    return next((run[key] for run in reversed(runs) if run.get(key)), None)
+
+
+def flat(item: dict[str, Any]) -> dict[str, Any]:
+    """A detail document as ``key: value`` pairs (``octlm show ID --csv``)."""
+    pairs = {"id": item["id"], "status": item["status"], "step": item["step"]}
+    pairs.update({f"fingerprint.{k}": v for k, v in item["fingerprints"].items()})
+    pairs.update(flatten({"config": item["config"]}))
+    return pairs

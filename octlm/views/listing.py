@@ -1,0 +1,240 @@
+"""The experiment list of ``octlm show``: its rows, ``--where`` filters, ``--sort``, ``--limit`` and ``--columns``.
+
+Torch-free. Filters are Python predicates over the rows, never SQL.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from octlm.config import describe_keys, flatten
+from octlm.core.errors import BadInput, OctlmError
+from octlm.core.home import Home, id_sort_key
+from octlm.store import experiments
+from octlm.store.registry import Registry
+
+LIST_COLUMNS = (
+    "id",
+    "description",
+    "status",
+    "step",
+    "steps",
+    "train_loss",
+    "eval_loss",
+    "perplexity",
+    "bits_per_byte",
+    "tokens",
+    "last_verdict",
+    "updated",
+    "tags",
+    "archived",
+)
+NUMERIC_COLUMNS = frozenset({"step", "steps", "train_loss", "eval_loss", "perplexity", "bits_per_byte", "tokens"})
+OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "!=": operator.ne,
+    "==": operator.eq,
+    "=": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
+    "~": operator.contains,
+}
+WHERE = re.compile(r"\s*([A-Za-z_][\w.]*)\s*(==|!=|<=|>=|=|<|>|~)\s*(.*?)\s*")
+WHERE_HELP = "KEY OP VALUE, KEY a listing column or a config key, OP one of == (or =), !=, <, <=, >, >=, ~ (contains)"
+Row = dict[str, Any]
+
+
+def rows(home: Home, include_archived: bool = True) -> list[Row]:
+    """One row per experiment (registered or only a file), by ID, with every listing column; archived
+    experiments only with ``include_archived``."""
+    with Registry(home.registry, create=False) as registry:
+        summaries = registry.summary_rows()
+        running = {row["experiment_id"]: row["status"] for row in registry.running_runs()}
+    out = [
+        {key: row.get(key) for key in LIST_COLUMNS}
+        | {"description": _description(home, row), "tags": _tags(row.get("tags"))}
+        | {"status": running.get(row["id"], row["status"] or "new")}
+        | {"archived": bool(row.get("archived"))}
+        for row in summaries
+    ]
+    for missing in experiments.unregistered_files(home, {row["id"] for row in summaries}):
+        config = _file_config(home, missing) or {}
+        out.append(
+            {key: None for key in LIST_COLUMNS}
+            | {"id": missing, "status": "new", "tags": [], "archived": False}
+            | {"description": config.get("description"), "steps": config.get("training", {}).get("steps")}
+        )
+    out.sort(key=lambda row: id_sort_key(str(row["id"])))
+    return out if include_archived else [row for row in out if not row["archived"]]
+
+
+def _description(home: Home, row: Row) -> Any:
+    """The YAML's description when the file changed after the row was last written (edits show at once)."""
+    try:
+        changed = home.config_path(row["id"]).stat().st_mtime
+        written = datetime.fromisoformat(row["updated"]).timestamp() if row.get("updated") else 0.0
+    except (OSError, ValueError, BadInput):
+        return row.get("description")
+    fresh = experiments.description(home, row["id"]) if changed > written else None
+    return row.get("description") if fresh is None else fresh
+
+
+def _tags(value: Any) -> list[str]:
+    return [str(tag) for tag in value] if isinstance(value, list) else []
+
+
+def select(
+    home: Home,
+    *,
+    where: list[str],
+    sort: str | None,
+    limit: int | None,
+    columns: list[str] | None,
+    include_archived: bool = False,
+) -> list[Row]:
+    """The rows ``octlm show`` lists: filtered, sorted, cut to ``limit`` and to ``columns`` (default LIST_COLUMNS);
+    archived experiments only with ``include_archived``."""
+    tests = [predicate(expression) for expression in where]  # a malformed filter is BadInput before any read
+    found = rows(home, include_archived)
+    if any("." in text for text in [*where, sort or "", *(columns or [])]):
+        found = with_config(home, found)
+    found = filter_rows([row for row in found if all(test(row) for test in tests)], [], sort, limit)
+    return project(found, columns)
+
+
+def parse_columns(text: str | None) -> list[str] | None:
+    """``--columns eval_loss,model.n_layers`` as a list (None: the default columns)."""
+    return [column.strip() for column in text.split(",")] if text else None
+
+
+def header(columns: list[str] | None) -> list[str]:
+    """The columns a listing shows: ``id`` first, then the chosen ones (default: LIST_COLUMNS)."""
+    if not columns:
+        return list(LIST_COLUMNS)
+    unknown = [c for c in columns if c not in LIST_COLUMNS and c not in config_keys()]
+    if unknown:
+        raise BadInput(f"--columns {unknown[0]}: unknown column; choose from {', '.join(LIST_COLUMNS)} or a config key")
+    return ["id", *[c for c in columns if c != "id"]]
+
+
+def project(found: list[Row], columns: list[str] | None) -> list[Row]:
+    chosen = header(columns)
+    return [{c: row.get(c) for c in chosen} for row in found]
+
+
+def with_config(home: Home, found: list[Row]) -> list[Row]:
+    """Add flattened config keys to listing rows (for --where and --columns on config keys)."""
+    with Registry(home.registry, create=False) as registry:
+        configs = registry.configs()
+    for row in found:  # an experiment that is only a file so far: its YAML
+        if row["id"] not in configs and (config := _file_config(home, row["id"])) is not None:
+            configs[row["id"]] = config
+    return [{**row, **{k: v for k, v in flatten(configs.get(row["id"], {})).items() if "." in k}} for row in found]
+
+
+def _file_config(home: Home, experiment_id: str) -> dict[str, Any] | None:
+    try:
+        return experiments.load(home, experiment_id).to_dict()
+    except OctlmError:
+        return None
+
+
+def _number(text: Any) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def config_keys() -> dict[str, str]:
+    """{config key: its type} (``training.steps``: ``int``)."""
+    return {item["key"]: str(item["type"]) for item in describe_keys()}
+
+
+def parse_where(expression: str) -> tuple[str, str, str]:
+    """``(key, op, value)`` of a ``--where`` expression; BadInput naming what is wrong with it."""
+    match = WHERE.fullmatch(expression)
+    if not match:
+        raise BadInput(f"--where {expression!r}: expected {WHERE_HELP}")
+    key, op, raw = match.groups()
+    if raw == "" or raw[0] in "<>=!~":
+        raise BadInput(f"--where {expression!r}: malformed value {raw!r} after {op!r}; expected {WHERE_HELP}")
+    types = config_keys()
+    if key not in LIST_COLUMNS and key not in types:
+        raise BadInput(f"--where {key}: unknown key; use a listing column ({', '.join(LIST_COLUMNS)}) or a config key")
+    numeric = key in NUMERIC_COLUMNS or types.get(key) in ("int", "float")
+    if numeric and op not in ("~",) and _number(raw) is None:
+        raise BadInput(f"--where {expression!r}: {key} is a number; {raw!r} is not")
+    return key, "==" if op == "=" else op, raw
+
+
+def predicate(expression: str) -> Callable[[Row], bool]:
+    """``eval_loss<2.5``, ``status=completed``, ``model.n_layers==4``, ``description~lr``: a Python predicate,
+    never SQL. A number given with decimals matches at that precision (``eval_loss==4.39`` matches 4.3912)."""
+    key, op, raw = parse_where(expression)
+    wanted = _number(raw)
+
+    def test(row: Row) -> bool:
+        value = row.get(key)
+        if value is None:
+            return op == "!="
+        if isinstance(value, list):
+            return _any_item(op, raw, value)
+        have = _number(value) if not isinstance(value, bool) else None
+        if op == "~":
+            return raw.lower() in _text(value).lower()
+        if wanted is not None and have is not None:
+            return _compare_numbers(op, have, wanted, raw)
+        return bool(OPERATORS[op](_text(value), raw))  # text: equal, or in order (an ID, a date)
+
+    return test
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _any_item(op: str, raw: str, items: list[Any]) -> bool:
+    """A list (tags): ``==`` one item is ``raw``, ``!=`` none is, ``~`` one contains it."""
+    texts = [_text(item) for item in items]
+    if op == "~":
+        return any(raw.lower() in t.lower() for t in texts)
+    return (raw in texts) if op != "!=" else raw not in texts
+
+
+def _compare_numbers(op: str, have: float, wanted: float, raw: str) -> bool:
+    if op in ("==", "!=") and "." in raw and "e" not in raw.lower():
+        decimals = len(raw.split(".", 1)[1])
+        same = abs(have - wanted) <= 0.5 * 10**-decimals + 1e-12
+        return same if op == "==" else not same
+    return bool(OPERATORS[op](have, wanted))
+
+
+def filter_rows(found: list[Row], where: list[str], sort: str | None, limit: int | None) -> list[Row]:
+    tests = [predicate(expression) for expression in where]
+    found = [row for row in found if all(test(row) for test in tests)]
+    if sort:
+        found = sort_rows(found, sort)
+    if limit is not None:
+        if limit < 0:
+            raise BadInput(f"--limit {limit}: must not be negative")
+        found = found[:limit]
+    return found
+
+
+def sort_rows(found: list[Row], sort: str) -> list[Row]:
+    """Sort by a column or config key (``-key``: descending); rows without the key go last."""
+    key, reverse = (sort[1:], True) if sort.startswith("-") else (sort, False)
+    if key not in LIST_COLUMNS and key not in config_keys():
+        raise BadInput(
+            f"--sort {key}: unknown column; use a listing column or a config key such as training.learning_rate"
+        )
+    present = [r for r in found if r.get(key) is not None]
+    missing = [r for r in found if r.get(key) is None]
+    present.sort(key=lambda r: (_number(r[key]) is None, _number(r[key]) or 0.0, str(r[key])), reverse=reverse)
+    return present + missing

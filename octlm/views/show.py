@@ -1,0 +1,126 @@
+"""What ``octlm show`` reports, as plain data: the list, one experiment in detail, several side by side,
+or their curves. Torch-free; the CLI only writes what ``run`` returns (JSON, CSV or a table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from octlm.core.errors import BadInput
+from octlm.core.home import Home
+from octlm.store.registry import Registry
+from octlm.views import compare, listing, plots
+from octlm.views.details import SCHEMA_VERSION, detail, flat
+
+__all__ = ["SCHEMA_VERSION", "Request", "Shown", "detail", "run"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """The options of ``octlm show``."""
+
+    ids: tuple[str, ...] = ()
+    all_keys: bool = False
+    plot: bool = False
+    sort: str | None = None
+    where: tuple[str, ...] = ()
+    limit: int | None = None
+    columns: str | None = None
+    as_json: bool = False
+    as_csv: bool = False
+    width: int = 80  # of the --plot charts
+    include_archived: bool = False  # --all
+
+    @property
+    def mode(self) -> str:
+        """``list`` (no ID), ``plot`` (--plot), ``detail`` (one ID) or ``compare`` (several)."""
+        if not self.ids:
+            return "list"
+        if self.plot:
+            return "plot"
+        return "compare" if len(self.ids) > 1 else "detail"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What ``octlm show`` writes: ``document`` with --json; ``header`` and ``rows`` with --csv
+    (and for the text tables); ``text``, when set, as it is; ``warnings`` on stderr first."""
+
+    mode: str
+    document: dict[str, Any]
+    header: list[str] = field(default_factory=list)
+    rows: list[list[Any]] = field(default_factory=list)
+    text: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def run(home: Home, request: Request) -> Shown:
+    """Answer ``octlm show``; BadInput for conflicting options, unknown IDs, columns or filters."""
+    if request.as_json and request.as_csv:
+        raise BadInput("--json and --csv cannot be used together: choose one")
+    _check_mode(request)
+    return replace(VIEWS[request.mode](home, request), warnings=damaged_cells(home))
+
+
+def _check_mode(request: Request) -> None:
+    """Options that do not apply to the view asked for are an error, never silently ignored."""
+    listing_only = request.where or request.sort or request.limit is not None or request.columns
+    if request.ids and (listing_only or request.include_archived):
+        raise BadInput("--where, --sort, --limit, --columns and --all apply to the list: give them without an ID")
+    if request.all_keys and request.mode != "compare":
+        raise BadInput("--all-keys applies to a comparison: give two experiment IDs or more")
+    if request.plot and (not request.ids or request.as_csv):
+        raise BadInput("--plot draws the curves of the experiments named (text, or --json): give their IDs, no --csv")
+
+
+def damaged_cells(home: Home) -> tuple[str, ...]:
+    """A warning per registry cell that is not valid JSON: shown as empty, every other row as usual."""
+    with Registry(home.registry, create=False) as registry:
+        cells = registry.malformed_cells()
+    return tuple(
+        f"{home.registry.name}: {table} row {row_id}: {column} is not valid JSON; shown as empty "
+        "(`octlm doctor --repair` clears it)"
+        for table, row_id, column in cells
+    )
+
+
+def _list(home: Home, request: Request) -> Shown:
+    columns = listing.parse_columns(request.columns)
+    found = listing.select(
+        home,
+        where=list(request.where),
+        sort=request.sort,
+        limit=request.limit,
+        columns=columns,
+        include_archived=request.include_archived,
+    )
+    header = listing.header(columns)
+    document = {"schema_version": SCHEMA_VERSION, "home": str(home.root), "experiments": found}
+    return Shown("list", document, header, [[row.get(column) for column in header] for row in found])
+
+
+def _detail(home: Home, request: Request) -> Shown:
+    item = detail(home, request.ids[0])
+    return Shown("detail", item, ["key", "value"], [[key, value] for key, value in flat(item).items()])
+
+
+def _compare(home: Home, request: Request) -> Shown:
+    result = compare.compare(home, list(request.ids), request.all_keys)
+    rows = [[name, *values] for name, values in compare.table_rows(result)]
+    return Shown("compare", result, ["field", *request.ids], rows)
+
+
+def _plot(home: Home, request: Request) -> Shown:
+    if request.as_json:
+        return Shown("plot", plots.plot_data(home, list(request.ids)))
+    return Shown("plot", {}, text=plots.plots(home, list(request.ids), width=request.width))
+
+
+VIEWS: dict[str, Callable[[Home, Request], Shown]] = {
+    "list": _list,
+    "detail": _detail,
+    "compare": _compare,
+    "plot": _plot,
+}
