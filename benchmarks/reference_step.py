@@ -28,7 +28,8 @@ from octlm.core.home import Home
 from octlm.runtime import machine as runtime
 from octlm.tasks.bench import measure as bench
 from octlm.tasks.bench import plan as bench_plan
-from octlm.train.loop import TrainState, train_step
+from octlm.train.loop import train_step
+from octlm.train.state import TrainState
 
 
 class Block(nn.Module):

@@ -102,11 +102,13 @@ def test_the_expected_duration_of_a_long_run(home: Path) -> None:
     folder.mkdir(parents=True)
     with open(folder / "step-000100.pt", "wb") as handle:
         handle.truncate(146_000_000)
-    line = estimate.expected(Home(home), "EXP-001", 0, 10_000)
+    line = estimate.expected(Home(home), experiments.load(Home(home), "EXP-001"), 0, 10_000)
     assert line == "10,000 steps at about 1.8 s/step: about 5 h; 146 MB per checkpoint, keeping 3"
-    assert estimate.expected(Home(home), "EXP-001", 0, 10) is None  # 18 s is not long
+    assert estimate.expected(Home(home), experiments.load(Home(home), "EXP-001"), 0, 10) is None  # 18 s is not long
     write_experiment(home, "EXP-003", training={"learning_rate": 1e-3})
-    assert estimate.expected(Home(home), "EXP-003", 0, 10_000) is None  # another config: no figure
+    assert (
+        estimate.expected(Home(home), experiments.load(Home(home), "EXP-003"), 0, 10_000) is None
+    )  # another config: no figure
 
 
 # ---------------------------------------------------------------- the tokenizer cache

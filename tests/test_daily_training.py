@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import cli, json_out, write_experiment
 
+from octlm.core import layout
 from octlm.core.errors import Refused
 from octlm.core.home import Home
 from octlm.run import runner
@@ -97,7 +98,7 @@ def test_split_between_logs_gives_the_same_run_file_and_metrics(tmp_path: Path, 
 
 
 def fork(home: Path, experiment: str = "EXP-002", step: int = 8, optimizer: bool = False, **sections: Any) -> Path:
-    parent = checkpoint.path_for(home / "checkpoints" / "EXP-001", step)
+    parent = layout.checkpoint_path(home / "checkpoints" / "EXP-001", step)
     init = {
         "parent": f"EXP-001@{step}",
         "checkpoint": str(parent.relative_to(home)),
@@ -117,7 +118,7 @@ def parent_home(home: Path) -> Path:
 @pytest.mark.parametrize("optimizer", [False, True])
 def test_fork_starts_from_the_parent_checkpoint(parent_home: Path, optimizer: bool) -> None:
     from octlm.core.reporting import QuietReporter
-    from octlm.run.artifacts import init_from
+    from octlm.run.restore import init_from
     from octlm.store import experiments
     from octlm.train.checkpoint import Fingerprints
     from octlm.train.loop import TrainState
@@ -166,8 +167,8 @@ def test_fork_resumes_exactly(tmp_path: Path, parent_home: Path) -> None:
     assert cli(parent_home, "train", "EXP-002", "-q").exit_code == 0
     assert cli(split, "train", "EXP-002", "--until", "5", "-q").exit_code == 0
     assert cli(split, "resume", "EXP-002", "-q").exit_code == 0
-    whole_final = checkpoint.read(checkpoint.path_for(parent_home / "checkpoints" / "EXP-002", 12))
-    split_final = checkpoint.read(checkpoint.path_for(split / "checkpoints" / "EXP-002", 12))
+    whole_final = checkpoint.read(layout.checkpoint_path(parent_home / "checkpoints" / "EXP-002", 12))
+    split_final = checkpoint.read(layout.checkpoint_path(split / "checkpoints" / "EXP-002", 12))
     for key, tensor in whole_final.model.items():
         assert torch.equal(split_final.model[key], tensor), key
     assert torch.equal(whole_final.sampler, split_final.sampler)
@@ -201,8 +202,8 @@ def test_restart_asks_first_and_lists_what_it_discarded(home: Path) -> None:
     ]
     assert asked == [expected]
     result = runner.train(Home(home), "EXP-001", restart=True, until=4, confirm=lambda items: True)
-    assert result["discarded"] == expected
-    assert result["status"] == "stopped"
+    assert result.discarded == tuple(expected)
+    assert result.status == "stopped"
     assert [record["step"] for record in records(home)] == [4]
     assert [row["step"] for row in metrics_rows(home)] == [4]
 

@@ -133,7 +133,7 @@ def test_local_is_unchanged(home: Path) -> None:
 
 
 def test_environment_warnings_name_what_the_profile_cannot_pin() -> None:
-    from octlm.run.artifacts import environment_warnings
+    from octlm.runtime.machine import environment_warnings
 
     here = {"torch": "2.13.0", "device": "cpu", "threads": 2, "processor": "A", "canary": "x", "determinism": "p"}
     assert environment_warnings({**here, "processor": "B"}, here) == []

@@ -23,6 +23,7 @@ import pytest
 import torch
 from conftest import assert_same_training_state, octlm, write_corpus, write_experiment
 
+from octlm.core import layout
 from octlm.runtime import rng
 from octlm.store import runfile
 from octlm.train import checkpoint
@@ -156,11 +157,11 @@ def row_counts(home: Path) -> tuple[int, int]:
 
 
 def checkpoint_path(home: Path, step: int) -> Path:
-    return checkpoint.path_for(home / "checkpoints" / ID, step)
+    return layout.checkpoint_path(home / "checkpoints" / ID, step)
 
 
 def checkpoint_steps(home: Path) -> list[int]:
-    return [step for step, _ in checkpoint.listing(home / "checkpoints" / ID)]
+    return [step for step, _ in layout.checkpoints(home / "checkpoints" / ID)]
 
 
 def load(path: Path) -> dict[str, Any]:

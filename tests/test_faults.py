@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import assert_same_training_state, cli, json_out, octlm, write_experiment
 
+from octlm.core import layout
 from octlm.store import runfile
 from octlm.train import checkpoint
 
@@ -53,7 +54,7 @@ def wait_for_progress(home: Path, process: subprocess.Popen, timeout: float = 60
 
 
 def final(home: Path, step: int = 1200) -> checkpoint.Record:
-    return checkpoint.read(checkpoint.path_for(home / "checkpoints" / "EXP-001", step))
+    return checkpoint.read(layout.checkpoint_path(home / "checkpoints" / "EXP-001", step))
 
 
 def assert_identical(a: Path, b: Path) -> None:
@@ -86,7 +87,7 @@ def test_sigterm_checkpoints_marks_interrupted_and_exits_143(tmp_path: Path, ref
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 143, stderr
     assert "stopped by SIGTERM" in stderr and "Traceback" not in stderr
-    steps = [step for step, _ in checkpoint.listing(home / "checkpoints" / "EXP-001")]
+    steps = [step for step, _ in layout.checkpoints(home / "checkpoints" / "EXP-001")]
     assert steps and steps[-1] < 1200
     run = json_out(cli(home, "show", "EXP-001", "--json"))["runs"][-1]
     assert run["status"] == "interrupted" and run["end_step"] == steps[-1]
@@ -114,7 +115,7 @@ def test_random_sigkills_then_resume_is_bit_identical(tmp_path: Path, reference:
 
 def test_corrupted_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path, home: Path) -> None:
     assert cli(home, "train", "EXP-001", "--until", "8", "-q").exit_code == 0
-    newest = checkpoint.path_for(home / "checkpoints" / "EXP-001", 8)
+    newest = layout.checkpoint_path(home / "checkpoints" / "EXP-001", 8)
     raw = bytearray(newest.read_bytes())
     raw[len(raw) // 3] ^= 0x01
     newest.write_bytes(bytes(raw))
@@ -122,9 +123,9 @@ def test_corrupted_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path, 
     assert result.exit_code == 0
     assert "skipped an invalid checkpoint: step-000008.pt: checksum mismatch" in result.stderr
     assert json_out(result)["start_step"] == 4
-    truncated = checkpoint.path_for(home / "checkpoints" / "EXP-001", 12)
+    truncated = layout.checkpoint_path(home / "checkpoints" / "EXP-001", 12)
     truncated.write_bytes(truncated.read_bytes()[:1000])
-    for _, path in checkpoint.listing(home / "checkpoints" / "EXP-001"):
+    for _, path in layout.checkpoints(home / "checkpoints" / "EXP-001"):
         if path != truncated:
             path.unlink()
     refused = cli(home, "resume", "EXP-001")
@@ -142,11 +143,11 @@ MARKER = Path("/tmp/octlm-pickle-marker")
 def test_pickle_payload_is_refused_without_running_it(home: Path) -> None:
     MARKER.unlink(missing_ok=True)
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
-    evil = checkpoint.path_for(home / "checkpoints" / "EXP-001", 999)
+    evil = layout.checkpoint_path(home / "checkpoints" / "EXP-001", 999)
     torch.save({"format": checkpoint.FORMAT, "step": 999, "payload": Exploit()}, evil)
     import hashlib
 
-    checkpoint.sidecar(evil).write_text(hashlib.sha256(evil.read_bytes()).hexdigest() + "\n")
+    layout.sidecar(evil).write_text(hashlib.sha256(evil.read_bytes()).hexdigest() + "\n")
     result = cli(home, "resume", "EXP-001", "--until", "8", "--json")
     assert result.exit_code == 0
     assert "step-000999.pt: refused by the safe loader" in result.stderr
@@ -287,9 +288,9 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(home: Path) -> Non
 
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
     folder = home / "checkpoints" / "EXP-001"
-    previous = checkpoint.path_for(folder, 4)
+    previous = layout.checkpoint_path(folder, 4)
     size = previous.stat().st_size
-    digest = checkpoint.expected_digest(previous)
+    digest = layout.read_sidecar(previous)
 
     def limit_file_size() -> None:  # writes past this size fail with EFBIG, as on a full disk
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -301,8 +302,8 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(home: Path) -> Non
         "cannot write checkpoint step-000008.pt" in result.stderr and "previous checkpoint is intact" in result.stderr
     )
     assert "Traceback" not in result.stderr
-    assert [step for step, _ in checkpoint.listing(folder)] == [4]
-    assert checkpoint.read(previous).step == 4 and checkpoint.expected_digest(previous) == digest
+    assert [step for step, _ in layout.checkpoints(folder)] == [4]
+    assert checkpoint.read(previous).step == 4 and layout.read_sidecar(previous) == digest
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
     shown = json_out(cli(home, "show", "EXP-001", "--json"))
     assert [c["step"] for c in shown["checkpoints"]] == [4]

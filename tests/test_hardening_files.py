@@ -26,10 +26,12 @@ import pytest
 import torch
 from conftest import cli, octlm, write_experiment
 
+from octlm.core import layout
 from octlm.core.errors import BadInput
 from octlm.core.home import find_home
 from octlm.data import blocks as data
 from octlm.data import corpus
+from octlm.data.fingerprints import dataset_hash
 from octlm.data.tokenizer import Tokenizer
 from octlm.train import checkpoint
 
@@ -68,7 +70,7 @@ def one_line(stderr: str) -> str:
 def cache_key(home: Path) -> str:
     """The dataset hash the home's EXP-001 will cache its tokens under (its tokenizer trains deterministically)."""
     found = corpus.load(("corpus/*.txt",), home, 0.2)
-    return data.dataset_hash(found, Tokenizer.train([d.text for d in found.train], 300))
+    return dataset_hash(found, Tokenizer.train([d.text for d in found.train], 300))
 
 
 # ---------------------------------------------------------------- item 2 and 7: symlinks and the lock
@@ -297,9 +299,9 @@ def test_a_metrics_bomb_is_refused_fast_and_small(home: Path) -> None:
         path.unlink()
     buffer = io.BytesIO()
     torch.save(record.to_payload(), buffer)
-    bomb = checkpoint.path_for(folder, 12)
+    bomb = layout.checkpoint_path(folder, 12)
     bomb.write_bytes(buffer.getvalue())  # with a valid checksum file: it passes weights_only and the checksum
-    checkpoint.sidecar(bomb).write_text(f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {bomb.name}\n")
+    layout.sidecar(bomb).write_text(f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {bomb.name}\n")
     tracemalloc.start()
     started = time.perf_counter()
     with pytest.raises(checkpoint.InvalidCheckpoint, match="'metrics.eval_loss' holds list"):

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from conftest import cli, json_out, write_experiment
 
-from octlm.train import checkpoint
+from octlm.core import layout
 
 OCTLM = Path(sys.executable).with_name("octlm")  # the console script, as a user runs it (not `python -m`)
 STEADY = {"training": {"steps": 1200, "warmup_steps": 20, "eval_interval": 50}, "checkpoint": {"interval": 100}}
@@ -60,7 +60,7 @@ def has_progress(home: Path) -> bool:
 
 
 def steps(home: Path, experiment_id: str = "EXP-001") -> list[int]:
-    return [step for step, _ in checkpoint.listing(home / "checkpoints" / experiment_id)]
+    return [step for step, _ in layout.checkpoints(home / "checkpoints" / experiment_id)]
 
 
 def last_run(home: Path) -> dict:
@@ -154,7 +154,7 @@ def test_a_foreign_or_overfit_final_checkpoint_is_refused(home: Path) -> None:
 
 def test_sample_says_when_it_falls_back_to_an_older_checkpoint(home: Path) -> None:
     assert cli(home, "train", "EXP-001", "-q").exit_code == 0
-    newest = checkpoint.path_for(home / "checkpoints" / "EXP-001", 12)
+    newest = layout.checkpoint_path(home / "checkpoints" / "EXP-001", 12)
     newest.write_bytes(newest.read_bytes()[:1000])
     result = cli(home, "sample", "EXP-001", "--max-new-tokens", "4", "--json")
     assert result.exit_code == 0 and json_out(result)["step"] == 8
@@ -285,7 +285,7 @@ def test_a_registry_locked_by_another_process_does_not_stop_training(home: Path)
     wait_for(lambda: has_progress(home), process)
     holder = hold_write_lock(home / "registry.db")
     try:
-        final = checkpoint.path_for(home / "checkpoints" / "EXP-001", 600)
+        final = layout.checkpoint_path(home / "checkpoints" / "EXP-001", 600)
         wait_for(final.exists, timeout=LOCKED_TRAINING_DEADLINE_S)  # trained to the end under the lock
         assert holder.poll() is None and process.poll() is None  # still locked: the run waits to record itself
     finally:

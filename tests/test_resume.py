@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 import yaml
 from conftest import assert_same_training_state, cli, json_out, octlm, tiny_config, write_experiment
 
+from octlm.core import layout
 from octlm.data import blocks as data
 from octlm.store import runfile
 from octlm.train import checkpoint
@@ -24,7 +26,7 @@ def metric_rows(home: Path, experiment: str = "EXP-001") -> list[dict]:
 
 
 def final_state(home: Path, step: int = 12, experiment: str = "EXP-001") -> checkpoint.Record:
-    return checkpoint.read(checkpoint.path_for(home / "checkpoints" / experiment, step))
+    return checkpoint.read(layout.checkpoint_path(home / "checkpoints" / experiment, step))
 
 
 def test_train_then_resume_equals_one_go_in_process(tmp_path: Path, home: Path) -> None:
@@ -229,25 +231,29 @@ def _home_from_v1_fixture(root: Path, with_checkpoint: bool) -> Path:
 
 
 def test_a_v1_checkpoint_still_resumes_exactly(tmp_path: Path) -> None:
+    """A v1 checkpoint continues exactly as the same progress written by this octlm (v2) does. The fixture was
+    written on another machine, so the reference is its own record saved as v2, not a run trained here."""
     old = _home_from_v1_fixture(tmp_path / "old", with_checkpoint=True)
     new = _home_from_v1_fixture(tmp_path / "new", with_checkpoint=False)
-    raw = torch.load(old / "checkpoints" / "EXP-001" / "step-000004.pt", weights_only=True)
+    v1 = old / "checkpoints" / "EXP-001" / "step-000004.pt"
+    raw = torch.load(v1, weights_only=True)
     assert raw["format"] == "octlm-checkpoint-v1" and "python_rng" in raw and "rng" not in raw
-    record = checkpoint.read(old / "checkpoints" / "EXP-001" / "step-000004.pt")
+    record = checkpoint.read(v1)
     assert record.step == 4 and record.tokens == 4 * 4 * 16 and record.kind == "train"
-    result = cli(old, "resume", "EXP-001", "--json", "-q")
-    assert result.exit_code == 0, result.stderr
-    assert json_out(result)["start_step"] == 4
-    assert cli(new, "train", "EXP-001", "-q").exit_code == 0
+    checkpoint.save(layout.checkpoint_path(new / "checkpoints" / "EXP-001", 4), record)
+    (new / "runs").mkdir()
+    shutil.copy2(FIXTURE_V1 / "EXP-001.jsonl", new / "runs" / "EXP-001.jsonl")
+    for home in (old, new):
+        result = cli(home, "resume", "EXP-001", "--json", "-q")
+        assert result.exit_code == 0, result.stderr
+        assert json_out(result)["start_step"] == 4
     assert_same_training_state(final_state(old, 8), final_state(new, 8))
-    assert (
-        torch.load(old / "checkpoints" / "EXP-001" / "step-000008.pt", weights_only=True)["format"] == checkpoint.FORMAT
+    assert torch.load(old / "checkpoints" / "EXP-001" / "step-000008.pt", weights_only=True)["format"] == (
+        checkpoint.FORMAT
     )
     records = [runfile.without_timings(runfile.read(h / "runs" / "EXP-001.jsonl")) for h in (old, new)]
-    # the fixture's step-4 record is v1's (one batch's loss); what this version logged after it is the same
-    after = [[r for r in found if r["step"] > 4] for found in records]
-    assert after[0] == after[1] and [r["step"] for r in after[0]] == [5, 8]
-    assert metric_rows(old) == after[0] and metric_rows(new) == records[1]
+    assert records[0] == records[1] and [r["step"] for r in records[0] if r["step"] > 4] == [5, 8]
+    assert metric_rows(old) == metric_rows(new) == [r for r in records[0] if r["step"] > 4]
 
 
 def test_a_checkpoint_missing_its_config_hash_falls_back_or_refuses(home: Path) -> None:
@@ -258,7 +264,7 @@ def test_a_checkpoint_missing_its_config_hash_falls_back_or_refuses(home: Path) 
     assert cli(home, "train", "EXP-001", "--until", "8", "-q").exit_code == 0
     folder = home / "checkpoints" / "EXP-001"
     for step in (4, 8):
-        path = checkpoint.path_for(folder, step)
+        path = layout.checkpoint_path(folder, step)
         payload = checkpoint.read(path).to_payload()
         legacy = {k: v for k, v in payload.items() if k not in ("rng", "fingerprints", "sampler", "tokens")}
         legacy.update(
@@ -275,7 +281,7 @@ def test_a_checkpoint_missing_its_config_hash_falls_back_or_refuses(home: Path) 
         buffer = io.BytesIO()
         torch.save(legacy, buffer)
         path.write_bytes(buffer.getvalue())
-        checkpoint.sidecar(path).write_text(f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {path.name}\n")
+        layout.sidecar(path).write_text(f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {path.name}\n")
     (home / "registry.db").unlink()  # its digests would refuse the rewritten bytes first
     broken = {p.name: p.read_bytes() for p in folder.glob("step-000008.*")}
     fell_back = octlm(home, "resume", "EXP-001", "--until", "10", "-q")

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from octlm import config as cfg
+from octlm.core import layout
 from octlm.train import checkpoint
 from octlm.train.decoder import Decoder
 from octlm.train.optim import parameter_groups
@@ -80,7 +81,7 @@ def small_record(step: int = 7) -> checkpoint.Record:
 
 
 def test_checkpoint_round_trip_and_checksum(tmp_path: Path) -> None:
-    path = checkpoint.path_for(tmp_path, 7)
+    path = layout.checkpoint_path(tmp_path, 7)
     digest, size = checkpoint.save(path, small_record())
     assert size == path.stat().st_size and len(digest) == 64
     loaded = checkpoint.read(path)
@@ -108,8 +109,8 @@ def test_a_payload_missing_a_key_is_invalid_and_named(tmp_path: Path, missing: s
     del payload[missing]
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    path = checkpoint.path_for(tmp_path, 7)
+    path = layout.checkpoint_path(tmp_path, 7)
     atomic_write(path, buffer.getvalue())
-    atomic_write(checkpoint.sidecar(path), f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {path.name}\n".encode())
+    atomic_write(layout.sidecar(path), f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {path.name}\n".encode())
     with pytest.raises(checkpoint.InvalidCheckpoint, match=f"missing the key '{missing}'"):
         checkpoint.read(path)

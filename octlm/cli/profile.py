@@ -12,12 +12,17 @@ from __future__ import annotations
 import typer
 
 from octlm.cli.common import home_of
+from octlm.config import Config
 from octlm.runtime import determinism
 from octlm.store import experiments
 
 
-def pin_experiment(ctx: typer.Context, experiment_id: str) -> None:
-    """Pin the profile of ``experiment_id`` when its config is here (errors in it are the command's to say)."""
+def pin_experiment(ctx: typer.Context, experiment_id: str) -> Config | None:
+    """Load the config of ``experiment_id`` when it is here and pin its profile; the config, which the command
+    passes on (it is loaded once), or None on a box without it (a rank there is told what to train)."""
     home = home_of(ctx)
-    if home.config_path(experiment_id).is_file():
-        determinism.pin(experiments.load(home, experiment_id))
+    if not home.config_path(experiment_id).is_file():
+        return None
+    config = experiments.load(home, experiment_id)
+    determinism.pin(config)
+    return config

@@ -21,6 +21,7 @@ from typing import Any
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from octlm.cli import render
+from octlm.core.records import RunRecord
 
 REFRESH_S = 0.1  # the bar is redrawn by the training thread at most this often (no refresh thread)
 VANISHED = (errno.EPIPE, errno.EIO)  # the reader left; the terminal hung up
@@ -296,10 +297,10 @@ class ConsoleReporter:
             self.progress.refresh()
             self.refreshed = now
 
-    def eval(self, record: dict[str, Any]) -> None:
+    def eval(self, record: RunRecord) -> None:
         self._safely(lambda: self._eval(record))
 
-    def _eval(self, record: dict[str, Any]) -> None:
+    def _eval(self, record: RunRecord) -> None:
         if self.progress is not None:  # fits 80 columns beside the bar and the ETA
             self.progress.update(
                 self.task,

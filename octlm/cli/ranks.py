@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from octlm.cli.common import home_of
+from octlm.config import Config
 from octlm.core.errors import BadInput
 from octlm.runtime import launch
 from octlm.store import experiments
@@ -42,7 +43,7 @@ EndpointOption = Annotated[
 LAUNCH_PARAMETERS = frozenset({"nproc", "nnodes", "node_rank", "rdzv_endpoint"})
 
 
-def start_ranks(ctx: typer.Context, experiment_id: str, spec: launch.Launch) -> None:
+def start_ranks(ctx: typer.Context, experiment_id: str, spec: launch.Launch, config: Config | None = None) -> None:
     """When more than one rank is asked for and this process is not a rank: check what can be checked here,
     start the ranks, and end with their exit code. Otherwise return and run the command in this process."""
     if launch.launched():
@@ -51,7 +52,7 @@ def start_ranks(ctx: typer.Context, experiment_id: str, spec: launch.Launch) -> 
     if not spec.wanted:
         return
     if spec.node_rank == 0:  # the box with the home: a bad ID or batch is one line before any rank starts
-        config = experiments.load(home_of(ctx), experiment_id)
+        config = config or experiments.load(home_of(ctx), experiment_id)  # None: the file's error, in one line
         config.training.check_split(spec.world_size)
     raise typer.Exit(launch.run(spec, rank_argv(ctx), f"octlm-{ctx.info_name}-{experiment_id}"))
 

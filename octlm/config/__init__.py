@@ -3,11 +3,11 @@
 Owns what an experiment's YAML may say and what it means: the sections and their keys (``schema``), how a raw
 value becomes a typed one with a one-line error naming the key (``validation``), the presets (``presets``),
 canonical JSON, dotted keys and diffs (``tree``), and reading files, ``--set`` overrides and key descriptions
-(``load``). Everything above imports the config from here: ``from octlm.config import Config, load``.
+(``files``). Everything above imports the config from here: ``from octlm.config import Config, load``.
 May import: ``core``.
 """
 
-from octlm.config.load import (
+from octlm.config.files import (
     ADDED_LATER,
     BOOKKEEPING,
     DEVICES,

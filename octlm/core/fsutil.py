@@ -16,6 +16,7 @@ for octlm's own files (``follow=False``), refuse a final path component that is 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import secrets
 import stat
@@ -160,3 +161,11 @@ def read_regular(path: Path, *, max_bytes: int, follow: bool = True) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def file_sha256(path: Path, *, follow: bool = False) -> tuple[str, int]:
+    """(sha256, size) of the regular file ``path``, read in one pass (never through a final link unless
+    ``follow``)."""
+    with open(open_regular(path, max_bytes=None, follow=follow), "rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        return digest, os.fstat(handle.fileno()).st_size

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from octlm.core.records import RunRecord
+
 
 class Reporter(Protocol):
     interactive: bool  # a live display on a terminal: work may show its own progress there
@@ -22,7 +24,7 @@ class Reporter(Protocol):
 
     def start(self, info: dict[str, Any]) -> None: ...
     def step(self, step: int) -> None: ...
-    def eval(self, record: dict[str, Any]) -> None: ...
+    def eval(self, record: RunRecord) -> None: ...
     def checkpoint(self, step: int, path: Path) -> None: ...
     def note(self, message: str) -> None: ...
     def warn(self, message: str) -> None: ...
@@ -41,7 +43,7 @@ class QuietReporter:
     def step(self, step: int) -> None:
         pass
 
-    def eval(self, record: dict[str, Any]) -> None:
+    def eval(self, record: RunRecord) -> None:
         pass
 
     def checkpoint(self, step: int, path: Path) -> None:

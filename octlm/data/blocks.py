@@ -97,11 +97,6 @@ def make_blocks(stream: np.ndarray | torch.Tensor, tokenizer: Tokenizer, context
     return TokenBlocks(tokens, width, tokenizer.byte_lengths, tokenizer.pad_id)
 
 
-def dataset_hash(corpus: Corpus, tokenizer: Tokenizer) -> str:
-    """SHA-256 over the documents of each split and the tokenizer: what training consumes."""
-    return hashlib.sha256(f"octlm-data-v1:{corpus.content_hash}:{tokenizer.fingerprint}".encode()).hexdigest()
-
-
 @dataclass(frozen=True)
 class Streams:
     """Both splits' token streams (views on the memory-mapped token file, or arrays when there is no

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import UnsafeFile, check_regular, open_regular, read_regular
+from octlm.core.home import Home
 
 SUFFIXES = (".txt", ".md", ".jsonl")
 DEFAULT_MAX_BYTES = 4 << 30  # the most bytes of data files read in all when data.max_bytes is 0 (4 GiB)
@@ -277,6 +278,12 @@ def _read(item: str | tuple[Path, int], home: Path, reader: _Reader) -> Iterator
             yield from _jsonl(text, file, name)
         else:
             yield Document(name, file=file, size=len(text.encode("utf-8", "surrogatepass")))
+
+
+def data_root(home: Home) -> Path:
+    """Relative ``data.sources`` resolve here: ``OCTLM_DATA_ROOT`` if set, else the home."""
+    root = os.environ.get("OCTLM_DATA_ROOT")
+    return Path(root).resolve() if root else home.root
 
 
 def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[Document]:

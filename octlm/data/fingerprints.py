@@ -1,11 +1,21 @@
 """What a run trains under, as three hashes: the config's fingerprint, the dataset's and the tokenizer's.
 
-A checkpoint records them, ``resume`` compares them, the registry keeps them beside each run and checkpoint.
+A checkpoint records them, ``resume`` compares them, the registry keeps them beside each run and checkpoint;
+``dataset_hash`` is how the dataset's is made, ``now`` all three as they would be for a run started now.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
+
+from octlm.config import Config
+from octlm.core.errors import Refused
+from octlm.core.home import Home
+from octlm.data import corpus
+from octlm.data.corpus import Corpus
+from octlm.data.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -15,3 +25,22 @@ class Fingerprints:
     config: str
     data: str
     tokenizer: str
+
+
+def now(home: Home, config: Config, tokenizer_path: Path) -> Fingerprints:
+    """What a run would train under now, computed without writing anything: the config's fingerprint,
+    the tokenizer file's, and the dataset hash (the corpus is read and hashed, nothing is encoded)."""
+    if not tokenizer_path.exists():
+        raise Refused(
+            f"{tokenizer_path} is missing, so {config.id}'s final checkpoint cannot be checked against it: "
+            f"restore it, or start over with `octlm train {config.id} --restart`"
+        )
+    tokenizer = Tokenizer.load(tokenizer_path)
+    sources, fraction = config.data.sources, config.data.validation_fraction
+    found = corpus.load(sources, corpus.data_root(home), fraction, config.data.max_bytes)
+    return Fingerprints(config.fingerprint, dataset_hash(found, tokenizer), tokenizer.fingerprint)
+
+
+def dataset_hash(corpus: Corpus, tokenizer: Tokenizer) -> str:
+    """SHA-256 over the documents of each split and the tokenizer: what training consumes."""
+    return hashlib.sha256(f"octlm-data-v1:{corpus.content_hash}:{tokenizer.fingerprint}".encode()).hexdigest()

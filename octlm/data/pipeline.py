@@ -17,15 +17,9 @@ from octlm.core.reporting import QuietReporter, Reporter
 from octlm.data import apart as apart_process
 from octlm.data import blocks as data
 from octlm.data import corpus
-from octlm.data.fingerprints import Fingerprints
+from octlm.data.fingerprints import Fingerprints, dataset_hash
 from octlm.data.tokenizer import Tokenizer, cache_path, from_cache, load_or_train, to_cache
 from octlm.runtime import machine as runtime
-
-
-def data_root(home: Home) -> Path:
-    """Relative ``data.sources`` resolve here: ``OCTLM_DATA_ROOT`` if set, else the home."""
-    root = os.environ.get("OCTLM_DATA_ROOT")
-    return Path(root).resolve() if root else home.root
 
 
 @dataclass(frozen=True)
@@ -104,7 +98,7 @@ def _tokens(
     ``report`` None: nothing is told (the work was done and told apart)."""
     tell, path, cached = report or QuietReporter(), where.tokenizer, where.cached
     tokenizer, how = _tokenizer(where, found, tell)
-    data_hash = data.dataset_hash(found, tokenizer)
+    data_hash = dataset_hash(found, tokenizer)
     tell.phase("encoding", f"{_megabytes(found)} MB with {tokenizer.vocab_size:,} tokens")
     streams = data.token_streams(found, tokenizer, where.home.cache, data_hash)
     notes = [streams.note] if streams.note else []
@@ -125,7 +119,7 @@ def _cold(where: _Where, found: corpus.Corpus) -> bool:
 
 def _token_file(home: Home, found: corpus.Corpus, tokenizer: Path) -> Path:
     try:
-        return home.cache / f"tokens-{data.dataset_hash(found, Tokenizer.load(tokenizer))}.bin"
+        return home.cache / f"tokens-{dataset_hash(found, Tokenizer.load(tokenizer))}.bin"
     except Exception:  # a damaged tokenizer file: the work in this process says what is wrong with it
         return home.cache / "tokens-unreadable.bin"
 
@@ -146,7 +140,9 @@ def _megabytes(found: corpus.Corpus) -> str:
 
 def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
     report.phase("reading corpus")
-    found = corpus.load(config.data.sources, data_root(home), config.data.validation_fraction, config.data.max_bytes)
+    found = corpus.load(
+        config.data.sources, corpus.data_root(home), config.data.validation_fraction, config.data.max_bytes
+    )
     count = len(found.train) + len(found.validation)
     report.phase("reading corpus", f"{_megabytes(found)} MB, {count:,} documents")
     return found

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from octlm import config as cfg
+from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.home import Home, validate_id, validate_prefix
@@ -199,7 +200,9 @@ def _checkpoints(registry: ExchangeRegistry, result: Plan, items: list[dict[str,
         here[target].add((item["step"], item["sha256"]))
         fields = {k: v for k, v in item.items() if k not in ("schema_version", "type", "experiment_uuid")}
         if local:
-            fields.update(path=f"checkpoints/{target}/step-{item['step']:06d}.pt", remote_host=None, remote_path=None)
+            fields.update(
+                path=f"checkpoints/{target}/{layout.checkpoint_name(item['step'])}", remote_host=None, remote_path=None
+            )
         elif not item.get("remote_host") or not item.get("remote_path"):
             raise BadInput(f"a checkpoint record of {target} at step {item['step']} names no remote_host and path")
         else:

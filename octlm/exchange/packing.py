@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from octlm import __version__
+from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
-from octlm.core.fsutil import atomic_writer, check_regular, create_exclusive, open_regular, read_regular
+from octlm.core.fsutil import atomic_writer, check_regular, create_exclusive, file_sha256, open_regular
 from octlm.core.home import Home, validate_id
 from octlm.exchange import importing
 from octlm.exchange import records as exchange
@@ -33,8 +34,7 @@ from octlm.store.merge import ExchangeRegistry
 
 FORMAT, VERSION = "octlm-pack", 1
 ROOT, MANIFEST, RECORDS, TOKENIZER = "octlm-pack/", "manifest.json", "registry.jsonl", "tokenizer.json"
-CHECKPOINT_FILE = re.compile(r"step-(\d{6,12})\.pt")
-MEMBER = re.compile(r"manifest\.json|registry\.jsonl|tokenizer\.json|checkpoints/step-\d{6,12}\.(?:pt|sha256)")
+MEMBER = re.compile(rf"manifest\.json|registry\.jsonl|tokenizer\.json|checkpoints/{layout.FILE.pattern}")
 MAX_SMALL = 1 << 30  # the manifest, the records and the tokenizer are read whole
 Source = Path | bytes
 
@@ -54,7 +54,7 @@ def pack(home: Home, experiment_id: str, output: Path, *, step: int | None = Non
         members: dict[str, Source] = {}
         for _, path in chosen:
             members[f"checkpoints/{path.name}"] = path
-            members[f"checkpoints/{path.with_suffix('.sha256').name}"] = path.with_suffix(".sha256")
+            members[f"checkpoints/{layout.sidecar(path).name}"] = layout.sidecar(path)
         if (folder / TOKENIZER).is_file():
             members[TOKENIZER] = folder / TOKENIZER
         digests = {name: _digest(source) for name, source in members.items()}
@@ -82,7 +82,7 @@ def pack(home: Home, experiment_id: str, output: Path, *, step: int | None = Non
 
 
 def _chosen(folder: Path, experiment_id: str, step: int | None, every: bool) -> list[tuple[int, Path]]:
-    found = sorted((int(m.group(1)), p) for p in folder.glob("step-*.pt") if (m := CHECKPOINT_FILE.fullmatch(p.name)))
+    found = layout.checkpoints(folder)
     if step is not None:
         found = [(number, path) for number, path in found if number == step]
         if not found:
@@ -93,9 +93,7 @@ def _chosen(folder: Path, experiment_id: str, step: int | None, every: bool) -> 
 def _digest(source: Source) -> tuple[str, int]:
     if isinstance(source, bytes):
         return hashlib.sha256(source).hexdigest(), len(source)
-    with open(open_regular(source, max_bytes=None, follow=False), "rb") as handle:
-        digest = hashlib.file_digest(handle, "sha256").hexdigest()
-        return digest, os.fstat(handle.fileno()).st_size
+    return file_sha256(source)
 
 
 def _check_sidecar(path: Path, digest: str) -> None:
@@ -104,10 +102,8 @@ def _check_sidecar(path: Path, digest: str) -> None:
 
 
 def _matches_sidecar(path: Path, digest: str) -> bool:
-    """Whether a checkpoint's ``.sha256`` file names ``digest`` (as ``checkpoint.expected_digest`` reads it; that
-    module imports torch, which packing does not)."""
-    written = read_regular(path.with_suffix(".sha256"), max_bytes=4096, follow=False).decode("utf-8", "replace")
-    return written.split()[:1] == [digest]
+    """Whether a checkpoint's sidecar names ``digest``."""
+    return layout.read_sidecar(path) == digest
 
 
 def _records(home: Home, experiment_id: str, chosen: list[tuple[int, Path]], digests: dict) -> bytes:
@@ -171,7 +167,7 @@ def unpack(home: Home, path: Path, as_id: str | None = None) -> dict[str, Any]:
                 )
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-    steps = sorted(int(m.group(1)) for p in moves if (m := CHECKPOINT_FILE.fullmatch(p[1].name)))
+    steps = sorted(step for _, place in moves if (step := layout.step_of(place.name)) is not None)
     return {
         "schema_version": exchange.SCHEMA_VERSION,
         "file": str(path),
@@ -212,7 +208,7 @@ def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarI
     if len(experiments) != 1 or experiments[0]["id"] != manifest["experiment"]:
         raise BadInput(f"{path}: {RECORDS} must hold exactly the one experiment {manifest['experiment']}")
     for item in found:
-        entry = manifest["files"].get(f"checkpoints/step-{item.get('step', -1):06d}.pt")
+        entry = manifest["files"].get(f"checkpoints/{layout.checkpoint_name(item.get('step', -1))}")
         if item["type"] == "checkpoint" and (entry is None or entry["sha256"] != item["sha256"]):
             raise Refused(
                 f"{path}: the checkpoint of step {item['step']} is listed without its file or with another "

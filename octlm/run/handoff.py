@@ -20,12 +20,12 @@ from octlm.core.errors import OctlmError, Refused, Relayed
 from octlm.core.signals import SIGNAL_EXIT
 from octlm.data.blocks import TokenBlocks
 from octlm.data.fingerprints import Fingerprints
-from octlm.run.artifacts import load_record, record_of
+from octlm.run.keeper import Cadence
 from octlm.run.session import RankSession
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
 from octlm.train import checkpoint
-from octlm.train.loop import TrainState
+from octlm.train.state import TrainState, load_record, record_of
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,7 @@ class Handoff:
     resumed (empty: each rank keeps the streams ``TrainState.fresh`` seeded, or reseeds with ``reseed``)."""
 
     config: Config
-    until: int
-    checkpoint_interval: int | None
+    cadence: Cadence  # where it trains to, and when it checkpoints
     batch_size: int | None
     train_blocks: TokenBlocks
     record: checkpoint.Record
@@ -48,8 +47,7 @@ class Handoff:
         state: TrainState,
         train_blocks: TokenBlocks,
         *,
-        until: int,
-        interval: int | None,
+        cadence: Cadence,
         batch_size: int | None,
         loaded: checkpoint.Loaded | None,
         reshard: bool,
@@ -68,7 +66,7 @@ class Handoff:
             rng=saved,
             world_size=state.ranks.world_size,
         )
-        return cls(state.config, until, interval, batch_size, train_blocks, record, loaded is not None, reseed)
+        return cls(state.config, cadence, batch_size, train_blocks, record, loaded is not None, reseed)
 
 
 def _on_cpu(tree: Any) -> Any:
@@ -120,17 +118,16 @@ def check_world_size(loaded: checkpoint.Loaded, world_size: int, reshard: bool) 
     return True
 
 
-def follow(ranks: Ranks) -> dict[str, Any]:
+def follow(ranks: Ranks) -> None:
     """A rank other than 0: train what rank 0 hands over, or end as rank 0 ended before training."""
     handoff = ranks.share()
     if not isinstance(handoff, Handoff):
         if handoff:
             raise Relayed(int(handoff))
-        return {"rank": ranks.rank}
+        return
     config = handoff.config
     device = runtime.prepare_process(config)
     state = TrainState.fresh(config, device, len(handoff.train_blocks), handoff.batch_size, ranks)
     load_record(state, handoff.record, reseed=handoff.reseed)
     session = RankSession(config, ranks, handoff.resumed, state.step)
-    session.run(state, until=handoff.until, train_blocks=handoff.train_blocks, interval=handoff.checkpoint_interval)
-    return {"rank": ranks.rank}
+    session.run(state, cadence=handoff.cadence, train_blocks=handoff.train_blocks)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from octlm.config import Config
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.core.reporting import Reporter
@@ -15,14 +16,22 @@ from octlm.runtime import machine as runtime
 from octlm.store import experiments, runfile
 from octlm.store.registry import Registry
 from octlm.train import generate
-from octlm.train.loop import TrainState, evaluate
+from octlm.train.evaluation import evaluate
+from octlm.train.state import TrainState
 
 
 def overfit(
-    home: Home, experiment_id: str, *, steps: int | None = None, max_loss: float = 1.0, reporter: Reporter | None = None
+    home: Home,
+    experiment_id: str,
+    *,
+    steps: int | None = None,
+    max_loss: float = 1.0,
+    reporter: Reporter | None = None,
+    config: Config | None = None,
 ) -> dict[str, Any]:
-    """Train on one fixed block (the first training block), then greedy-decode it back."""
-    config = experiments.load(home, experiment_id)
+    """Train on one fixed block (the first training block), then greedy-decode it back. ``config``: the
+    experiment's, when the caller has loaded it."""
+    registered = config = config or experiments.load(home, experiment_id)
     if steps is not None:
         if steps <= 0:
             raise BadInput(f"--steps {steps}: must be positive")
@@ -40,9 +49,9 @@ def overfit(
             discard=lambda: context.files.clear_overfit(context.registry),
         )
 
-    outcome = run_experiment(home, experiment_id, reporter, "overfit", plan, config)
-    if outcome.session is None and outcome.done is not None:  # a rank other than 0
-        return outcome.done
+    outcome = run_experiment(home, experiment_id, reporter, "overfit", plan, config, registered)
+    if outcome.follower:  # a rank other than 0 reports nothing
+        return {"rank": outcome.rank}
     assert outcome.session is not None and outcome.state is not None and outcome.prepared is not None
     result = _overfit_verdict(outcome.state, outcome.prepared, max_loss, outcome.session.track.run_file)
     with Registry(home.registry) as registry:

@@ -15,23 +15,25 @@ import dataclasses
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from octlm.config import Config
+from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, Reporter
+from octlm.data import fingerprints
 from octlm.data.pipeline import PreparedData, prepare
-from octlm.run import artifacts
-from octlm.run.artifacts import CheckpointKeeper, ExperimentFiles, Track, init_from, restore
+from octlm.run.files import ExperimentFiles, Track
 from octlm.run.handoff import Handoff, Relay, check_world_size, exit_code, follow
-from octlm.run.session import Bookkeeping, Session, summary
+from octlm.run.keeper import Cadence, CheckpointKeeper
+from octlm.run.restore import init_from, restore
+from octlm.run.session import Bookkeeping, RunSummary, Session
 from octlm.runtime import distributed
 from octlm.runtime import machine as runtime
 from octlm.store import experiments
 from octlm.store.registry import Registry
 from octlm.train import checkpoint
-from octlm.train.loop import TrainState
+from octlm.train.state import TrainState
 
 RESTART_TOKENIZER = "tokenizer.restart.json"  # where --restart trains the new tokenizer before the old one goes
 
@@ -57,24 +59,30 @@ class Start:
     loaded: checkpoint.Loaded | None = None  # resume from this checkpoint, else step 0
     batch_size: int | None = None  # overfit trains on one block
     checkpoint_interval: int | None = None
-    done: dict[str, Any] | None = None  # nothing to train: report this instead
+    done: RunSummary | None = None  # nothing to train: report this instead
     select: Callable[[PreparedData], PreparedData] = field(default=lambda prepared: prepared)
     discard: Callable[[], None] | None = None  # what goes once everything is validated, before training
     tokenizer: Path | None = None  # where prepare finds or trains the tokenizer (default: the experiment's)
     reshard: bool = False  # continue a checkpoint of another world size (``resume --reshard``)
+
+    def cadence(self, config: Config) -> Cadence:
+        """When this run checkpoints: every ``checkpoint.interval`` steps (overfit: at its end) and at ``until``."""
+        return Cadence(self.checkpoint_interval or config.checkpoint.interval, self.until)
 
 
 @dataclass
 class Outcome:
     """What the skeleton ends with: a finished session, or a report when there was nothing to train."""
 
-    done: dict[str, Any] | None = None
+    done: RunSummary | None = None
     session: Session | None = None
     state: TrainState | None = None
     prepared: PreparedData | None = None
+    follower: bool = False  # a rank other than 0: it trained what rank 0 handed it, and reports nothing
+    rank: int = 0
 
-    def report(self) -> dict[str, Any]:
-        if self.done is not None:
+    def report(self) -> RunSummary | None:
+        if self.done is not None or self.follower:
             return self.done
         assert self.session is not None and self.state is not None
         return self.session.summary(self.state)
@@ -87,16 +95,20 @@ def run_experiment(
     kind: str,
     plan: Callable[[Context], Start],
     config: Config | None = None,
+    registered: Config | None = None,
 ) -> Outcome:
     """The one skeleton of a training command: rank 0 (the only rank of one process) runs it, the other
-    ranks of a data-parallel run follow what rank 0 hands them (``_follow``)."""
+    ranks of a data-parallel run follow what rank 0 hands them (``follow``). ``registered``: the experiment's
+    config when the command has loaded it already (it is loaded once); ``config``: the variant to train when it
+    is not that one (``overfit --steps``)."""
     ranks = distributed.current()
     relay, orderly = Relay(ranks), True  # orderly: every rank ends together, so leave after a barrier
     try:
         if not ranks.leader:
-            return Outcome(done=follow(ranks))
+            follow(ranks)
+            return Outcome(follower=True, rank=ranks.rank)
         try:
-            outcome = _lead(home, experiment_id, reporter or QuietReporter(), kind, plan, config, relay)
+            outcome = _lead(home, experiment_id, reporter or QuietReporter(), kind, plan, (config, registered), relay)
         except BaseException as error:
             relay.stop(exit_code(error))
             raise
@@ -115,11 +127,11 @@ def _lead(
     reporter: Reporter,
     kind: str,
     plan: Callable[[Context], Start],
-    config: Config | None,
+    configs: tuple[Config | None, Config | None],
     relay: Relay,
 ) -> Outcome:
-    registered = experiments.load(home, experiment_id)
-    config = config or registered  # overfit --steps trains a variant; the registry keeps the file's config
+    registered = configs[1] or experiments.load(home, experiment_id)
+    config = configs[0] or registered  # overfit --steps trains a variant; the registry keeps the file's config
     home.ensure_writable()
     with Registry(home.registry) as registry:
         experiments.register(home, registry, registered)
@@ -155,11 +167,9 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
         session = _session(context, start, kind, prepared, books)
         session.run(
             state,
-            until=start.until,
             train_blocks=prepared.train_blocks,
             eval_blocks=prepared.eval_blocks,
             resumed_from=start.loaded.path if start.loaded else None,
-            checkpoint_interval=start.checkpoint_interval,
             forked_from=forked,
         )
     finally:
@@ -173,8 +183,7 @@ def _hand_off(context: Context, start: Start, prepared: PreparedData, state: Tra
         handoff = Handoff.of(
             state,
             prepared.train_blocks,
-            until=start.until,
-            interval=start.checkpoint_interval,
+            cadence=start.cadence(context.config),
             batch_size=start.batch_size,
             loaded=start.loaded,
             reshard=start.reshard,
@@ -194,7 +203,8 @@ def _build_state(context: Context, start: Start, prepared: PreparedData) -> tupl
 
 
 def _session(context: Context, start: Start, kind: str, prepared: PreparedData, books: Bookkeeping) -> Session:
-    keeper = CheckpointKeeper(context.files, start.track, books, context.config, prepared.fingerprints)
+    cadence = start.cadence(context.config)
+    keeper = CheckpointKeeper(context.files, start.track, books, context.config, prepared.fingerprints, cadence)
     session = Session(
         registry=books,
         config=context.config,
@@ -234,15 +244,17 @@ def train(
     until: int | None = None,
     reporter: Reporter | None = None,
     confirm: Callable[[list[str]], bool] | None = None,
-) -> dict[str, Any]:
+    config: Config | None = None,
+) -> RunSummary | None:
     """Train from step 0. ``--restart`` discards the experiment's files once everything is validated;
     ``confirm`` sees the list first (paths relative to the home) and may cancel; the result's
-    ``discarded`` lists what went."""
+    ``discarded`` lists what went. ``config``: the experiment's, when the caller has loaded it (None on a rank
+    other than 0, which reports nothing)."""
     discarded: list[str] = []
 
     def plan(context: Context) -> Start:
         files = context.files
-        existing = checkpoint.listing(files.folder)
+        existing = layout.checkpoints(files.folder)
         if existing and not restart:
             raise Refused(
                 f"{experiment_id} already has checkpoints (newest: step {existing[-1][0]}): continue with "
@@ -256,8 +268,8 @@ def train(
         fresh.unlink(missing_ok=True)  # left by a restart that stopped halfway
         return Start(files.main, final, discard=lambda: _discard(context, fresh, confirm, discarded), tokenizer=fresh)
 
-    result = run_experiment(home, experiment_id, reporter, "train", plan).report()
-    return {**result, "discarded": discarded}
+    result = run_experiment(home, experiment_id, reporter, "train", plan, registered=config).report()
+    return dataclasses.replace(result, discarded=tuple(discarded)) if result and restart else result
 
 
 def _discard(context: Context, fresh: Path, confirm: Callable[[list[str]], bool] | None, out: list[str]) -> None:
@@ -283,13 +295,14 @@ def resume(
     until: int | None = None,
     reshard: bool = False,
     reporter: Reporter | None = None,
-) -> dict[str, Any]:
+    config: Config | None = None,
+) -> RunSummary | None:
     """Continue from the newest valid checkpoint (or ``step``). A checkpoint of another world size is refused
     unless ``reshard``: then it continues (model, optimizer, sampler) with every rank's streams reseeded."""
 
     def plan(context: Context) -> Start:
         files, config = context.files, context.config
-        for leftover in checkpoint.clean_leftovers(files.folder):
+        for leftover in layout.clean_leftovers(files.folder):
             context.reporter.note(f"removed leftover {leftover.name}")
         loaded = files.newest_valid(context.registry, step)
         if loaded is None:
@@ -304,7 +317,7 @@ def resume(
         resharded = check_world_size(loaded, context.relay.ranks.world_size, reshard)
         return Start(files.main, final, loaded=loaded, reshard=resharded)
 
-    return run_experiment(home, experiment_id, reporter, "resume", plan).report()
+    return run_experiment(home, experiment_id, reporter, "resume", plan, registered=config).report()
 
 
 def check_owner(
@@ -327,23 +340,24 @@ def check_owner(
         )
 
 
-def _complete(context: Context, loaded: checkpoint.Loaded) -> dict[str, Any]:
+def _complete(context: Context, loaded: checkpoint.Loaded) -> RunSummary:
     """The final checkpoint, once it is shown to be this config's, data's and tokenizer's."""
     record, config = loaded.record, context.config
-    current = artifacts.fingerprints_now(context.home, config, context.files.tokenizer)
+    current = fingerprints.now(context.home, config, context.files.tokenizer)
     current = dataclasses.replace(current, config=config.fingerprint_at(record.world_size))
     checkpoint.check_fingerprints(record, config=config, current=current, path=loaded.path)
     context.reporter.note(f"{config.id} is already complete at step {record.step}: nothing to do")
-    return summary(
-        config,
+    return RunSummary(
+        id=config.id,
         kind="resume",
         status="complete",
         start_step=record.step,
         end_step=record.step,
+        steps=config.training.steps,
         tokens=record.tokens,
         seconds=0.0,
         tokens_per_second=None,
-        checkpoint_path=loaded.path,
+        checkpoint=loaded.path,
         metrics=record.metrics,
         fingerprints=record.fingerprints,
     )

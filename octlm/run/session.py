@@ -11,61 +11,70 @@ from __future__ import annotations
 
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from octlm.config import Config
 from octlm.core import provenance
 from octlm.core.errors import Interrupted, Relayed
+from octlm.core.records import RunRecord
 from octlm.core.reporting import Reporter
 from octlm.core.signals import SIGNAL_EXIT, SignalGuard
 from octlm.data.blocks import TokenBlocks
 from octlm.data.fingerprints import Fingerprints
-from octlm.run.artifacts import CheckpointKeeper, Track
+from octlm.run.files import Track
+from octlm.run.keeper import Cadence, CheckpointKeeper
 from octlm.runtime import machine as runtime
 from octlm.runtime import rng
 from octlm.runtime.distributed import Ranks
 from octlm.store import runfile
 from octlm.store.bookkeeping import BOOKKEEPING_TIMEOUT_S, SETTLE_TIMEOUT_S, Bookkeeping
 from octlm.train import loop
-from octlm.train.loop import LoopHooks, TrainState
+from octlm.train.loop import LoopHooks
+from octlm.train.state import TrainState
 
-__all__ = ["Bookkeeping", "RankSession", "Session", "summary"]
+__all__ = ["Bookkeeping", "RankSession", "RunSummary", "Session"]
 
 
-def summary(
-    config: Config,
-    *,
-    kind: str,
-    status: str,
-    start_step: int,
-    end_step: int,
-    tokens: int,
-    seconds: float,
-    tokens_per_second: float | None,
-    checkpoint_path: Path | None,
-    metrics: dict[str, Any],
-    fingerprints: Fingerprints,
-    run_id: int | None = None,
-) -> dict[str, Any]:
-    """What ``train`` / ``resume`` / ``overfit`` report about a run (``--json`` and the summary line)."""
-    return {
-        "id": config.id,
-        "kind": kind,
-        "status": status,
-        "run_id": run_id,
-        "start_step": start_step,
-        "end_step": end_step,
-        "steps": config.training.steps,
-        "tokens": tokens,
-        "seconds": round(seconds, 3),
-        "tokens_per_second": tokens_per_second,
-        "checkpoint": str(checkpoint_path) if checkpoint_path else None,
-        "metrics": metrics,
-        "data_hash": fingerprints.data,
-        "tokenizer_hash": fingerprints.tokenizer,
-        "config_hash": fingerprints.config,
-    }
+@dataclass(frozen=True)
+class RunSummary:
+    """What ``train`` and ``resume`` report about a run: the summary line, and ``--json`` (``as_json``)."""
+
+    id: str
+    kind: str
+    status: str  # completed | stopped (by --until) | complete (nothing to do)
+    start_step: int
+    end_step: int
+    steps: int  # training.steps
+    tokens: int
+    seconds: float
+    tokens_per_second: float | None
+    checkpoint: Path | None  # the newest checkpoint of the run
+    metrics: RunRecord  # the newest value of each field of the run file
+    fingerprints: Fingerprints
+    run_id: int | None = None
+    discarded: tuple[str, ...] | None = None  # what ``train --restart`` discarded, relative to the home
+
+    def as_json(self) -> dict[str, Any]:
+        shown = {
+            "id": self.id,
+            "kind": self.kind,
+            "status": self.status,
+            "run_id": self.run_id,
+            "start_step": self.start_step,
+            "end_step": self.end_step,
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 3),
+            "tokens_per_second": self.tokens_per_second,
+            "checkpoint": str(self.checkpoint) if self.checkpoint else None,
+            "metrics": self.metrics,
+            "data_hash": self.fingerprints.data,
+            "tokenizer_hash": self.fingerprints.tokenizer,
+            "config_hash": self.fingerprints.config,
+        }
+        return shown if self.discarded is None else {**shown, "discarded": list(self.discarded)}
 
 
 class _Steps:
@@ -81,7 +90,7 @@ class _Steps:
     def save(self, state: TrainState, rng_states: list[dict[str, Any]]) -> None:
         """Rank 0 writes the checkpoint; other ranks have nothing to write."""
 
-    def on_eval(self, state: TrainState, record: dict[str, Any]) -> None:
+    def on_eval(self, state: TrainState, record: RunRecord) -> None:
         """Rank 0 records a logged record; the loop calls it nowhere else."""
 
     def on_step(self, step: int) -> None:
@@ -100,30 +109,18 @@ class _Steps:
         return self.stop_signal != 0
 
     def _train(
-        self,
-        guard: SignalGuard,
-        state: TrainState,
-        until: int,
-        blocks: tuple[TokenBlocks, TokenBlocks],
-        interval: int | None,
+        self, guard: SignalGuard, state: TrainState, cadence: Cadence, blocks: tuple[TokenBlocks, TokenBlocks]
     ) -> bool:
-        """The loop to ``until``; True when the ranks agreed to stop early (``stop_signal`` says why)."""
+        """The loop to ``cadence.until``, checkpointing where the cadence says; True when the ranks agreed to stop
+        early (``stop_signal`` says why)."""
         hooks = LoopHooks(
             on_step=self.on_step,
             on_eval=lambda record: self.on_eval(state, record),
             on_checkpoint=self.on_checkpoint,
+            checkpoint_due=cadence.due,
             should_stop=lambda: self._agreed_stop(guard),
         )
-        return loop.train_until(
-            state,
-            until=until,
-            train_blocks=blocks[0],
-            eval_blocks=blocks[1],
-            eval_interval=self.config.training.eval_interval,
-            checkpoint_interval=interval or self.config.checkpoint.interval,
-            hooks=hooks,
-            log_interval=self.config.training.log_interval,
-        )
+        return loop.train_until(state, until=cadence.until, train_blocks=blocks[0], eval_blocks=blocks[1], hooks=hooks)
 
 
 class RankSession(_Steps):
@@ -135,9 +132,9 @@ class RankSession(_Steps):
         if resumed:  # as rank 0's session: a stop before the first step rewrites nothing
             self.saved_step = start_step
 
-    def run(self, state: TrainState, *, until: int, train_blocks: TokenBlocks, interval: int | None) -> None:
+    def run(self, state: TrainState, *, cadence: Cadence, train_blocks: TokenBlocks) -> None:
         with SignalGuard() as guard:
-            stopped = self._train(guard, state, until, (train_blocks, train_blocks), interval)
+            stopped = self._train(guard, state, cadence, (train_blocks, train_blocks))
         if stopped:
             raise Relayed(SIGNAL_EXIT[signal.Signals(self.stop_signal)])
 
@@ -164,7 +161,7 @@ class Session(_Steps):
         self.keeper, self.fingerprints, self.reporter, self.home_root = keeper, fingerprints, reporter, home_root
         self.run_id: int | None = None
         self.last_checkpoint: Path | None = None
-        self.latest: dict[str, Any] = {}
+        self.latest: RunRecord = {}
         self.started = time.perf_counter()
         self.start_step = 0
         self.base_elapsed = 0.0
@@ -226,7 +223,7 @@ class Session(_Steps):
     def on_step(self, step: int) -> None:
         self.reporter.step(step)
 
-    def on_eval(self, state: TrainState, record: dict[str, Any]) -> None:
+    def on_eval(self, state: TrainState, record: RunRecord) -> None:
         """A logged record (with an evaluation at evaluation steps): run file, metrics table, run row."""
         elapsed = time.perf_counter() - self.started
         trained = (state.step - self.start_step) * state.tokens_per_step
@@ -253,18 +250,18 @@ class Session(_Steps):
         self,
         state: TrainState,
         *,
-        until: int,
         train_blocks: TokenBlocks,
         eval_blocks: TokenBlocks,
         resumed_from: Path | None,
-        checkpoint_interval: int | None = None,
         forked_from: Path | None = None,
     ) -> None:
-        """Start, train to ``until`` under a signal guard, finish; raises ``Interrupted`` on a signal."""
+        """Start, train to the keeper's ``cadence.until`` under a signal guard, finish; raises ``Interrupted`` on a
+        signal."""
+        cadence = self.keeper.cadence
         try:
             with SignalGuard() as guard:
-                self.start(state, until, resumed_from, forked_from)
-                stopped = self._train(guard, state, until, (train_blocks, eval_blocks), checkpoint_interval)
+                self.start(state, cadence.until, resumed_from, forked_from)
+                stopped = self._train(guard, state, cadence, (train_blocks, eval_blocks))
         except BaseException as error:
             self.fail(error)
             raise
@@ -305,19 +302,20 @@ class Session(_Steps):
         """``completed`` only at the config's last step; a run that ended by ``--until`` before it is ``stopped``."""
         return "completed" if state.step >= self.config.training.steps else "stopped"
 
-    def summary(self, state: TrainState) -> dict[str, Any]:
+    def summary(self, state: TrainState) -> RunSummary:
         seconds = time.perf_counter() - self.started
         trained = (state.step - self.start_step) * state.tokens_per_step
-        return summary(
-            self.config,
+        return RunSummary(
+            id=self.config.id,
             kind=self.kind,
             status=self.status(state),
             start_step=self.start_step,
             end_step=state.step,
+            steps=self.config.training.steps,
             tokens=state.tokens,
             seconds=seconds,
             tokens_per_second=round(trained / max(seconds, 1e-9), 1),
-            checkpoint_path=self.last_checkpoint,
+            checkpoint=self.last_checkpoint,
             metrics=self.latest,
             fingerprints=self.fingerprints,
             run_id=self.run_id,

@@ -31,17 +31,13 @@ from typing import Any
 import torch
 
 from octlm.core.errors import Interrupted, OctlmError, Relayed
+from octlm.runtime.launch import launched
 
 FAULTS = ("rank0-rng", "plain-ddp")
 FAULT_VARIABLE = "OCTLM_DISTRIBUTED_FAULT"
 TRACE_VARIABLE = "OCTLM_TRACE_BLOCKS"
 TIMEOUT = datetime.timedelta(minutes=30)  # a collective that waits longer than this fails the run
 LEAVE_S = 60
-
-
-def launched() -> bool:
-    """Whether this process is a rank of a group started by ``octlm --nproc`` or ``torchrun``."""
-    return all(key in os.environ for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
 def _backend() -> str:

@@ -4,6 +4,7 @@ the allocator."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import platform
@@ -15,6 +16,7 @@ import torch
 from octlm import __version__
 from octlm.config import Config
 from octlm.core.errors import BadInput, ConfigError
+from octlm.core.reporting import Reporter
 from octlm.runtime import allocator, determinism
 
 
@@ -110,9 +112,13 @@ def prepare_process(config: Config) -> torch.device:
     return device
 
 
-def environment(device: torch.device, precision: str, optimizer_impl: str) -> dict[str, Any]:
-    """What a checkpoint records of the process that wrote it (compared on resume); the processor's name and,
-    under portable, the profile and the canary are added by ``canary.environment``."""
+def environment(
+    device: torch.device, precision: str, optimizer_impl: str, *, profile: str = "local", canary: str | None = None
+) -> dict[str, Any]:
+    """The environment record: what a checkpoint records of the process and machine that wrote it, compared on
+    resume (``environment_warnings``, ``check_environment``). Under a profile other than ``local`` it names the
+    profile and the canary's digest (``canary.environment`` computes it)."""
+    pinned = {"determinism": determinism.describe(profile), "canary": canary} if profile != "local" else {}
     return {
         "octlm": __version__,
         "torch": str(torch.__version__),
@@ -122,4 +128,62 @@ def environment(device: torch.device, precision: str, optimizer_impl: str) -> di
         "dtype": precision,
         "threads": torch.get_num_threads(),
         "optimizer": optimizer_impl,
+        "processor": determinism.processor(),
+        **pinned,
     }
+
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=AUTOCAST[precision])
+
+
+def check_environment(saved: dict[str, Any], current: dict[str, Any], name: str, reporter: Reporter) -> None:
+    """Before loading: under portable, whether this machine agrees with the one that wrote checkpoint ``name``
+    (their canaries); then every difference that may make the resume inexact."""
+    if "canary" in current:
+        if saved.get("canary") == current["canary"]:
+            reporter.note(f"this machine agrees with the one that wrote {name} (canary {current['canary']})")
+        else:
+            there = saved.get("canary") or "none recorded"
+            reporter.warn(
+                f"this machine does not agree with the one that wrote {name} (canary {current['canary']} here, "
+                f"{there} there): the resume will not be bit-identical"
+            )
+    for message in environment_warnings(saved, current):
+        reporter.warn(message)
+
+
+PINNED = ("torch", "python", "platform", "device", "dtype", "threads", "optimizer", "determinism")
+WHY = {
+    "torch": "each torch release has kernels of its own",
+    "device": "another device runs other kernels",
+    "threads": "sums split across threads add up in another order",
+    "determinism": "the profiles pin different kernels",
+    "processor": "the local profile's kernels are chosen per processor; training.determinism: portable pins them",
+}
+
+
+def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The differences between the environment a checkpoint recorded and this one that may change the bits. Under
+    portable (both sides), the processor is not one of them (the canary speaks for it); a GPU always is."""
+    portable = "canary" in current and "canary" in saved
+    keys = PINNED if portable or "processor" not in saved else (*PINNED, "processor")
+    changed = [key for key in keys if saved.get(key) != current.get(key)]
+    lines = []
+    if changed:
+        shown = ", ".join(f"{key} {saved.get(key)} -> {current.get(key)}" for key in changed)
+        reasons = "; ".join(WHY[key] for key in changed if key in WHY)
+        lines.append(
+            f"resuming in a different environment ({shown}): the run continues, but bit-exact resume is promised "
+            "only on one torch release, platform, device and thread count" + (f" ({reasons})" if reasons else "")
+        )
+    if portable and current.get("device") != "cpu":
+        lines.append(
+            f"the portable profile pins CPU kernels only: on {current.get('device')} the resume may not be exact"
+        )
+    return lines

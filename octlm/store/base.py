@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from octlm.core.errors import BadInput, Refused
+from octlm.core.records import RUN_RECORD_FIELDS
 
 BUSY_TIMEOUT_S = 60.0
 KNOWN_MIGRATIONS = (  # = migrations.NAMES
@@ -101,18 +102,7 @@ CHECKPOINT_COLUMNS = (
 )
 VERIFICATION_COLUMNS = ("experiment_id", "run_id", "kind", "verdict", "created", "details", "uuid")
 NOTE_COLUMNS = ("experiment_id", "created", "text", "uuid")
-METRIC_FIELDS = (  # the fields of a run-file record that the metrics table holds
-    "step",
-    "tokens",
-    "lr",
-    "train_loss",
-    "eval_loss",
-    "perplexity",
-    "bits_per_byte",
-    "gradient_norm",
-    "elapsed_seconds",
-    "tokens_per_second",
-)
+METRIC_FIELDS = RUN_RECORD_FIELDS  # the fields of a run-file record that the metrics table holds
 METRIC_COLUMNS = ("experiment_id", "run_id", "track", *METRIC_FIELDS)
 METRIC_TRACKS = ("train", "overfit")
 # Every table holding rows of an experiment, children first (the order a removal deletes them in).

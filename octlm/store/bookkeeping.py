@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from octlm.core.errors import Refused
+from octlm.core.records import RunRecord
 from octlm.core.reporting import Reporter
 from octlm.store.registry import BUSY_TIMEOUT_S, Registry
 
@@ -53,7 +54,7 @@ class Bookkeeping(Registry):
     def remove_checkpoint(self, path: str) -> None:
         self._write(lambda: Registry.remove_checkpoint(self, path))
 
-    def add_metrics(self, experiment_id: str, track: str, run_id: int | None, record: dict[str, Any]) -> None:
+    def add_metrics(self, experiment_id: str, track: str, run_id: int | None, record: RunRecord) -> None:
         self._write(lambda: Registry.add_metrics(self, experiment_id, track, run_id, record))
 
     def cut_metrics(self, experiment_id: str, track: str, step: int) -> None:

@@ -5,7 +5,6 @@ Torch-free: ``octlm new`` and ``octlm show`` run through here and must start fas
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -15,8 +14,9 @@ from typing import Any
 
 from octlm import config as cfg
 from octlm.config.presets import preset as preset_raw
+from octlm.core import layout
 from octlm.core.errors import BadInput, OctlmError, Refused
-from octlm.core.fsutil import atomic_writer, check_regular, create_temporary, open_regular, read_regular
+from octlm.core.fsutil import atomic_writer, check_regular, create_temporary, file_sha256, open_regular
 from octlm.core.home import (
     DEFAULT_PREFIX,
     ID_PATTERN,
@@ -104,9 +104,9 @@ def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> dict[str, An
     folder = home.checkpoint_dir(parent)
     if not home.config_path(parent).exists() and not folder.is_dir():
         raise BadInput(f"--init-from {spec}: unknown experiment {parent}")
-    path = folder / f"step-{step:06d}.pt"
+    path = layout.checkpoint_path(folder, step)
     if not path.is_file():
-        steps = sorted(int(p.stem[5:]) for p in folder.glob("step-*.pt") if p.stem[5:].isdigit())
+        steps = [number for number, _ in layout.checkpoints(folder)]
         have = f"its checkpoints are at steps {', '.join(map(str, steps))}" if steps else "it has no checkpoints"
         raise BadInput(f"--init-from {spec}: {parent} has no checkpoint at step {step}; {have}")
     digest = _verified_digest(path)
@@ -136,13 +136,11 @@ def _keep_parent(home: Home, path: Path, digest: str) -> Path:
 
 def _verified_digest(path: Path) -> str:
     """The sha256 of ``path`` as its ``.sha256`` file gives it, once the file's bytes agree."""
+    written = layout.read_sidecar(path)
+    if written is None:
+        raise Refused(f"{path.name}: no readable {layout.sidecar(path).name} to verify it against")
     try:
-        written = read_regular(path.with_suffix(".sha256"), max_bytes=4096, follow=False).decode().split()[0]
-    except (OSError, IndexError, UnicodeDecodeError):
-        raise Refused(f"{path.name}: no readable {path.with_suffix('.sha256').name} to verify it against") from None
-    try:
-        with open(open_regular(path, max_bytes=None, follow=False), "rb") as handle:
-            actual = hashlib.file_digest(handle, "sha256").hexdigest()
+        actual = file_sha256(path)[0]
     except OSError as error:
         raise Refused(f"{path}: cannot be read: {error.strerror or error}") from None
     if actual != written:

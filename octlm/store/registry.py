@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from octlm.core.records import RunRecord
 from octlm.store.base import (
     BUSY_TIMEOUT_S,
     CHECKPOINT_COLUMNS,
@@ -297,7 +298,7 @@ class Registry(RegistryBase):
 
     # ------------------------------------------------------------------ metrics (the run files' records as rows)
 
-    def add_metrics(self, experiment_id: str, track: str, run_id: int | None, record: dict[str, Any]) -> None:
+    def add_metrics(self, experiment_id: str, track: str, run_id: int | None, record: RunRecord) -> None:
         """One run-file record as a row of ``metrics``; ValueError for a key that is not one of
         ``METRIC_FIELDS`` (a record may lack the evaluation fields) or a track other than train and overfit."""
         if track not in METRIC_TRACKS:

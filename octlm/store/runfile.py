@@ -11,8 +11,8 @@ from typing import Any
 
 from octlm.core.errors import Refused
 from octlm.core.fsutil import atomic_write, open_append, read_regular
+from octlm.core.records import TIMING_FIELDS, RunRecord
 
-TIMING_FIELDS = ("elapsed_seconds", "tokens_per_second")
 MAX_BYTES = 1 << 30  # about four million records
 
 
@@ -40,7 +40,7 @@ def cut(path: Path, step: int) -> None:
     atomic_write(path, "".join(json.dumps(record) + "\n" for record in kept).encode("utf-8"))
 
 
-def append(path: Path, record: dict[str, Any]) -> None:
+def append(path: Path, record: RunRecord) -> None:
     """Add one record durably; never through a link, only to a regular file."""
     with os.fdopen(open_append(path), "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")

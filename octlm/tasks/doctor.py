@@ -19,15 +19,15 @@ checkpoints reads ``completed`` at ``training.steps`` and ``stopped`` before it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from octlm.core import layout
 from octlm.core.errors import OctlmError, Refused
-from octlm.core.fsutil import atomic_write
+from octlm.core.fsutil import file_sha256
 from octlm.core.home import Home
 from octlm.store import experiments
 from octlm.store.liveness import is_other_host
@@ -158,7 +158,7 @@ def _stuck_runs(registry: Registry, repair: bool, other_hosts: bool) -> list[Pro
 
 def _checkpoints(home: Home, registry: Registry, experiment_id: str, repair: bool) -> list[Problem]:
     folder = home.checkpoint_dir(experiment_id)
-    on_disk = {str(p.relative_to(home.root)): (step, p) for step, p in checkpoint.listing(folder)}
+    on_disk = {str(p.relative_to(home.root)): (step, p) for step, p in layout.checkpoints(folder)}
     prefix = str(folder.relative_to(home.root))
     rows = {  # overfit checkpoints live one folder down; a remote row's file stays on its box (registry import)
         row["path"]: row
@@ -217,7 +217,7 @@ def _digests(
     home: Home, registry: Registry, experiment_id: str, relative: str, path: Path, row: dict[str, Any], repair: bool
 ) -> Problem | None:
     """The ``.sha256`` file and the registry row name different digests: say which the file matches."""
-    written, registered = checkpoint.expected_digest(path), row["sha256"]
+    written, registered = layout.read_sidecar(path), row["sha256"]
     if not written or not registered or written == registered:
         return None
     actual = _file_digest(path)
@@ -225,21 +225,20 @@ def _digests(
     if actual == written:
         stale, fix = "the registry row", lambda: registry.set_checkpoint_digest(relative, actual)
     elif actual == registered:
-        stale = checkpoint.sidecar(path).name
-        fix = lambda: atomic_write(checkpoint.sidecar(path), f"{actual}  {path.name}\n".encode())  # noqa: E731
+        stale = layout.sidecar(path).name
+        fix = lambda: layout.write_sidecar(path, actual)  # noqa: E731
     else:
         return None  # matches neither: read() has refused it already
     fixed = repair and _locked(home, experiment_id, fix)
     detail = (
-        f"{checkpoint.sidecar(path).name} says {written[:12]}, the registry {registered[:12]}; "
+        f"{layout.sidecar(path).name} says {written[:12]}, the registry {registered[:12]}; "
         f"the file's bytes are {actual[:12]}, so {stale} is stale"
     )
     return _problem("checksum disagreement", relative, detail, fixed)
 
 
 def _file_digest(path: Path) -> str:
-    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+    return file_sha256(path)[0]
 
 
 def _locked(home: Home, experiment_id: str, fix: Callable[[], Any]) -> bool:
@@ -253,8 +252,8 @@ def _locked(home: Home, experiment_id: str, fix: Callable[[], Any]) -> bool:
 
 
 def _leftovers(home: Home, folder: Path, experiment_id: str, repair: bool) -> list[Problem]:
-    leftovers = checkpoint.leftovers(folder)
-    cleaned = bool(leftovers) and repair and _locked(home, experiment_id, lambda: checkpoint.clean_leftovers(folder))
+    leftovers = layout.leftovers(folder)
+    cleaned = bool(leftovers) and repair and _locked(home, experiment_id, lambda: layout.clean_leftovers(folder))
     detail = "left alone: the experiment is running" if repair and not cleaned else "from an interrupted write"
     return [
         _problem("leftover temporary file", str(path.relative_to(home.root)), detail, cleaned) for path in leftovers
@@ -269,7 +268,7 @@ def _register_checkpoint(
         run_id=None,
         step=step,
         path=relative,
-        sha256=checkpoint.expected_digest(path) or _file_digest(path),
+        sha256=layout.read_sidecar(path) or _file_digest(path),
         size=os.path.getsize(path),
         tokens=record.tokens,
         config_hash=record.fingerprints.config,

@@ -16,7 +16,7 @@ from typing import Any
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, Reporter
 from octlm.data.pipeline import prepare
-from octlm.run.artifacts import ExperimentFiles
+from octlm.run.files import ExperimentFiles
 from octlm.store import experiments
 
 

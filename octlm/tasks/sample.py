@@ -18,7 +18,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.home import Home
 from octlm.data.fingerprints import Fingerprints
 from octlm.data.tokenizer import BOS, EOS, PAD, Tokenizer
-from octlm.run.artifacts import ExperimentFiles
+from octlm.run.files import ExperimentFiles
 from octlm.run.runner import check_owner
 from octlm.runtime import machine as runtime
 from octlm.store import experiments

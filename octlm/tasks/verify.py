@@ -34,8 +34,10 @@ from octlm.core.errors import BadInput, Interrupted, OctlmError
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, QuietSegments, Reporter, Segments
 from octlm.core.signals import SIGNAL_EXIT, handled_signals
-from octlm.data.pipeline import PreparedData, data_root, prepare
-from octlm.run.artifacts import ExperimentFiles, restore
+from octlm.data.corpus import data_root
+from octlm.data.pipeline import PreparedData, prepare
+from octlm.run.files import ExperimentFiles
+from octlm.run.restore import restore
 from octlm.runtime.launch import octlm_command
 from octlm.store import experiments, runfile
 from octlm.store.registry import Registry
@@ -202,11 +204,12 @@ def verify_resume(
     reporter: Reporter | None = None,
     segments: Segments | None = None,
     nproc: int = 1,
+    config: Config | None = None,
 ) -> dict[str, Any]:
     """Runs (a) and (b) in scratch homes and compares them, each segment on ``nproc`` ranks; ``reporter`` is
     told the phases of preparing the data here, ``segments`` each child process and what it says."""
     report = progress or (lambda message: None)
-    config = experiments.load(home, experiment_id)
+    config = config or experiments.load(home, experiment_id)
     final = config.training.steps if until is None else until
     if not 0 < final <= config.training.steps:
         raise BadInput(f"--until {final}: must be between 1 and training.steps ({config.training.steps})")

@@ -23,7 +23,8 @@ from octlm.config import Config, from_dict
 from octlm.data.blocks import TokenBlocks
 from octlm.runtime import determinism, rng
 from octlm.runtime import machine as runtime
-from octlm.train.loop import TrainState, train_step
+from octlm.train.loop import train_step
+from octlm.train.state import TrainState
 
 STEPS = 3
 RAW = {
@@ -92,11 +93,15 @@ def run(config: Config) -> dict[str, Any]:
     }
 
 
-def environment(config: Config) -> dict[str, Any]:
-    """What a checkpoint records beyond ``runtime.environment``: the processor, and under portable the profile
-    and the canary's digest (computed once per process)."""
-    found: dict[str, Any] = {"processor": determinism.processor()}
-    if config.training.determinism == "portable":
-        found["determinism"] = determinism.describe("portable")
-        found["canary"] = digest(torch.get_num_threads())
-    return found
+def environment(state: TrainState) -> dict[str, Any]:
+    """The environment record of ``state``'s process (``runtime.environment``), with the canary's digest under a
+    profile that pins kernels (computed once per process and thread count)."""
+    training = state.config.training
+    portable = training.determinism != "local"
+    return runtime.environment(
+        state.device,
+        training.precision,
+        state.optimizer_impl,
+        profile=training.determinism,
+        canary=digest(torch.get_num_threads()) if portable else None,
+    )

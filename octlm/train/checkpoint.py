@@ -14,19 +14,20 @@ import io
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from octlm.config import diff as config_diff
 from octlm.config import flatten
+from octlm.core import layout
 from octlm.core.errors import Refused
 from octlm.core.fsutil import atomic_write, read_regular
+from octlm.core.records import RunRecord
 from octlm.data.fingerprints import Fingerprints
 
 FORMAT = "octlm-checkpoint-v2"
 FORMAT_V1 = "octlm-checkpoint-v1"  # RNG states at the top level; read, never written
-NAME = re.compile(r"step-(\d{6,})\.pt")
 MAX_BYTES = 16 << 30  # a checkpoint the registry has no size for: 16 GiB (day4's is about 1.1 GB)
 
 
@@ -51,7 +52,7 @@ class Record:
     fingerprints: Fingerprints
     config: dict[str, Any]
     environment: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: RunRecord = field(default_factory=lambda: RunRecord())  # the newest value of each run-file field
     log_accumulator: dict[str, Any] = field(default_factory=dict)  # loss sum and count since the last log
     world_size: int = 1  # the ranks that trained it (absent from files written before data parallelism: 1)
 
@@ -91,7 +92,7 @@ class Record:
             fingerprints=Fingerprints(prints["config"], prints["data"], prints["tokenizer"]),
             config=bounded.mapping(flat["config"], "config", sections=True),
             environment=bounded.mapping(flat.get("environment") or {}, "environment"),
-            metrics=bounded.mapping(flat.get("metrics") or {}, "metrics"),
+            metrics=cast(RunRecord, bounded.mapping(flat.get("metrics") or {}, "metrics")),
             log_accumulator=bounded.mapping(flat.get("log_accumulator") or {}, "log_accumulator"),
             world_size=_world_size(flat, bounded, name),
         )
@@ -171,14 +172,6 @@ def _v2_keys(payload: dict[str, Any], name: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- files
 
 
-def path_for(folder: Path, step: int) -> Path:
-    return folder / f"step-{step:06d}.pt"
-
-
-def sidecar(path: Path) -> Path:
-    return path.with_suffix(".sha256")
-
-
 def save(path: Path, record: Record) -> tuple[str, int]:
     """Write ``record`` durably and atomically; returns (sha256, size).
 
@@ -191,16 +184,9 @@ def save(path: Path, record: Record) -> tuple[str, int]:
     torch.save(record.to_payload(), buffer)
     payload = buffer.getvalue()
     digest = hashlib.sha256(payload).hexdigest()
-    atomic_write(sidecar(path), f"{digest}  {path.name}\n".encode())
+    layout.write_sidecar(path, digest)
     atomic_write(path, payload, sync_dir=True)
     return digest, len(payload)
-
-
-def expected_digest(path: Path) -> str | None:
-    try:
-        return read_regular(sidecar(path), max_bytes=4096, follow=False).decode().split()[0]
-    except (OSError, IndexError, UnicodeDecodeError):
-        return None
 
 
 def size_cap(known_size: int | None) -> int:
@@ -224,9 +210,9 @@ def read(path: Path, known_sha256: str | None = None, known_size: int | None = N
     # Either record is written by octlm only for bytes it wrote; a crash can leave one of them
     # stale (between the checksum and checkpoint renames, or before the registry commit), so
     # the bytes must match at least one, and a file that matches none is never trusted.
-    known = [d for d in ((None if exact else expected_digest(path)), known_sha256) if d is not None]
+    known = [d for d in ((None if exact else layout.read_sidecar(path)), known_sha256) if d is not None]
     if not known:
-        raise InvalidCheckpoint(f"{path.name}: no checksum to verify it against ({sidecar(path).name} missing)")
+        raise InvalidCheckpoint(f"{path.name}: no checksum to verify it against ({layout.sidecar(path).name} missing)")
     if digest not in known:
         raise InvalidCheckpoint(f"{path.name}: checksum mismatch (truncated or corrupted)")
     try:
@@ -245,37 +231,6 @@ def _reason(error: Exception) -> str:
     return next((line[:200] for line in lines if line), type(error).__name__)
 
 
-def remove(path: Path) -> None:
-    """A checkpoint and its checksum file."""
-    path.unlink(missing_ok=True)
-    sidecar(path).unlink(missing_ok=True)
-
-
-def listing(folder: Path) -> list[tuple[int, Path]]:
-    if not folder.is_dir():
-        return []
-    matches = ((NAME.fullmatch(path.name), path) for path in folder.iterdir())
-    return sorted((int(match.group(1)), path) for match, path in matches if match)
-
-
-def leftovers(folder: Path) -> list[Path]:
-    """Temporary files and orphaned checksum files left by a crash."""
-    if not folder.is_dir():
-        return []
-    return sorted(
-        p
-        for p in folder.iterdir()
-        if p.name.endswith(".tmp") or (p.suffix == ".sha256" and not p.with_suffix(".pt").exists())
-    )
-
-
-def clean_leftovers(folder: Path) -> list[Path]:
-    found = leftovers(folder)
-    for path in found:
-        path.unlink(missing_ok=True)
-    return found
-
-
 @dataclass(frozen=True)
 class Loaded:
     path: Path
@@ -291,7 +246,7 @@ def newest_valid(
     ``known`` and ``sizes`` are the registry's checksums and sizes by absolute path."""
     known, sizes = known or {}, sizes or {}
     skipped: list[str] = []
-    for found_step, path in reversed(listing(folder)):
+    for found_step, path in reversed(layout.checkpoints(folder)):
         if step is not None and found_step != step:
             continue
         try:

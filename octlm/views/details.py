@@ -9,22 +9,12 @@ from typing import Any
 from octlm.config import flatten
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
+from octlm.core.records import RUN_RECORD_FIELDS
 from octlm.store import experiments, runfile
 from octlm.store.registry import TRAINING_KINDS, Registry
 
 SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
-NUMBERS = (  # the fields of a run-file record that the views compute with
-    "step",
-    "tokens",
-    "lr",
-    "train_loss",
-    "eval_loss",
-    "perplexity",
-    "bits_per_byte",
-    "gradient_norm",
-    "elapsed_seconds",
-    "tokens_per_second",
-)
+NUMBERS = RUN_RECORD_FIELDS  # the fields of a run-file record the views compute with: all numbers
 
 
 def detail(home: Home, experiment_id: str) -> dict[str, Any]:
@@ -90,12 +80,13 @@ def _notes(registry: Registry, experiment_id: str) -> list[Any]:
     return list(found) if isinstance(found, (list, tuple)) else []
 
 
-def run_records(home: Home, experiment_id: str) -> list[dict[str, Any]]:
-    """The records of an experiment's run file as the views use them: mappings only, with each of
-    ``NUMBERS`` a finite number or None, whatever a hand-edited or diverged run left there."""
+def run_records(home: Home, experiment_id: str, track: str = "train") -> list[dict[str, Any]]:
+    """The records of an experiment's run file (of ``track``: train, or overfit) as the views use them: mappings
+    only, with each of ``NUMBERS`` a finite number or None, whatever a hand-edited or diverged run left there."""
+    suffix = "" if track == "train" else f"-{track}"
     return [
         {key: value if key not in NUMBERS or _finite(value) else None for key, value in record.items()}
-        for record in runfile.read(home.run_file(experiment_id))
+        for record in runfile.read(home.run_file(experiment_id, suffix))
         if isinstance(record, dict)
     ]
 

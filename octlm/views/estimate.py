@@ -7,14 +7,12 @@ Torch-free; any file that cannot be read simply gives no estimate.
 
 from __future__ import annotations
 
-import re
-
 from octlm.config import Config
+from octlm.core import layout
 from octlm.core.home import Home
 from octlm.store import experiments, runfile
 
 LONG_RUN_S = 60.0  # shorter runs get no estimate: their bar says enough
-CHECKPOINT = re.compile(r"step-(\d{6,})\.pt")
 
 
 def _rate(home: Home, experiment_id: str) -> float | None:
@@ -33,7 +31,7 @@ def _rate(home: Home, experiment_id: str) -> float | None:
 def _checkpoint_bytes(home: Home, experiment_id: str) -> int | None:
     folder = home.checkpoint_dir(experiment_id)
     try:
-        files = sorted(p for p in folder.iterdir() if CHECKPOINT.fullmatch(p.name) and p.is_file())
+        files = [path for _, path in layout.checkpoints(folder) if path.is_file()]
     except OSError:
         return None
     return files[-1].stat().st_size if files else None
@@ -61,10 +59,10 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h".replace(".0 h", " h")
 
 
-def expected(home: Home, experiment_id: str, start: int, until: int, minimum: float = LONG_RUN_S) -> str | None:
-    """ "10,000 steps at about 1.8 s/step: about 5 h; 146 MB per checkpoint, keeping 3", or None."""
+def expected(home: Home, config: Config, start: int, until: int, minimum: float = LONG_RUN_S) -> str | None:
+    """ "10,000 steps at about 1.8 s/step: about 5 h; 146 MB per checkpoint, keeping 3", or None: from the run
+    files of ``config``'s experiment and of every other with the same fingerprint."""
     try:
-        config = experiments.load(home, experiment_id)
         names = _siblings(home, config)
     except Exception:
         return None

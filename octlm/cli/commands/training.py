@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,8 +18,12 @@ from octlm.cli.profile import pin_experiment
 from octlm.cli.progress import ConsoleReporter, hangup_safe, output_may_vanish
 from octlm.cli.ranks import EndpointOption, NnodesOption, NodeRankOption, NprocOption, start_ranks
 from octlm.cli.segments import SegmentsView
+from octlm.config import Config
 from octlm.core.errors import Refused
 from octlm.runtime import launch
+
+if TYPE_CHECKING:
+    from octlm.run.session import RunSummary  # imports torch
 
 RestartOption = Annotated[
     bool, typer.Option("--restart", help="Discard existing checkpoints, tokenizer and run file, and start over.")
@@ -88,24 +92,24 @@ SampleStepOption = Annotated[
 ]
 
 
-def _summary_line(result: dict[str, Any]) -> str:
-    metrics = result.get("metrics") or {}
-    line = f"{result['id']}: {result['status']} at step {result['end_step']}/{result['steps']}"
+def _summary_line(result: RunSummary) -> str:
+    metrics = result.metrics
+    line = f"{result.id}: {result.status} at step {result.end_step}/{result.steps}"
     if metrics.get("eval_loss") is not None:
         line += (
             f"; train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}, "
             f"perplexity {metrics['perplexity']:.2f}, {metrics['bits_per_byte']:.4f} bits per byte"
         )
-    if result.get("tokens_per_second"):
-        line += f"; {result['tokens_per_second']:,.0f} tokens/s"
+    if result.tokens_per_second:
+        line += f"; {result.tokens_per_second:,.0f} tokens/s"
     return line
 
 
-def _finish(result: dict[str, Any], as_json: bool) -> None:
+def _finish(result: RunSummary, as_json: bool) -> None:
     """The summary of a run that is already recorded: a reader that left cannot turn it into a failure."""
     with output_may_vanish():
         if as_json:
-            render.emit_json(result)
+            render.emit_json(result.as_json())
         else:
             render.info(_summary_line(result))
 
@@ -126,14 +130,14 @@ def train(
 ) -> None:
     """Train an experiment from step 0 (refuses existing progress unless --restart)."""
     spec = launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint)
-    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the ranks
+    config = pin_experiment(ctx, experiment_id)  # before torch loads, here and in the ranks
     if restart and not yes and spec.wanted and spec.node_rank == 0 and sys.stdin.isatty():
         ctx.params["yes"] = _confirm_before_ranks(ctx, experiment_id)  # a rank cannot ask: it has no terminal
-    start_ranks(ctx, experiment_id, spec)
+    start_ranks(ctx, experiment_id, spec, config)
     options: dict[str, Any] = {"restart": restart, "until": until}
     if restart:
         options["confirm"] = None if yes else "ask"
-    _train(ctx, "train", experiment_id, as_json, quiet, **options)
+    _train(ctx, "train", experiment_id, config, as_json, quiet, **options)
 
 
 @handled
@@ -151,38 +155,46 @@ def resume(
     rdzv_endpoint: EndpointOption = "",
 ) -> None:
     """Continue from the newest valid checkpoint (or start at 0); exits 0 at once when complete."""
-    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the ranks
-    start_ranks(ctx, experiment_id, launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint))
-    _train(ctx, "resume", experiment_id, as_json, quiet, step=step, until=until, reshard=reshard)
+    config = pin_experiment(ctx, experiment_id)  # before torch loads, here and in the ranks
+    start_ranks(ctx, experiment_id, launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint), config)
+    _train(ctx, "resume", experiment_id, config, as_json, quiet, step=step, until=until, reshard=reshard)
 
 
-def _train(ctx: typer.Context, use_case: str, experiment_id: str, as_json: bool, quiet: bool, **options: Any) -> None:
-    """``train`` or ``resume`` with a progress reporter; a hung-up terminal never fails the run."""
+def _train(
+    ctx: typer.Context,
+    use_case: str,
+    experiment_id: str,
+    config: Config | None,
+    as_json: bool,
+    quiet: bool,
+    **options: Any,
+) -> None:
+    """``train`` or ``resume`` with a progress reporter; a hung-up terminal never fails the run. ``config``: the
+    experiment's, loaded once by the command (None on a box without it)."""
     from octlm.run import runner  # runner imports torch
     from octlm.views import estimate
 
     home, leader = home_of(ctx), launch.rank() == 0  # only rank 0 of several speaks
     with hangup_safe():
-        reporter = ConsoleReporter(
-            quiet or not leader, lambda start, until: estimate.expected(home, experiment_id, start, until)
-        )
+        expected = (lambda start, until: estimate.expected(home, config, start, until)) if config else None
+        reporter = ConsoleReporter(quiet or not leader, expected)
         if options.get("confirm") == "ask":
             interactive = leader and reporter.interactive and sys.stdin.isatty()
             options["confirm"] = _asker(reporter) if interactive else None
         try:
-            result = getattr(runner, use_case)(home, experiment_id, reporter=reporter, **options)
+            result = getattr(runner, use_case)(home, experiment_id, reporter=reporter, config=config, **options)
         finally:
             reporter.close()
-        if not leader:
+        if not leader or result is None:
             return
         if options.get("restart"):
-            _say_discarded(result.get("discarded"), quiet)
+            _say_discarded(result.discarded, quiet)
         _finish(result, as_json)
 
 
 def _confirm_before_ranks(ctx: typer.Context, experiment_id: str) -> bool:
     """``--restart`` on several ranks asks here, before they start (``Refused`` when declined)."""
-    from octlm.run.artifacts import ExperimentFiles  # imports torch, as the ranks will
+    from octlm.run.files import ExperimentFiles  # imports torch, as the ranks will
 
     listed = ExperimentFiles(home_of(ctx), experiment_id).discardable()
     if listed:
@@ -224,7 +236,7 @@ def verify_resume(
     nproc: NprocOption = 1,
 ) -> None:
     """Prove exact resume: one run 0->M against runs split at N in new processes, compared bit for bit."""
-    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the segments
+    config = pin_experiment(ctx, experiment_id)  # before torch loads, here and in the segments
     from octlm.tasks import verify  # imports torch
 
     with hangup_safe():
@@ -237,6 +249,7 @@ def verify_resume(
                 split_at,
                 until,
                 keep_scratch,
+                config=config,
                 progress=render.info,
                 reporter=reporter,
                 segments=segments,
@@ -281,14 +294,14 @@ def overfit(
     quiet: QuietOption = False,
 ) -> None:
     """Memorise one block, then greedy-decode it back; exit 0 when the final loss <= --max-loss."""
-    pin_experiment(ctx, experiment_id)
+    config = pin_experiment(ctx, experiment_id)
     from octlm.run import overfit as overfit_runs  # imports torch
 
     with hangup_safe():
         reporter = ConsoleReporter(quiet)
         try:
             result = overfit_runs.overfit(
-                home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter
+                home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter, config=config
             )
         finally:
             reporter.close()

@@ -19,14 +19,15 @@ import numpy as np
 import torch
 
 from octlm.config import Config
+from octlm.core import layout
 from octlm.data.blocks import TokenBlocks
 from octlm.data.fingerprints import Fingerprints
-from octlm.run.artifacts import load_record, record_of
 from octlm.runtime import machine as runtime
 from octlm.tasks.bench.plan import resolve_config as resolve_config  # re-exported: benchmarks/ import it from here
 from octlm.tasks.bench.plan import with_choices
 from octlm.train import checkpoint
-from octlm.train.loop import TrainState, train_step
+from octlm.train.loop import train_step
+from octlm.train.state import TrainState, load_record, record_of
 
 
 def sync(device: torch.device) -> None:
@@ -146,7 +147,7 @@ def _checkpoint_costs(state: TrainState, blocks: TokenBlocks) -> dict[str, float
     fingerprints = Fingerprints(state.config.fingerprint, "synthetic", "synthetic")
     record = record_of(state, experiment=state.config.id, kind="bench", fingerprints=fingerprints, metrics={})
     with tempfile.TemporaryDirectory() as folder:
-        path = checkpoint.path_for(Path(folder), state.step)
+        path = layout.checkpoint_path(Path(folder), state.step)
         start = time.perf_counter()
         _, size = checkpoint.save(path, record)
         save_seconds = time.perf_counter() - start

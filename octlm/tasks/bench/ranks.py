@@ -34,7 +34,8 @@ from octlm.runtime import distributed, launch
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
 from octlm.tasks.bench.measure import header, sync, synthetic_blocks
-from octlm.train.loop import TrainState, train_step
+from octlm.train.loop import train_step
+from octlm.train.state import TrainState
 
 WARM_UP_STEPS = 2
 

@@ -1,0 +1,84 @@
+"""The one keeper of an experiment's files: checkpoint folders and their tracks, the tokenizer, the run files,
+the lock, discarding (``train --restart``) and the overfit folder.
+
+Layout in a home: ``checkpoints/<ID>/`` holds the main track's checkpoints (``core.layout`` names them) and the
+``tokenizer.json``; ``checkpoints/<ID>/overfit/`` the overfit track's; the run files are ``runs/<ID>.jsonl`` and
+``runs/<ID>-overfit.jsonl``; the lock is ``locks/<ID>.lock``, outside the folders users delete.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from octlm.core import layout
+from octlm.core.home import Home
+from octlm.store.locking import ExperimentLock
+from octlm.store.registry import Registry
+from octlm.train import checkpoint
+from octlm.train.checkpoint import Loaded
+
+TOKENIZER = "tokenizer.json"
+OVERFIT = "overfit"
+
+
+@dataclass(frozen=True)
+class Track:
+    """Where one kind of training keeps its checkpoints and its run file."""
+
+    kind: str  # "train" (train and resume share it) or "overfit"
+    folder: Path
+    run_file: Path
+
+
+class ExperimentFiles:
+    def __init__(self, home: Home, experiment_id: str):
+        self.home, self.experiment_id = home, experiment_id
+        self.folder = home.checkpoint_dir(experiment_id)
+        self.tokenizer = self.folder / TOKENIZER
+        self.main = Track("train", self.folder, home.run_file(experiment_id))
+        self.overfit = Track(OVERFIT, self.folder / OVERFIT, home.run_file(experiment_id, f"-{OVERFIT}"))
+
+    def lock(self) -> ExperimentLock:
+        """One writer per experiment, for every track; the one place that builds the lock."""
+        return ExperimentLock(self.home.lock_path(self.experiment_id), self.experiment_id)
+
+    def relative(self, path: Path) -> str:
+        """A path as the registry records it: relative to the home."""
+        return str(path.relative_to(self.home.root))
+
+    def newest_valid(self, registry: Registry, step: int | None = None) -> Loaded | None:
+        """The main track's newest checkpoint that verifies (or the one at ``step``), each checked
+        against the registry's checksum and size where it has them."""
+        rows = registry.checkpoints(self.experiment_id)
+        sizes = {str(self.home.root / row["path"]): row["size"] for row in rows if isinstance(row.get("size"), int)}
+        return checkpoint.newest_valid(self.folder, registry.digests(self.home.root, self.experiment_id), step, sizes)
+
+    def discardable(self) -> list[str]:
+        """What ``discard`` removes, relative to the home: checkpoints with their steps, the tokenizer,
+        the run files and the overfit folder (only what exists)."""
+        found = [f"{self.relative(path)} (step {step})" for step, path in layout.checkpoints(self.folder)]
+        paths = (self.tokenizer, self.main.run_file, self.overfit.run_file, self.overfit.folder)
+        return found + [self.relative(path) + ("/" if path.is_dir() else "") for path in paths if path.exists()]
+
+    def discard(self, registry: Registry) -> None:
+        """``--restart``: checkpoints, tokenizer and run file go; registry rows of old runs stay as history."""
+        for _, path in layout.checkpoints(self.folder):
+            registry.remove_checkpoint(self.relative(path))
+            layout.remove(path)
+        self.clear_overfit(registry)
+        layout.clean_leftovers(self.folder)
+        self.tokenizer.unlink(missing_ok=True)
+        self.main.run_file.unlink(missing_ok=True)
+        registry.cut_metrics(self.experiment_id, self.main.kind, 0)
+
+    def clear_overfit(self, registry: Registry) -> None:
+        """The overfit track always starts from step 0: its checkpoints, rows and run file go."""
+        prefix = self.relative(self.overfit.folder) + "/"
+        for row in registry.checkpoints(self.experiment_id):
+            if row["path"].startswith(prefix):
+                registry.remove_checkpoint(row["path"])
+        shutil.rmtree(self.overfit.folder, ignore_errors=True)
+        self.overfit.run_file.unlink(missing_ok=True)
+        registry.cut_metrics(self.experiment_id, OVERFIT, 0)

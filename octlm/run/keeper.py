@@ -1,0 +1,96 @@
+"""Writing one track's checkpoints: when one is due (``Cadence``), the file with its registry row, and retention.
+
+The cadence is the keeper's alone: the loop asks ``Cadence.due`` after each step (through its hooks), on every rank,
+so the ranks of a run gather their random states at the same steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from octlm.config import Config
+from octlm.core import layout
+from octlm.core.errors import Refused
+from octlm.core.records import RunRecord
+from octlm.data.fingerprints import Fingerprints
+from octlm.run.files import ExperimentFiles, Track
+from octlm.store.registry import Registry
+from octlm.train import canary, checkpoint
+from octlm.train.state import TrainState, record_of
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """When a checkpoint is written: every ``interval`` steps and at ``until`` (and when a run stops early)."""
+
+    interval: int
+    until: int
+
+    def due(self, step: int) -> bool:
+        return step % self.interval == 0 or step == self.until
+
+
+class CheckpointKeeper:
+    """Writes one track's checkpoints when its ``cadence`` says: the file, its registry row, and retention."""
+
+    def __init__(
+        self,
+        files: ExperimentFiles,
+        track: Track,
+        registry: Registry,
+        config: Config,
+        fingerprints: Fingerprints,
+        cadence: Cadence,
+    ):
+        self.files, self.track, self.registry = files, track, registry
+        self.config, self.fingerprints, self.cadence = config, fingerprints, cadence
+
+    def save(
+        self,
+        state: TrainState,
+        metrics: RunRecord,
+        run_id: int | None,
+        rng_states: list[dict[str, Any]] | None = None,
+    ) -> Path:
+        path = layout.checkpoint_path(self.track.folder, state.step)
+        record = record_of(
+            state,
+            environment=canary.environment(state),
+            experiment=self.config.id,
+            kind=self.track.kind,
+            fingerprints=self.fingerprints,
+            metrics=metrics,
+            rng_states=rng_states,
+        )
+        try:
+            digest, size = checkpoint.save(path, record)
+        except OSError as error:
+            raise Refused(
+                f"cannot write checkpoint {path.name}: {error.strerror or error}; the previous checkpoint is intact"
+            ) from None
+        self.registry.add_checkpoint(
+            experiment_id=self.config.id,
+            run_id=run_id,
+            step=state.step,
+            path=self.files.relative(path),
+            sha256=digest,
+            size=size,
+            tokens=state.tokens,
+            config_hash=self.fingerprints.config,
+            data_hash=self.fingerprints.data,
+            tokenizer_hash=self.fingerprints.tokenizer,
+            metrics=metrics,
+        )
+        self.prune()
+        return path
+
+    def prune(self) -> None:
+        """Keep the newest ``checkpoint.keep`` and the final one; only ever after a newer one is durable."""
+        found = layout.checkpoints(self.track.folder)
+        keep = {step for step, _ in found[-self.config.checkpoint.keep :]} | {self.config.training.steps}
+        for step, path in found:
+            if step not in keep:
+                self.registry.remove_checkpoint(self.files.relative(path))
+                layout.remove(path)
