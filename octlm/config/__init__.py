@@ -8,6 +8,16 @@ May import: ``core``.
 """
 
 from octlm.config.files import (
+    apply_overrides,
+    describe_keys,
+    from_dict,
+    load,
+    merge,
+    parse_yaml,
+    resolve_preset,
+    to_yaml,
+)
+from octlm.config.schema import (
     ADDED_LATER,
     BOOKKEEPING,
     DEVICES,
@@ -21,17 +31,11 @@ from octlm.config.files import (
     ModelConfig,
     TokenizerConfig,
     TrainingConfig,
-    apply_overrides,
+)
+from octlm.config.tree import (
     canonical,
-    describe_keys,
     diff,
     flatten,
-    from_dict,
-    load,
-    merge,
-    parse_yaml,
-    resolve_preset,
-    to_yaml,
 )
 
 __all__ = [

@@ -22,54 +22,16 @@ import yaml
 
 from octlm.config import presets
 from octlm.config.schema import (
-    ADDED_LATER,
     BOOKKEEPING,
-    DEVICES,
-    PRECISIONS,
     SECTIONS,
     TOP_LEVEL,
-    CheckpointConfig,
     Config,
-    DataConfig,
     InitConfig,
-    ModelConfig,
-    TokenizerConfig,
-    TrainingConfig,
-    canonical,
-    diff,
     field_kinds,
-    flatten,
     split_key,
 )
 from octlm.config.validation import kind_of, shown, type_name
 from octlm.core.errors import ConfigError
-
-__all__ = [
-    "ADDED_LATER",
-    "BOOKKEEPING",
-    "DEVICES",
-    "PRECISIONS",
-    "SECTIONS",
-    "TOP_LEVEL",
-    "CheckpointConfig",
-    "Config",
-    "DataConfig",
-    "InitConfig",
-    "ModelConfig",
-    "TokenizerConfig",
-    "TrainingConfig",
-    "apply_overrides",
-    "canonical",
-    "describe_keys",
-    "diff",
-    "flatten",
-    "from_dict",
-    "load",
-    "merge",
-    "parse_yaml",
-    "resolve_preset",
-    "to_yaml",
-]
 
 
 def from_dict(raw: Any, origin: str = "<config>") -> Config:
