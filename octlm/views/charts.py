@@ -1,4 +1,5 @@
-"""Line charts as inline SVG, drawn from run-file records for ``octlm report``. Torch-free.
+"""Line charts as inline SVG, drawn from run-file records for ``octlm report``, on the frame ``axes`` builds
+(the ASCII charts of ``show --plot`` use the same). Torch-free.
 
 Each point is a ``<circle>`` with a ``<title>`` (a browser shows it on hover: no JavaScript), every
 coordinate is rounded to a tenth of a pixel and every number is formatted the same way, so the same
@@ -8,9 +9,11 @@ records give the same bytes. No external font, image or link; every text is HTML
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from html import escape
 from typing import Any
+
+from octlm.views import axes
 
 PALETTE = ("#1f6fb4", "#d1495b", "#2a9d4b", "#8d5fd3", "#e08a00", "#6d4c41", "#d43d9f", "#178ca4")
 WIDTH, HEIGHT = 640, 250
@@ -57,62 +60,20 @@ class Chart:
     metrics: tuple[str, ...] = ()  # the record fields drawn (its data-metrics attribute)
 
 
-@dataclass(frozen=True)
-class Frame:
-    """Data ranges mapped onto the plot area (y grows downwards in SVG)."""
-
-    x0: float
-    x1: float
-    y0: float
-    y1: float
-
-    def x(self, value: float) -> float:
-        return LEFT + (value - self.x0) / (self.x1 - self.x0) * (WIDTH - LEFT - RIGHT)
-
-    def y(self, value: float) -> float:
-        return HEIGHT - BOTTOM - (value - self.y0) / (self.y1 - self.y0) * (HEIGHT - TOP - BOTTOM)
-
-
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values within [low, high]: steps of 1, 2 or 5 times a power of ten."""
-    raw = (high - low) / max(1, count)
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-9))
-    first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
-    return [round(i * step, 12) for i in range(first, last + 1)]
-
-
-def _span(values: list[float], pad: float) -> tuple[float, float]:
-    low, high = min(values), max(values)
-    if high == low:
-        spread = abs(low) * 0.1 or 1.0
-        return low - spread, high + spread
-    margin = (high - low) * pad
-    return low - margin, high + margin
-
-
-def _frame(chart: Chart) -> Frame:
-    xs = [p[0] for s in chart.series for p in s.points]
-    ys = [p[1] for s in chart.series for p in s.points] + ([chart.hline[1]] if chart.hline else [])
-    x0, x1 = (min(xs), max(xs)) if min(xs) != max(xs) else _span(xs, 0.0)
-    y0, y1 = _span(ys, 0.06)
-    return Frame(x0, x1, y0, y1)
-
-
 def tick_label(value: float) -> str:
     if abs(value) >= 10_000 and float(value).is_integer():
         return f"{value:,.0f}"
     return f"{value:.4g}"
 
 
-def _axes(chart: Chart, frame: Frame) -> list[str]:
+def _axes(chart: Chart, frame: axes.Frame) -> list[str]:
     bottom, right = HEIGHT - BOTTOM, WIDTH - RIGHT
     out = [f'<rect class="area" x="{LEFT}" y="{TOP}" width="{right - LEFT}" height="{bottom - TOP}"/>']
-    for value in nice_ticks(frame.y0, frame.y1):
+    for value in frame.y.ticks(5):
         y = f"{frame.y(value):.1f}"
         out.append(f'<line class="grid" x1="{LEFT}" y1="{y}" x2="{right}" y2="{y}"/>')
         out.append(f'<text class="tick" x="{LEFT - 5}" y="{y}" text-anchor="end" dy="3">{tick_label(value)}</text>')
-    for value in nice_ticks(frame.x0, frame.x1, 8):
+    for value in frame.x.ticks(8):
         x = f"{frame.x(value):.1f}"
         out.append(f'<line class="grid" x1="{x}" y1="{TOP}" x2="{x}" y2="{bottom}"/>')
         out.append(f'<text class="tick" x="{x}" y="{bottom + 14}" text-anchor="middle">{tick_label(value)}</text>')
@@ -128,7 +89,7 @@ def _axes(chart: Chart, frame: Frame) -> list[str]:
     return out
 
 
-def _hline(chart: Chart, frame: Frame) -> list[str]:
+def _hline(chart: Chart, frame: axes.Frame) -> list[str]:
     if chart.hline is None:
         return []
     label, value = chart.hline
@@ -146,7 +107,7 @@ def coordinate(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def _series(series: Series, frame: Frame) -> list[str]:
+def _series(series: Series, frame: axes.Frame) -> list[str]:
     color = PALETTE[series.color % len(PALETTE)]
     coords = [(coordinate(frame.x(x)), coordinate(frame.y(y)), text) for x, y, text in series.points]
     kind, dash = ("series eval", ' stroke-dasharray="5 3"') if series.dashed else ("series", "")
@@ -164,7 +125,9 @@ def svg(chart: Chart) -> str:
     head = f'<figure class="chart"><figcaption>{escape(chart.title)}</figcaption>'
     if not drawn:
         return head + '<p class="empty">no data in the run file</p></figure>'
-    frame = _frame(replace(chart, series=tuple(drawn)))
+    points = [(x, y) for s in drawn for x, y, _ in s.points]
+    extra = [chart.hline[1]] if chart.hline else []
+    frame = axes.frame(points, (LEFT, WIDTH - RIGHT), (HEIGHT - BOTTOM, TOP), extra_y=extra, pad=0.06)
     body = _axes(chart, frame) + _hline(chart, frame)
     for series in drawn:
         body += _series(series, frame)
