@@ -10,17 +10,17 @@ records give the same bytes. No external font, image or link; the template escap
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from octlm.core.records import RunRecord
 from octlm.views import axes
 
 PALETTE = ("#1f6fb4", "#d1495b", "#2a9d4b", "#8d5fd3", "#e08a00", "#6d4c41", "#d43d9f", "#178ca4")
 WIDTH, HEIGHT = 640, 250
 LEFT, RIGHT, TOP, BOTTOM = 72, 14, 12, 42  # the plot area's margins
 Point = tuple[float, float, str]  # x, y, hover text
-Records = list[dict[str, Any]]
+Records = Sequence[RunRecord]
 
 
 def number(value: object) -> str:

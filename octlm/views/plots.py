@@ -6,10 +6,12 @@ The charts are drawn on a grid of characters from the frame ``axes`` builds (the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from octlm.core.home import Home
+from octlm.core.records import RunRecord
 from octlm.views import axes
 from octlm.views.details import SCHEMA_VERSION, detail, run_records
 
@@ -26,11 +28,18 @@ Series = dict[str, list[tuple[float, float | None]]]
 Finite = dict[str, list[tuple[float, float]]]
 
 
-def _records(home: Home, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+class PlotData(TypedDict):
+    """The ``octlm show ID... --plot --json`` document."""
+
+    schema_version: int
+    runs: dict[str, Sequence[RunRecord]]  # {ID: its run-file records}
+
+
+def _records(home: Home, ids: list[str]) -> dict[str, Sequence[RunRecord]]:
     return {experiment_id: run_records(home, experiment_id) for experiment_id in ids}
 
 
-def plot_data(home: Home, ids: list[str]) -> dict[str, Any]:
+def plot_data(home: Home, ids: list[str]) -> PlotData:
     """The ``octlm show ID... --plot --json`` document: {ID: its run-file records}."""
     for experiment_id in ids:
         detail(home, experiment_id)  # an unknown ID is BadInput before anything is written

@@ -22,7 +22,7 @@ from octlm.core.fsutil import atomic_write
 from octlm.core.home import Home
 from octlm.views import charts, compare, report_sections
 from octlm.views.charts import Drawing
-from octlm.views.details import detail, run_records
+from octlm.views.details import Detail, detail, run_records
 from octlm.views.report_sections import Cells, SideBySide, Verdict
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ TEMPLATES = Path(__file__).with_name("templates")
 class Section:
     """One experiment's part of the page."""
 
-    item: dict[str, Any]
+    item: Detail
     facts: list[Cells]
     fingerprints: list[Cells]
     runs: list[Cells]
@@ -77,7 +77,7 @@ def report(home: Home, ids: list[str]) -> str:
     return templates().get_template("several.html.j2" if several else "single.html.j2").render(page=page)
 
 
-def section(home: Home, item: dict[str, Any], charts_too: bool = True) -> Section:
+def section(home: Home, item: Detail, charts_too: bool = True) -> Section:
     runs, provenance = report_sections.runs(item["runs"])
     return Section(
         item=item,
@@ -91,7 +91,7 @@ def section(home: Home, item: dict[str, Any], charts_too: bool = True) -> Sectio
     )
 
 
-def _clip(items: list[dict[str, Any]]) -> float | None:
+def _clip(items: list[Detail]) -> float | None:
     for item in items:
         training = item["config"].get("training") if isinstance(item["config"], dict) else None
         value = training.get("grad_clip") if isinstance(training, dict) else None

@@ -13,7 +13,7 @@ from typing import Any
 from octlm.core.home import Home
 from octlm.views import charts, compare
 from octlm.views.charts import Drawing, number
-from octlm.views.details import run_records
+from octlm.views.details import Detail, RegistryRow, run_records
 
 Cells = tuple[Any, ...]  # a table's row: one value a column, written as ``charts.number`` writes it
 
@@ -55,7 +55,7 @@ def _when(value: Any, length: int = 19) -> str | None:
     return None if value is None else str(value)[:length].replace("T", " ")
 
 
-def facts(item: dict[str, Any]) -> list[Cells]:
+def facts(item: Detail) -> list[Cells]:
     """Status, step, tags, archived, parent and notes, as the rows of a two-column table."""
     steps = _dict(_dict(item["config"]).get("training")).get("steps")
     rows: list[Cells] = [("status", item["status"]), ("step", f"{number(item['step'])} of {number(steps)}")]
@@ -72,18 +72,18 @@ def facts(item: dict[str, Any]) -> list[Cells]:
     return rows
 
 
-def fingerprints(item: dict[str, Any]) -> list[Cells]:
+def fingerprints(item: Detail) -> list[Cells]:
     return list(item["fingerprints"].items())
 
 
-def _ranks(run: dict[str, Any]) -> str:
+def _ranks(run: RegistryRow) -> str:
     size = run["world_size"] if isinstance(run.get("world_size"), int) else 1
     text = str(size) + (f" {run['backend']}" if size > 1 and run.get("backend") else "")
     nodes = run.get("nnodes")
     return text + (f", {nodes} nodes" if isinstance(nodes, int) and nodes > 1 else "")
 
 
-def _run(r: dict[str, Any]) -> Cells:
+def _run(r: RegistryRow) -> Cells:
     metrics = _dict(r.get("latest_metrics"))
     steps = f"{r['start_step']}\u00a0\u2192\u00a0{r['end_step']}"
     when = (_when(r["started"]), _when(r["ended"]))
@@ -100,19 +100,19 @@ def _run(r: dict[str, Any]) -> Cells:
     )
 
 
-def _provenance(r: dict[str, Any]) -> Cells:
+def _provenance(r: RegistryRow) -> Cells:
     argv = " ".join(map(str, r["argv"])) if isinstance(r.get("argv"), list) else r.get("argv")
     dirty = {1: "yes", 0: "no"}.get(r.get("git_dirty"))  # type: ignore[arg-type]
     versions = f"{r.get('octlm_version')} / {r.get('python_version')} / {r.get('torch_version')}"
     return (r["id"], argv, _cut(r.get("git_commit"), 12), dirty, versions, r.get("resumed_from"))
 
 
-def runs(rows: list[dict[str, Any]]) -> tuple[list[Cells], list[Cells]]:
+def runs(rows: list[RegistryRow]) -> tuple[list[Cells], list[Cells]]:
     """Each run (how it went) and its provenance (what ran it)."""
     return [_run(r) for r in rows], [_provenance(r) for r in rows]
 
 
-def checkpoints(rows: list[dict[str, Any]]) -> list[Cells]:
+def checkpoints(rows: list[RegistryRow]) -> list[Cells]:
     return [
         (c["step"], c.get("tokens"), c["path"], c.get("size"), _cut(c.get("sha256"), 16), _when(c.get("created")))
         for c in rows
@@ -162,7 +162,7 @@ class Verdict:
         return "pass" if self.verdict == "pass" else "fail"
 
 
-def verdicts(home: Home, item: dict[str, Any], charts_too: bool = True) -> list[Verdict]:
+def verdicts(home: Home, item: Detail, charts_too: bool = True) -> list[Verdict]:
     """Every verdict, oldest first; the newest overfit with its curves (``charts_too``)."""
     found = [v for v in item["verifications"] if isinstance(v, dict)]
     newest_overfit = next((v for v in reversed(found) if v.get("kind") == "overfit"), None)
@@ -241,7 +241,7 @@ class SideBySide:
     config: list[Cells]
 
 
-def comparison(result: dict[str, Any]) -> SideBySide:
+def comparison(result: compare.Comparison) -> SideBySide:
     rows = compare.table_rows(result)
     keys = sum(len(section) for section in result["config"].values())
     metrics, config = rows[: len(rows) - keys], rows[len(rows) - keys :]
