@@ -10,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jinja2
 import pytest
 from conftest import cli
 
 from octlm.core.home import Home
 from octlm.store import experiments
 from octlm.store.registry import Registry
+from octlm.views import report as reports
 
 EVIL = '<script>alert(1)</script> "><img src=x onerror=alert(2)>'
 
@@ -106,7 +108,8 @@ def test_every_value_is_escaped(filled: Path) -> None:
     for ids in (["EXP-002"], ["EXP-001", "EXP-002"]):
         html = report(filled, *ids).stdout
         assert "<script" not in html.lower() and "<img" not in html.lower()
-        assert "&lt;script&gt;alert(1)&lt;/script&gt; &quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in html
+        # autoescape (MarkupSafe) writes a double quote as &#34; and a single one as &#39;
+        assert "&lt;script&gt;alert(1)&lt;/script&gt; &#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in html
     single = report(filled, "EXP-002").stdout
     assert single.count("&lt;img src=x") >= 5  # description (title, lede, config), note, argv, overfit block
 
@@ -115,7 +118,7 @@ def test_verdicts(filled: Path) -> None:
     html = report(filled, "EXP-002").stdout
     assert '<h3>verify-resume: <span class="pass">PASS</span>' in html and "<td>rng</td>" in html
     assert "<td>training loss early (the first log)</td><td>5.5891 (step 20)</td><td>5.4656 (step 4)</td>" in html
-    assert "<td>greedy decode reproduces</td><td>the block&#x27;s opening</td><td>6 of 17 tokens</td>" in html
+    assert "<td>greedy decode reproduces</td><td>the block&#39;s opening</td><td>6 of 17 tokens</td>" in html
     assert "<pre>Documen</pre>" in html
 
 
@@ -167,6 +170,29 @@ def test_each_chart_has_a_point_per_record(filled: Path) -> None:
 def test_an_experiment_never_trained_has_a_page(home: Path) -> None:
     result = report(home, "EXP-001")
     assert result.exit_code == 0 and "No run file yet" in result.stdout and "No verdicts yet" in result.stdout
+
+
+def test_every_template_is_used_and_escapes(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pages of one experiment, of several and of one never trained load every file under templates/; the
+    environment escapes in every template and refuses a missing variable; no template marks a value safe."""
+    loaded: set[str] = set()
+
+    class Recording(jinja2.FileSystemLoader):
+        def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str, object]:
+            loaded.add(template)
+            return super().get_source(environment, template)
+
+    env = reports.environment(Recording(reports.TEMPLATES))
+    monkeypatch.setattr(reports, "templates", lambda: env)
+    assert cli(filled, "new", "EXP-003", "--from", "EXP-001").exit_code == 0  # never trained
+    for ids in (["EXP-002"], ["EXP-001", "EXP-002"], ["EXP-003"]):
+        assert report(filled, *ids).exit_code == 0
+    files = sorted(path.name for path in reports.TEMPLATES.iterdir())
+    assert sorted(loaded) == files == sorted(env.list_templates())
+    for environment in (env, reports.environment()):  # as `octlm report` builds it
+        assert environment.autoescape is True and environment.undefined is jinja2.StrictUndefined
+    for name in files:
+        assert not re.search(r"\|\s*safe\b|autoescape\s+false", (reports.TEMPLATES / name).read_text()), name
 
 
 def test_report_is_torch_free_at_import() -> None:

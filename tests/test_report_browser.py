@@ -1,6 +1,7 @@
 """``octlm report`` in a real browser: the system's headless Chromium driven by playwright. Two tiny
 experiments are trained once for the module (one of them overfit as well); each test opens a page with
-every request but the file itself blocked, and fails on any console error or failed request.
+every request but the file itself blocked, and fails on any console error, failed request or dialog.
+A third experiment carries markup in its description, a note and a config value: it must read as text.
 
 Skips, saying why, only where no Chromium is installed (``.ci/run`` installs Debian's ``chromium``)."""
 
@@ -79,6 +80,12 @@ def open_report(browser: Any, path: Path) -> tuple[Page, list[str]]:
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
     page.on("requestfailed", lambda request: problems.append(f"failed: {request.url}"))
+
+    def dialog(opened: Any) -> None:  # alert(), confirm(), prompt(): a script ran
+        problems.append(f"dialog {opened.type}: {opened.message}")
+        opened.dismiss()
+
+    page.on("dialog", dialog)
     page.goto(url)
     return page, problems
 
@@ -146,3 +153,35 @@ def test_two_experiments_side_by_side(trained: Path, browser: Any, tmp_path: Pat
     logged = [r for r in runs["EXP-002"] if r.get("eval_loss") is None]  # no evaluation point drawn over it
     hover_shows(page, logged[-1], "train_loss", "loss-tokens", prefix="EXP-002 ")
     assert problems == []
+
+
+SCRIPT, IMAGE = "<script>alert(1)</script>", '"><img src=x onerror=alert(1)>'
+
+
+def test_markup_in_values_reads_as_text(trained: Path, browser: Any, tmp_path: Path) -> None:
+    """A description, a note and a config value holding markup are shown as that text: no script runs, no
+    dialog opens, no element but octlm's own is made of them (octlm itself puts no <script> or <img>)."""
+    description, note, source = f"{SCRIPT} {IMAGE}", f"{IMAGE} {SCRIPT}", f"corpus/{IMAGE}{SCRIPT}"
+    new = ("new", "EXP-003", "--from", "EXP-001", "--description", description)
+    assert cli(trained, *new, "--set", f"data.sources={json.dumps(['corpus/*.txt', source])}").exit_code == 0
+    assert cli(trained, "note", "EXP-003", note).exit_code == 0
+    assert cli(trained, "tag", "EXP-003", "+x=1/y:z+w").exit_code == 0  # what a tag may hold
+    for ids in (["EXP-003"], ["EXP-001", "EXP-003"]):
+        out = tmp_path / f"{'-'.join(ids)}.html"
+        assert cli(trained, "report", *ids, "-o", str(out)).exit_code == 0
+        page, problems = open_report(browser, out)
+        assert page.locator("p.lede").last.text_content() == description
+        facts = page.locator("table").filter(has=page.locator("td", has_text="note")).last
+        cells = [row.locator("td").all_text_contents() for row in facts.locator("tr").all()]
+        assert ["tags", "x=1/y:z+w"] in cells
+        assert any(name == "note" and value.endswith(f"  {note}") for name, value in cells)
+        assert source in page.locator("pre").last.text_content()  # the config, as YAML
+        assert description in page.locator("body").text_content()
+        if len(ids) == 1:
+            assert page.title() == f"EXP-003: {description}"
+        else:
+            keys = page.locator("table", has=page.locator("th", has_text="key")).first
+            assert source in keys.text_content() and description in keys.text_content()
+        for selector in ("script", "img", "iframe", "object", "embed", "[onerror]", "[onload]", "[src]"):
+            assert page.locator(selector).count() == 0, selector
+        assert [p for p in problems if p.startswith("dialog")] == [] and problems == []

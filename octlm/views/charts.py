@@ -1,27 +1,31 @@
-"""Line charts as inline SVG, drawn from run-file records for ``octlm report``. Torch-free.
+"""Line charts as inline SVG, from run-file records, for ``octlm report``: what each chart plots (``curves``)
+and where it lies in pixels (``draw``, from the frame ``axes`` builds); the template ``charts.html.j2`` writes
+the SVG. Torch-free.
 
 Each point is a ``<circle>`` with a ``<title>`` (a browser shows it on hover: no JavaScript), every
 coordinate is rounded to a tenth of a pixel and every number is formatted the same way, so the same
-records give the same bytes. No external font, image or link; every text is HTML-escaped.
+records give the same bytes. No external font, image or link; the template escapes every text.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from html import escape
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from octlm.core.records import RunRecord
+from octlm.views import axes
 
 PALETTE = ("#1f6fb4", "#d1495b", "#2a9d4b", "#8d5fd3", "#e08a00", "#6d4c41", "#d43d9f", "#178ca4")
 WIDTH, HEIGHT = 640, 250
 LEFT, RIGHT, TOP, BOTTOM = 72, 14, 12, 42  # the plot area's margins
 Point = tuple[float, float, str]  # x, y, hover text
-Records = list[dict[str, Any]]
+Records = Sequence[RunRecord]
 
 
-def number(value: Any) -> str:
+def number(value: object) -> str:
     """A value as the report writes it: integers with thousands separators, floats to 5 significant
-    digits, nothing as an en dash; text as it is (escaping is the caller's)."""
+    digits, nothing as an en dash; text as it is (escaping is the template's)."""
     if value is None:
         return "\u2013"
     if isinstance(value, bool):
@@ -31,11 +35,6 @@ def number(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.5g}" if math.isfinite(value) else str(value)
     return str(value)
-
-
-def esc(value: Any) -> str:
-    """Any value as HTML text: formatted by ``number``, then escaped (quotes included)."""
-    return escape(number(value), quote=True)
 
 
 @dataclass(frozen=True)
@@ -58,45 +57,70 @@ class Chart:
 
 
 @dataclass(frozen=True)
-class Frame:
-    """Data ranges mapped onto the plot area (y grows downwards in SVG)."""
+class Area:
+    """The SVG's box and the plot area in it (pixels; y grows downwards), with the positions its labels take."""
 
-    x0: float
-    x1: float
-    y0: float
-    y1: float
+    width: int = WIDTH
+    height: int = HEIGHT
+    left: int = LEFT
+    top: int = TOP
+    right: int = WIDTH - RIGHT
+    bottom: int = HEIGHT - BOTTOM
 
-    def x(self, value: float) -> float:
-        return LEFT + (value - self.x0) / (self.x1 - self.x0) * (WIDTH - LEFT - RIGHT)
+    @property
+    def center(self) -> str:
+        """The x axis label's position (across)."""
+        return f"{(self.left + self.right) / 2:.1f}"
 
-    def y(self, value: float) -> float:
-        return HEIGHT - BOTTOM - (value - self.y0) / (self.y1 - self.y0) * (HEIGHT - TOP - BOTTOM)
-
-
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values within [low, high]: steps of 1, 2 or 5 times a power of ten."""
-    raw = (high - low) / max(1, count)
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-9))
-    first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
-    return [round(i * step, 12) for i in range(first, last + 1)]
+    @property
+    def middle(self) -> str:
+        """The y axis label's position (down)."""
+        return f"{(self.top + self.bottom) / 2:.1f}"
 
 
-def _span(values: list[float], pad: float) -> tuple[float, float]:
-    low, high = min(values), max(values)
-    if high == low:
-        spread = abs(low) * 0.1 or 1.0
-        return low - spread, high + spread
-    margin = (high - low) * pad
-    return low - margin, high + margin
+AREA = Area()
 
 
-def _frame(chart: Chart) -> Frame:
-    xs = [p[0] for s in chart.series for p in s.points]
-    ys = [p[1] for s in chart.series for p in s.points] + ([chart.hline[1]] if chart.hline else [])
-    x0, x1 = (min(xs), max(xs)) if min(xs) != max(xs) else _span(xs, 0.0)
-    y0, y1 = _span(ys, 0.06)
-    return Frame(x0, x1, y0, y1)
+@dataclass(frozen=True)
+class Tick:
+    at: str  # the position in pixels, to a tenth
+    label: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One point of a drawn series, with its hover text."""
+
+    x: str
+    y: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Line:
+    """A series as drawn: its colour, and each point in pixels."""
+
+    name: str
+    color: str
+    dashed: bool
+    marks: tuple[Mark, ...]
+
+    @property
+    def points(self) -> str:
+        """The polyline's ``points`` attribute."""
+        return " ".join(f"{mark.x},{mark.y}" for mark in self.marks)
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """A chart laid out for the template ``charts.html.j2``: no ``lines`` when no series has a point."""
+
+    chart: Chart
+    lines: tuple[Line, ...] = ()
+    y_ticks: tuple[Tick, ...] = ()
+    x_ticks: tuple[Tick, ...] = ()
+    hline_at: str | None = None  # the threshold line's position (down)
+    area: Area = AREA
 
 
 def tick_label(value: float) -> str:
@@ -105,94 +129,31 @@ def tick_label(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _axes(chart: Chart, frame: Frame) -> list[str]:
-    bottom, right = HEIGHT - BOTTOM, WIDTH - RIGHT
-    out = [f'<rect class="area" x="{LEFT}" y="{TOP}" width="{right - LEFT}" height="{bottom - TOP}"/>']
-    for value in nice_ticks(frame.y0, frame.y1):
-        y = f"{frame.y(value):.1f}"
-        out.append(f'<line class="grid" x1="{LEFT}" y1="{y}" x2="{right}" y2="{y}"/>')
-        out.append(f'<text class="tick" x="{LEFT - 5}" y="{y}" text-anchor="end" dy="3">{tick_label(value)}</text>')
-    for value in nice_ticks(frame.x0, frame.x1, 8):
-        x = f"{frame.x(value):.1f}"
-        out.append(f'<line class="grid" x1="{x}" y1="{TOP}" x2="{x}" y2="{bottom}"/>')
-        out.append(f'<text class="tick" x="{x}" y="{bottom + 14}" text-anchor="middle">{tick_label(value)}</text>')
-    out.append(
-        f'<text class="label" x="{(LEFT + right) / 2:.1f}" y="{HEIGHT - 6}" text-anchor="middle">'
-        f"{escape(chart.x_label)}</text>"
-    )
-    middle = (TOP + bottom) / 2
-    out.append(
-        f'<text class="label" x="13" y="{middle:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 13 {middle:.1f})">{escape(chart.y_label)}</text>'
-    )
-    return out
-
-
-def _hline(chart: Chart, frame: Frame) -> list[str]:
-    if chart.hline is None:
-        return []
-    label, value = chart.hline
-    y = f"{frame.y(value):.1f}"
-    text = escape(f"{label} {number(value)}", quote=True)
-    return [
-        f'<line class="hline" x1="{LEFT}" y1="{y}" x2="{WIDTH - RIGHT}" y2="{y}"><title>{text}</title></line>',
-        f'<text class="tick halo" x="{LEFT + 6}" y="{y}" dy="-4">{text}</text>',
-    ]
-
-
 def coordinate(value: float) -> str:
     """A pixel position to a tenth, without a trailing ``.0``."""
     text = f"{value:.1f}"
     return text[:-2] if text.endswith(".0") else text
 
 
-def _series(series: Series, frame: Frame) -> list[str]:
-    color = PALETTE[series.color % len(PALETTE)]
-    coords = [(coordinate(frame.x(x)), coordinate(frame.y(y)), text) for x, y, text in series.points]
-    kind, dash = ("series eval", ' stroke-dasharray="5 3"') if series.dashed else ("series", "")
-    out = [f'<g class="{kind}" data-series="{escape(series.name, quote=True)}" fill="{color}" stroke="{color}">']
-    if len(coords) > 1:
-        out.append(f'<polyline fill="none"{dash} points="{" ".join(f"{x},{y}" for x, y, _ in coords)}"/>')
-    out += [f'<circle cx="{x}" cy="{y}" r="2.6"><title>{escape(t, quote=True)}</title></circle>' for x, y, t in coords]
-    out.append("</g>")
-    return out
-
-
-def svg(chart: Chart) -> str:
-    """One chart as a ``<figure>``: its title, the SVG (scales with the page) and an HTML legend."""
+def draw(chart: Chart, area: Area = AREA) -> Drawing:
+    """The chart's axes, ticks, threshold line and series in pixels of ``area``, from the frame ``axes`` builds
+    of the series that have points."""
     drawn = [s for s in chart.series if s.points]
-    head = f'<figure class="chart"><figcaption>{escape(chart.title)}</figcaption>'
     if not drawn:
-        return head + '<p class="empty">no data in the run file</p></figure>'
-    frame = _frame(replace(chart, series=tuple(drawn)))
-    body = _axes(chart, frame) + _hline(chart, frame)
-    for series in drawn:
-        body += _series(series, frame)
-    label = escape(f"{chart.title} ({chart.x_label})", quote=True)
-    return "\n".join(
-        [
-            head,
-            f'<svg class="chart" data-chart="{escape(chart.key, quote=True)}" '
-            f'data-metrics="{escape(" ".join(chart.metrics), quote=True)}" '
-            f'data-x="{escape(chart.x_label, quote=True)}" '
-            f'viewBox="0 0 {WIDTH} {HEIGHT}" '
-            f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{label}">',
-            *body,
-            "</svg>",
-            legend(drawn, chart.hline),
-            "</figure>",
-        ]
-    )
+        return Drawing(chart, area=area)
+    points = [(x, y) for s in drawn for x, y, _ in s.points]
+    extra = [chart.hline[1]] if chart.hline else []
+    frame = axes.frame(points, (area.left, area.right), (area.bottom, area.top), extra_y=extra, pad=0.06)
+    lines = tuple(_line(s, frame) for s in drawn)
+    y_ticks = tuple(Tick(f"{frame.y(value):.1f}", tick_label(value)) for value in frame.y.ticks(5))
+    x_ticks = tuple(Tick(f"{frame.x(value):.1f}", tick_label(value)) for value in frame.x.ticks(8))
+    hline_at = f"{frame.y(chart.hline[1]):.1f}" if chart.hline else None
+    return Drawing(chart, lines, y_ticks, x_ticks, hline_at, area)
 
 
-def legend(series: list[Series], hline: tuple[str, float] | None) -> str:
-    items = []
-    for s in series:
-        style = f"border-top-color:{PALETTE[s.color % len(PALETTE)]}" + (";border-top-style:dashed" if s.dashed else "")
-        items.append(f'<span class="key"><span class="swatch" style="{style}"></span>{escape(s.name)}</span>')
-    if hline:
-        items.append(f'<span class="key"><span class="swatch clip"></span>{escape(hline[0])}</span>')
-    return f'<div class="legend">{"".join(items)}</div>'
+def _line(series: Series, frame: axes.Frame) -> Line:
+    marks = tuple(Mark(coordinate(frame.x(x)), coordinate(frame.y(y)), text) for x, y, text in series.points)
+    return Line(series.name, PALETTE[series.color % len(PALETTE)], series.dashed, marks)
 
 
 # ---------------------------------------------------------------- the report's charts from run files
@@ -218,14 +179,14 @@ def points(records: Records, metric: str, x_field: str, prefix: str) -> tuple[Po
     """One point per record that holds ``metric`` (and its x), with its hover text."""
     found = []
     for record in records:
-        x, y = record.get(x_field), record.get(metric)
+        x, y = record.get(x_field), record.get(metric)  # any key: a record may hold more than RunRecord says
         if isinstance(x, (int, float)) and isinstance(y, (int, float)):
             where = f"step {number(record.get('step'))}, {number(record.get('tokens'))} tokens"
             found.append((float(x), float(y), f"{prefix}{NAMES.get(metric, metric)} at {where} = {number(y)}"))
     return tuple(found)
 
 
-def curves(runs: dict[str, Records], clip: float | None) -> list[Chart]:
+def curves(runs: Mapping[str, Records], clip: float | None) -> list[Chart]:
     """The report's charts for the run files of one experiment (colours by metric) or several (overlaid,
     colours by experiment, evaluation dashed)."""
     several = len(runs) > 1

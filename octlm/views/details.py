@@ -4,20 +4,52 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypedDict, cast
 
 from octlm.config import flatten
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
-from octlm.core.records import RUN_RECORD_FIELDS
+from octlm.core.records import RUN_RECORD_FIELDS, RunRecord
 from octlm.store import experiments, runfile
 from octlm.store.registry import TRAINING_KINDS, Registry
 
 SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
 NUMBERS = RUN_RECORD_FIELDS  # the fields of a run-file record the views compute with: all numbers
+RegistryRow = dict[str, Any]  # a registry row as ``store`` reads it (JSON cells decoded), passed through as it is
 
 
-def detail(home: Home, experiment_id: str) -> dict[str, Any]:
+class Fingerprints(TypedDict):
+    config: str | None
+    data: str | None
+    tokenizer: str | None
+
+
+class Lifecycle(TypedDict):
+    tags: list[str]
+    notes: list[Any]  # the registry's note rows (or whatever an older registry holds)
+    archived: bool
+    parent: str | None  # the checkpoint a fork started from (``init.parent``)
+
+
+class Detail(Lifecycle):
+    """The ``octlm show ID --json`` document. Its keys in the JSON: schema_version, id, uuid, description, status,
+    step, fingerprints, tags, notes, archived, parent (``Lifecycle``), config, runs, checkpoints, verifications."""
+
+    schema_version: int
+    id: str
+    uuid: str | None  # kept across homes (pack, registry export); None: only a YAML file
+    description: Any  # the config's (a string, unless a registry copy says otherwise)
+    status: str
+    step: int | None
+    fingerprints: Fingerprints
+    config: dict[str, Any]  # resolved
+    runs: list[RegistryRow]
+    checkpoints: list[RegistryRow]
+    verifications: list[RegistryRow]  # each with ``details`` a mapping
+
+
+def detail(home: Home, experiment_id: str) -> Detail:
     """The ``octlm show ID --json`` document; BadInput for a malformed or unknown ID."""
     validate_id(experiment_id)
     path = home.config_path(experiment_id)
@@ -40,7 +72,7 @@ def detail(home: Home, experiment_id: str) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "id": experiment_id,
-        "uuid": (row or {}).get("uuid"),  # kept across homes (pack, registry export); None: only a YAML file
+        "uuid": (row or {}).get("uuid"),
         "description": resolved.get("description", ""),
         "status": last["status"] if last else "new",
         "step": last["end_step"] if last else None,
@@ -57,7 +89,7 @@ def detail(home: Home, experiment_id: str) -> dict[str, Any]:
     }
 
 
-def lifecycle(row: dict[str, Any], config: dict[str, Any], notes: list[Any]) -> dict[str, Any]:
+def lifecycle(row: RegistryRow, config: dict[str, Any], notes: list[Any]) -> Lifecycle:
     """Tags, notes, archived and the parent checkpoint of a fork (``init.parent``), whichever the registry
     row and config hold (a registry without them reads as none)."""
     init = config.get("init") if isinstance(config.get("init"), dict) else {}
@@ -80,28 +112,34 @@ def _notes(registry: Registry, experiment_id: str) -> list[Any]:
     return list(found) if isinstance(found, (list, tuple)) else []
 
 
-def run_records(home: Home, experiment_id: str, track: str = "train") -> list[dict[str, Any]]:
+def run_records(home: Home, experiment_id: str, track: str = "train") -> Sequence[RunRecord]:
     """The records of an experiment's run file (of ``track``: train, or overfit) as the views use them: mappings
-    only, with each of ``NUMBERS`` a finite number or None, whatever a hand-edited or diverged run left there."""
+    only, with each of ``NUMBERS`` a finite number or None, whatever a hand-edited or diverged run left there
+    (a list; read-only to the views, which never change a record)."""
     suffix = "" if track == "train" else f"-{track}"
     return [
-        {key: value if key not in NUMBERS or _finite(value) else None for key, value in record.items()}
+        _record({key: value if key not in NUMBERS or _finite(value) else None for key, value in record.items()})
         for record in runfile.read(home.run_file(experiment_id, suffix))
         if isinstance(record, dict)
     ]
+
+
+def _record(fields: dict[str, Any]) -> RunRecord:
+    """A run file's line as a ``RunRecord``: its fields (``NUMBERS``) checked above, any other key kept as it is."""
+    return cast(RunRecord, fields)
 
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _newest(runs: list[dict[str, Any]], key: str) -> Any:
+def _newest(runs: list[RegistryRow], key: str) -> Any:
     return next((run[key] for run in reversed(runs) if run.get(key)), None)
 
 
-def flat(item: dict[str, Any]) -> dict[str, Any]:
+def flat(item: Detail) -> dict[str, Any]:
     """A detail document as ``key: value`` pairs (``octlm show ID --csv``)."""
-    pairs = {"id": item["id"], "status": item["status"], "step": item["step"]}
+    pairs: dict[str, Any] = {"id": item["id"], "status": item["status"], "step": item["step"]}
     pairs.update({f"fingerprint.{k}": v for k, v in item["fingerprints"].items()})
     pairs.update(flatten({"config": item["config"]}))
     return pairs

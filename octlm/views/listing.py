@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from octlm.config import describe_keys, flatten
 from octlm.core.errors import BadInput, OctlmError
@@ -17,22 +17,37 @@ from octlm.core.home import Home, id_sort_key
 from octlm.store import experiments
 from octlm.store.registry import Registry
 
-LIST_COLUMNS = (
-    "id",
-    "description",
-    "status",
-    "step",
-    "steps",
-    "train_loss",
-    "eval_loss",
-    "perplexity",
-    "bits_per_byte",
-    "tokens",
-    "last_verdict",
-    "updated",
-    "tags",
-    "archived",
-)
+
+class ListingRow(TypedDict):
+    """One experiment in the list (``octlm show``): the listing columns, in their order."""
+
+    id: str
+    description: Any  # the YAML's, when it changed after the registry row was written
+    status: str  # of its newest training run ("new": none), "running" while one runs
+    step: int | None
+    steps: int | None  # training.steps
+    train_loss: float | None
+    eval_loss: float | None
+    perplexity: float | None
+    bits_per_byte: float | None
+    tokens: int | None
+    last_verdict: str | None  # "verify-resume: pass"
+    updated: str | None  # UTC, ISO 8601
+    tags: list[str]
+    archived: bool
+
+
+LIST_COLUMNS: tuple[str, ...] = tuple(ListingRow.__annotations__)
+
+
+class Listing(TypedDict):
+    """The ``octlm show --json`` document."""
+
+    schema_version: int
+    home: str
+    experiments: list[dict[str, Any]]  # the rows cut to the columns chosen (config keys among them)
+
+
 NUMERIC_COLUMNS = frozenset({"step", "steps", "train_loss", "eval_loss", "perplexity", "bits_per_byte", "tokens"})
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "<=": operator.le,
@@ -46,34 +61,66 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 WHERE = re.compile(r"\s*([A-Za-z_][\w.]*)\s*(==|!=|<=|>=|=|<|>|~)\s*(.*?)\s*")
 WHERE_HELP = "KEY OP VALUE, KEY a listing column or a config key, OP one of == (or =), !=, <, <=, >, >=, ~ (contains)"
-Row = dict[str, Any]
+Row = dict[str, Any]  # a listing row as filtered and sorted: a ListingRow's columns and the config keys asked for
+Cells = Mapping[str, Any]  # a row as a filter reads it
+Summary = dict[str, Any]  # a row of the registry's ``experiment_summary`` view, as ``store`` reads it
 
 
-def rows(home: Home, include_archived: bool = True) -> list[Row]:
+def rows(home: Home, include_archived: bool = True) -> list[ListingRow]:
     """One row per experiment (registered or only a file), by ID, with every listing column; archived
     experiments only with ``include_archived``."""
     with Registry(home.registry, create=False) as registry:
         summaries = registry.summary_rows()
         running = {row["experiment_id"]: row["status"] for row in registry.running_runs()}
-    out = [
-        {key: row.get(key) for key in LIST_COLUMNS}
-        | {"description": _description(home, row), "tags": _tags(row.get("tags"))}
-        | {"status": running.get(row["id"], row["status"] or "new")}
-        | {"archived": bool(row.get("archived"))}
-        for row in summaries
-    ]
+    out = [_registered(home, row, running.get(row["id"], row["status"] or "new")) for row in summaries]
     for missing in experiments.unregistered_files(home, {row["id"] for row in summaries}):
         config = _file_config(home, missing) or {}
-        out.append(
-            {key: None for key in LIST_COLUMNS}
-            | {"id": missing, "status": "new", "tags": [], "archived": False}
-            | {"description": config.get("description"), "steps": config.get("training", {}).get("steps")}
-        )
+        out.append(_unregistered(missing, config.get("description"), config.get("training", {}).get("steps")))
     out.sort(key=lambda row: id_sort_key(str(row["id"])))
     return out if include_archived else [row for row in out if not row["archived"]]
 
 
-def _description(home: Home, row: Row) -> Any:
+def _registered(home: Home, summary: Summary, status: str) -> ListingRow:
+    """A row of the registry's ``experiment_summary`` view as a listing row."""
+    return {
+        "id": summary["id"],
+        "description": _description(home, summary),
+        "status": status,
+        "step": summary.get("step"),
+        "steps": summary.get("steps"),
+        "train_loss": summary.get("train_loss"),
+        "eval_loss": summary.get("eval_loss"),
+        "perplexity": summary.get("perplexity"),
+        "bits_per_byte": summary.get("bits_per_byte"),
+        "tokens": summary.get("tokens"),
+        "last_verdict": summary.get("last_verdict"),
+        "updated": summary.get("updated"),
+        "tags": _tags(summary.get("tags")),
+        "archived": bool(summary.get("archived")),
+    }
+
+
+def _unregistered(experiment_id: str, description: Any, steps: int | None) -> ListingRow:
+    """An experiment that is only a YAML file so far."""
+    return {
+        "id": experiment_id,
+        "description": description,
+        "status": "new",
+        "step": None,
+        "steps": steps,
+        "train_loss": None,
+        "eval_loss": None,
+        "perplexity": None,
+        "bits_per_byte": None,
+        "tokens": None,
+        "last_verdict": None,
+        "updated": None,
+        "tags": [],
+        "archived": False,
+    }
+
+
+def _description(home: Home, row: Summary) -> Any:
     """The YAML's description when the file changed after the row was last written (edits show at once)."""
     try:
         changed = home.config_path(row["id"]).stat().st_mtime
@@ -100,7 +147,7 @@ def select(
     """The rows ``octlm show`` lists: filtered, sorted, cut to ``limit`` and to ``columns`` (default LIST_COLUMNS);
     archived experiments only with ``include_archived``."""
     tests = [predicate(expression) for expression in where]  # a malformed filter is BadInput before any read
-    found = rows(home, include_archived)
+    found: list[Row] = [dict(row) for row in rows(home, include_archived)]
     if any("." in text for text in [*where, sort or "", *(columns or [])]):
         found = with_config(home, found)
     found = filter_rows([row for row in found if all(test(row) for test in tests)], [], sort, limit)
@@ -173,13 +220,13 @@ def parse_where(expression: str) -> tuple[str, str, str]:
     return key, "==" if op == "=" else op, raw
 
 
-def predicate(expression: str) -> Callable[[Row], bool]:
+def predicate(expression: str) -> Callable[[Cells], bool]:
     """``eval_loss<2.5``, ``status=completed``, ``model.n_layers==4``, ``description~lr``: a Python predicate,
     never SQL. A number given with decimals matches at that precision (``eval_loss==4.39`` matches 4.3912)."""
     key, op, raw = parse_where(expression)
     wanted = _number(raw)
 
-    def test(row: Row) -> bool:
+    def test(row: Cells) -> bool:
         value = row.get(key)
         if value is None:
             return op == "!="

@@ -1,30 +1,45 @@
-"""Training curves from the run files (``octlm show ID... --plot``): plain-ASCII charts, or their data. Torch-free."""
+"""Training curves from the run files (``octlm show ID... --plot``): plain-ASCII charts, or their data. Torch-free.
+
+The charts are drawn on a grid of characters from the frame ``axes`` builds (the report's SVG charts use the same).
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
 from octlm.core.home import Home
+from octlm.core.records import RunRecord
+from octlm.views import axes
 from octlm.views.details import SCHEMA_VERSION, detail, run_records
 
 MARKERS = "*o+x#@%&"
 LABEL_WIDTH = 10
-CURVES = (
+Metric = Literal["train_loss", "eval_loss", "lr", "gradient_norm"]
+CURVES: tuple[tuple[Metric, str], ...] = (
     ("train_loss", "train loss"),
     ("eval_loss", "eval loss"),
     ("lr", "learning rate"),
     ("gradient_norm", "gradient norm (before clipping)"),
 )
 Series = dict[str, list[tuple[float, float | None]]]
+Finite = dict[str, list[tuple[float, float]]]
 
 
-def _records(home: Home, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+class PlotData(TypedDict):
+    """The ``octlm show ID... --plot --json`` document."""
+
+    schema_version: int
+    runs: dict[str, Sequence[RunRecord]]  # {ID: its run-file records}
+
+
+def _records(home: Home, ids: list[str]) -> dict[str, Sequence[RunRecord]]:
     return {experiment_id: run_records(home, experiment_id) for experiment_id in ids}
 
 
-def plot_data(home: Home, ids: list[str]) -> dict[str, Any]:
+def plot_data(home: Home, ids: list[str]) -> PlotData:
     """The ``octlm show ID... --plot --json`` document: {ID: its run-file records}."""
     for experiment_id in ids:
         detail(home, experiment_id)  # an unknown ID is BadInput before anything is written
@@ -45,32 +60,23 @@ def plots(home: Home, ids: list[str], width: int = 80) -> str:
 
 
 @dataclass(frozen=True)
-class Frame:
-    """Data ranges mapped onto a grid of ``height`` rows by ``columns`` columns."""
+class Grid:
+    """A chart's frame on a grid of ``height`` rows by ``columns`` columns (row 0 at the top)."""
 
-    x0: float
-    x1: float
-    low: float
-    high: float
+    frame: axes.Frame
     columns: int
     height: int
 
     def cell(self, x: float, y: float) -> tuple[int, int]:
-        column = round((x - self.x0) / (self.x1 - self.x0) * (self.columns - 1))
-        row = self.height - 1 - round((y - self.low) / (self.high - self.low) * (self.height - 1))
-        return row, column
+        return self.height - 1 - round(self.frame.y(y)), round(self.frame.x(x))
 
 
-def _frame(points: list[tuple[float, float]], extra_y: list[float], width: int, height: int) -> Frame:
-    ys = [y for _, y in points] + extra_y
-    xs = [x for x, _ in points]
-    low, high, x0, x1 = min(ys), max(ys), min(xs), max(xs)
-    return Frame(
-        x0, x1 if x1 != x0 else x0 + 1, low, high if high != low else low + 1.0, width - LABEL_WIDTH - 2, height
-    )
+def _grid(points: list[tuple[float, float]], extra_y: list[float], width: int, height: int) -> Grid:
+    columns = width - LABEL_WIDTH - 2
+    return Grid(axes.frame(points, (0, columns - 1), (0, height - 1), extra_y=extra_y, flat=1.0), columns, height)
 
 
-def _finite(series: Series) -> dict[str, list[tuple[float, float]]]:
+def _finite(series: Series) -> Finite:
     return {name: [(x, y) for x, y in values if y is not None and math.isfinite(y)] for name, values in series.items()}
 
 
@@ -80,36 +86,36 @@ def chart(title: str, series: Series, width: int = 80, height: int = 12, hline: 
     points = [p for values in finite.values() for p in values]
     if not points:
         return f"{title}: no data\n"
-    frame = _frame(points, [hline[1]] if hline else [], width, height)
-    lines = [title, *_body(frame, finite, hline), *_axis(frame, list(series), hline)]
+    grid = _grid(points, [hline[1]] if hline else [], width, height)
+    lines = [title, *_body(grid, finite, hline), *_axis(grid, list(series), hline)]
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-def _body(frame: Frame, finite: dict[str, list[tuple[float, float]]], hline: tuple[str, float] | None) -> list[str]:
-    grid = [[" "] * frame.columns for _ in range(frame.height)]
+def _body(grid: Grid, finite: Finite, hline: tuple[str, float] | None) -> list[str]:
+    cells = [[" "] * grid.columns for _ in range(grid.height)]
     if hline:
-        row, _ = frame.cell(frame.x0, hline[1])
-        grid[row] = ["-"] * frame.columns
+        row, _ = grid.cell(grid.frame.x.low, hline[1])
+        cells[row] = ["-"] * grid.columns
     for index, values in enumerate(finite.values()):
         for x, y in values:
-            row, column = frame.cell(x, y)
-            grid[row][column] = MARKERS[index % len(MARKERS)]
+            row, column = grid.cell(x, y)
+            cells[row][column] = MARKERS[index % len(MARKERS)]
     lines = []
-    for number, cells in enumerate(grid):
-        value = frame.high - (frame.high - frame.low) * number / (frame.height - 1)
-        label = f"{value:.3g}" if number in (0, frame.height // 2, frame.height - 1) else ""
-        lines.append(f"{label:>{LABEL_WIDTH}} |" + "".join(cells))
+    for number, row_cells in enumerate(cells):
+        value = grid.frame.y.level(number, grid.height - 1)
+        label = f"{value:.3g}" if number in (0, grid.height // 2, grid.height - 1) else ""
+        lines.append(f"{label:>{LABEL_WIDTH}} |" + "".join(row_cells))
     return lines
 
 
-def _axis(frame: Frame, names: list[str], hline: tuple[str, float] | None) -> list[str]:
+def _axis(grid: Grid, names: list[str], hline: tuple[str, float] | None) -> list[str]:
     margin = " " * (LABEL_WIDTH + 2)
-    left, right = f"{frame.x0:,.0f}", f"{frame.x1:,.0f} tokens"
+    left, right = f"{grid.frame.x.low:,.0f}", f"{grid.frame.x.high:,.0f} tokens"
     legend = "   ".join(f"{MARKERS[i % len(MARKERS)]} {name}" for i, name in enumerate(names))
     if hline:
         legend += f"   - {hline[0]}"
     return [
-        " " * LABEL_WIDTH + " +" + "-" * frame.columns,
-        margin + left + " " * max(1, frame.columns - len(left) - len(right)) + right,
+        " " * LABEL_WIDTH + " +" + "-" * grid.columns,
+        margin + left + " " * max(1, grid.columns - len(left) - len(right)) + right,
         margin + legend,
     ]

@@ -1,16 +1,18 @@
 """``octlm report``: an experiment's lab-notebook page (or several side by side) as one self-contained HTML
-file, built from the registry and run files through the views (``details``, ``compare``) and ``charts``.
-Torch-free.
+file, built from the registry and run files through the views (``details``, ``compare``, ``charts``,
+``report_sections``) and written by the Jinja2 templates in ``templates/``. Torch-free.
 
 The page has no script, no external font, image or link, and works from a file offline. The same
-registry and run files give the same bytes (no time but the runs' own). Every value that comes from
-the registry, a YAML or a run file is HTML-escaped (``charts.esc``).
+registry and run files give the same bytes (no time but the runs' own). The templates escape every value
+they write (autoescape): a value from the registry, a YAML or a run file is text on the page, never markup.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -19,34 +21,38 @@ from octlm.core.errors import BadInput, ConfigError, Refused
 from octlm.core.fsutil import atomic_write
 from octlm.core.home import Home
 from octlm.views import charts, compare, report_sections
-from octlm.views.charts import esc
-from octlm.views.details import detail, run_records
+from octlm.views.charts import Drawing
+from octlm.views.details import Detail, detail, run_records
+from octlm.views.report_sections import Cells, SideBySide, Verdict
 
-STYLE = """
-body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d232a;background:#fff;
- max-width:980px;margin:0 auto;padding:24px 20px 60px}
-h1{font-size:26px;margin:8px 0 2px}h2{font-size:19px;margin:34px 0 8px;border-bottom:1px solid #d9dee3;
- padding-bottom:4px}h3{font-size:16px;margin:22px 0 6px}
-p.lede{font-size:17px;margin:4px 0 12px;color:#38424c}
-table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
-th,td{border:1px solid #d9dee3;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f3f5f7;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
-code,pre,td.h{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;font-size:12.5px}
-pre{background:#f6f8fa;border:1px solid #e3e7eb;padding:10px 12px;overflow-x:auto;white-space:pre-wrap}
-.pass{color:#1e7b34;font-weight:600}.fail{color:#b3261e;font-weight:600}
-.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:10px 18px}
-figure.chart{margin:0}figcaption{font-weight:600;font-size:14px;margin:4px 0}
-svg.chart{width:100%;height:auto;display:block}
-svg .area{fill:#fff;stroke:#aab3bc}svg .grid{stroke:#eceff2}svg .tick{font-size:12px;fill:#5b6670;stroke:none}
-svg .label{font-size:12.5px;fill:#38424c;stroke:none}
-svg .halo{paint-order:stroke;stroke:#fff;stroke-width:3px}
-svg .hline{stroke:#b3261e;stroke-dasharray:2 3;stroke-width:1.2}
-svg polyline{stroke-width:1.6}svg circle{stroke-width:1.2}svg .eval circle{fill:#fff}svg circle:hover{r:5px}
-.legend{font-size:12px;color:#38424c}.key{margin-right:14px;white-space:nowrap}
-.swatch{display:inline-block;width:22px;height:0;border-top:2.5px solid;vertical-align:middle;margin-right:5px}
-.swatch.clip{border-top:2px dashed #b3261e}
-summary{cursor:pointer;color:#38424c}.empty{color:#6b7580;font-style:italic}.meta{color:#5b6670;font-size:13px}
-"""
+if TYPE_CHECKING:
+    import jinja2
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One experiment's part of the page."""
+
+    item: Detail
+    facts: list[Cells]
+    fingerprints: list[Cells]
+    runs: list[Cells]
+    provenance: list[Cells]
+    checkpoints: list[Cells]
+    verdicts: list[Verdict]
+    config: str  # the resolved config (YAML)
+
+
+@dataclass(frozen=True)
+class Page:
+    """What the templates are given: ``single.html.j2`` one section, ``several.html.j2`` several."""
+
+    title: str
+    sections: list[Section]
+    charts: list[Drawing] | None  # None: no run file yet
+    side_by_side: SideBySide | None = None  # several experiments: ``octlm show A B``
 
 
 def report(home: Home, ids: list[str]) -> str:
@@ -59,76 +65,39 @@ def report(home: Home, ids: list[str]) -> str:
         raise BadInput(f"{', '.join(repeated)} given more than once: name each experiment once")
     items = [detail(home, experiment_id) for experiment_id in ids]  # unknown IDs: BadInput here
     runs = {item["id"]: run_records(home, item["id"]) for item in items}
-    if len(items) == 1:
-        title, body = _single(home, items[0], runs)
+    several = len(items) > 1
+    sections = [section(home, item, charts_too=not several) for item in items]
+    drawn = [charts.draw(chart) for chart in charts.curves(runs, _clip(items))] if any(runs.values()) else None
+    if several:
+        side = report_sections.comparison(compare.compare(home, ids))
+        page = Page(" vs ".join(ids), sections, drawn, side)
     else:
-        title, body = _several(home, items, runs)
-    return page(title, body)
+        title = f"{items[0]['id']}: {items[0]['description']}" if items[0]["description"] else items[0]["id"]
+        page = Page(title, sections, drawn)
+    return templates().get_template("several.html.j2" if several else "single.html.j2").render(page=page)
 
 
-def page(title: str, body: list[str]) -> str:
-    return "\n".join(
-        [
-            "<!DOCTYPE html>",
-            '<html lang="en">',
-            "<head>",
-            '<meta charset="utf-8">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{esc(title)}</title>",
-            f"<style>{STYLE}</style>",
-            "</head>",
-            "<body>",
-            *body,
-            "</body>",
-            "</html>",
-            "",
-        ]
+def section(home: Home, item: Detail, charts_too: bool = True) -> Section:
+    runs, provenance = report_sections.runs(item["runs"])
+    return Section(
+        item=item,
+        facts=report_sections.facts(item),
+        fingerprints=report_sections.fingerprints(item),
+        runs=runs,
+        provenance=provenance,
+        checkpoints=report_sections.checkpoints(item["checkpoints"]),
+        verdicts=report_sections.verdicts(home, item, charts_too),
+        config=config_yaml(item["config"]),
     )
 
 
-def _clip(items: list[dict[str, Any]]) -> float | None:
+def _clip(items: list[Detail]) -> float | None:
     for item in items:
         training = item["config"].get("training") if isinstance(item["config"], dict) else None
         value = training.get("grad_clip") if isinstance(training, dict) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return float(value)
     return None
-
-
-def _charts(runs: dict[str, list[dict[str, Any]]], clip: float | None) -> list[str]:
-    if not any(runs.values()):
-        return ['<p class="empty">No run file yet: train the experiment to draw its curves.</p>']
-    return ['<div class="charts">', *(charts.svg(chart) for chart in charts.curves(runs, clip)), "</div>"]
-
-
-def _single(home: Home, item: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> tuple[str, list[str]]:
-    title = f"{item['id']}: {item['description']}" if item["description"] else item["id"]
-    body = [f"<h1>{esc(item['id'])}</h1>"]
-    if item["description"]:
-        body.append(f'<p class="lede">{esc(item["description"])}</p>')
-    body += report_sections.facts(item)
-    body += ["<h2>Curves</h2>", *_charts(runs, _clip([item])), "<h2>Verdicts</h2>"]
-    body += report_sections.verdicts(home, item)
-    body += _records(item, "h2")
-    return title, body
-
-
-def _records(item: dict[str, Any], h: str) -> list[str]:
-    """Fingerprints, runs with provenance, checkpoints and the config of one experiment (``h``: heading tag;
-    under an ``h3``, in a page of several, the config is folded: a click opens it)."""
-    config = f"<pre>{esc(config_yaml(item['config']))}</pre>"
-    if h == "h3":
-        config = f"<details><summary>the resolved config (YAML)</summary>{config}</details>"
-    return [
-        f"<{h}>Fingerprints</{h}>",
-        *report_sections.fingerprints(item),
-        f"<{h}>Runs</{h}>",
-        *report_sections.runs(item["runs"]),
-        f"<{h}>Checkpoints</{h}>",
-        *report_sections.checkpoints(item["checkpoints"]),
-        f"<{h}>Config</{h}>",
-        config,
-    ]
 
 
 def config_yaml(config: Any) -> str:
@@ -142,22 +111,34 @@ def config_yaml(config: Any) -> str:
         return yaml.safe_dump(config, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
-def _several(home: Home, items: list[dict[str, Any]], runs: dict[str, list[dict[str, Any]]]) -> tuple[str, list[str]]:
-    ids = [item["id"] for item in items]
-    result = compare.compare(home, ids)
-    title = " vs ".join(ids)
-    body = [f"<h1>{esc(title)}</h1>", "<ul>"]
-    body += [f"<li><b>{esc(i['id'])}</b>: {esc(i['description'])} ({esc(i['status'])})</li>" for i in items]
-    body += ["</ul>", "<h2>Side by side</h2>", *report_sections.comparison(result)]
-    body += ["<h2>Curves</h2>", *_charts(runs, _clip(items))]
-    for item in items:
-        body += [f'<h2 id="{esc(item["id"])}">{esc(item["id"])}</h2>']
-        if item["description"]:
-            body.append(f'<p class="lede">{esc(item["description"])}</p>')
-        body += report_sections.facts(item)
-        body += ["<h3>Verdicts</h3>", *report_sections.verdicts(home, item, charts_too=False)]
-        body += _records(item, "h3")
-    return title, body
+def shown(value: object) -> object:
+    """Each ``{{ value }}`` of the templates as the page writes it: a number, a boolean or nothing as
+    ``charts.number`` writes it; text (and the markup a macro returns) as it is. Autoescape then escapes it."""
+    return value if isinstance(value, str) else charts.number(value)
+
+
+def environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
+    """The templates' environment: autoescape on for every template, a missing variable an error
+    (StrictUndefined), block tags leaving no blank line (trim_blocks, lstrip_blocks). jinja2 is imported
+    here, not with the module: only ``octlm report`` needs it, not every start of the CLI."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=loader or jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        finalize=shown,
+    )
+    env.tests["numeric"] = report_sections.numeric
+    return env
+
+
+@functools.cache
+def templates() -> jinja2.Environment:
+    return environment()
 
 
 def save(path: Path, text: str) -> None:

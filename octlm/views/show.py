@@ -4,9 +4,9 @@ or their curves. Torch-free; the CLI only writes what ``run`` returns (JSON, CSV
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
@@ -15,6 +15,7 @@ from octlm.views import compare, listing, plots
 from octlm.views.details import SCHEMA_VERSION, detail, flat
 
 __all__ = ["SCHEMA_VERSION", "Request", "Shown", "detail", "run"]
+Mode = Literal["list", "plot", "detail", "compare"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Request:
     include_archived: bool = False  # --all
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         """``list`` (no ID), ``plot`` (--plot), ``detail`` (one ID) or ``compare`` (several)."""
         if not self.ids:
             return "list"
@@ -46,9 +47,13 @@ class Request:
 @dataclass(frozen=True)
 class Shown:
     """What ``octlm show`` writes: ``document`` with --json; ``header`` and ``rows`` with --csv
-    (and for the text tables); ``text``, when set, as it is; ``warnings`` on stderr first."""
+    (and for the text tables); ``text``, when set, as it is; ``warnings`` on stderr first.
 
-    mode: str
+    ``document`` is one of the views' typed documents (``listing.Listing``, ``details.Detail``,
+    ``compare.Comparison``, ``plots.PlotData``; ``{}`` for the text of ``--plot``) as the plain mapping the
+    CLI writes and reads by key."""
+
+    mode: Mode
     document: dict[str, Any]
     header: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
@@ -97,28 +102,33 @@ def _list(home: Home, request: Request) -> Shown:
         include_archived=request.include_archived,
     )
     header = listing.header(columns)
-    document = {"schema_version": SCHEMA_VERSION, "home": str(home.root), "experiments": found}
-    return Shown("list", document, header, [[row.get(column) for column in header] for row in found])
+    document: listing.Listing = {"schema_version": SCHEMA_VERSION, "home": str(home.root), "experiments": found}
+    return Shown("list", _plain(document), header, [[row.get(column) for column in header] for row in found])
 
 
 def _detail(home: Home, request: Request) -> Shown:
     item = detail(home, request.ids[0])
-    return Shown("detail", item, ["key", "value"], [[key, value] for key, value in flat(item).items()])
+    return Shown("detail", _plain(item), ["key", "value"], [[key, value] for key, value in flat(item).items()])
 
 
 def _compare(home: Home, request: Request) -> Shown:
     result = compare.compare(home, list(request.ids), request.all_keys)
     rows = [[name, *values] for name, values in compare.table_rows(result)]
-    return Shown("compare", result, ["field", *request.ids], rows)
+    return Shown("compare", _plain(result), ["field", *request.ids], rows)
 
 
 def _plot(home: Home, request: Request) -> Shown:
     if request.as_json:
-        return Shown("plot", plots.plot_data(home, list(request.ids)))
+        return Shown("plot", _plain(plots.plot_data(home, list(request.ids))))
     return Shown("plot", {}, text=plots.plots(home, list(request.ids), width=request.width))
 
 
-VIEWS: dict[str, Callable[[Home, Request], Shown]] = {
+def _plain(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A typed document as the mapping ``Shown`` carries (the same keys in the same order; nothing copied below)."""
+    return dict(document)
+
+
+VIEWS: dict[Mode, Callable[[Home, Request], Shown]] = {
     "list": _list,
     "detail": _detail,
     "compare": _compare,
