@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import sqlite3
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from conftest import cli, json_out
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
-from test_pack import make_home
+from test_pack import FIXTURE, ORIGIN, home_at, make_home
 
 from octlm.store import migrations
 from octlm.store.registry import Registry
@@ -110,6 +111,20 @@ def test_importing_the_same_export_again_changes_no_row(boxes: tuple[Path, Path,
         assert json_out(result)["changed"] is False and json_out(result)["experiments"][0]["id"] == "B-EXP-001"
     assert counts(home) == rows and dump(home) == before
     assert "nothing changed" in cli(home, "registry", "import", str(boxes[2])).stdout
+
+
+def test_export_writes_the_bytes_main_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The home main left (a trained, resumed, noted, tagged and verified experiment, and one imported from box B
+    with its checkpoint remote there) exports to the very bytes main exported it to."""
+    home = home_at(tmp_path / "home")
+    monkeypatch.setattr(socket, "gethostname", lambda: "box-a")  # the box that names its local checkpoints
+    expected = (FIXTURE / "registry.jsonl").read_bytes().replace(ORIGIN.encode(), str(home).encode())
+    result = cli(home, "registry", "export", "-o", str(tmp_path / "now.jsonl"))
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "now.jsonl").read_bytes() == expected
+    assert cli(home, "registry", "export").stdout.encode() == expected
+    types = [json.loads(line)["type"] for line in expected.decode().splitlines()]
+    assert set(types) == TYPES and types.count("experiment") == 2
 
 
 def test_every_experiment_and_run_has_a_uuid_kept_forever(boxes: tuple[Path, Path, Path]) -> None:

@@ -70,6 +70,16 @@ def test_migrations_build_the_schema_on_a_blank_database(tmp_path: Path) -> None
         assert conn.execute("select count(*) from _sqlite_migrations").fetchone()[0] == len(KNOWN_MIGRATIONS)
 
 
+def test_the_migrations_build_the_schema_main_built(tmp_path: Path) -> None:
+    """Every table, index and view as main's migrations built them (tests/fixtures/exchange-v1/make.py)."""
+    path = tmp_path / "registry.db"
+    Registry(path).close()
+    with sqlite3.connect(path) as conn:
+        schema = conn.execute("select type, name, tbl_name, sql from sqlite_master order by type, name").fetchall()
+    fixture = Path(__file__).parent / "fixtures" / "exchange-v1" / "schema.json"
+    assert [list(row) for row in schema] == json.loads(fixture.read_text())
+
+
 def test_registry_from_a_newer_octlm_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "registry.db"
     Registry(path).close()
