@@ -16,6 +16,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 from test_pack import FIXTURE, ORIGIN, home_at, make_home
 
+from octlm.exchange import records
 from octlm.store import migrations
 from octlm.store.registry import Registry
 
@@ -127,6 +128,31 @@ def test_export_writes_the_bytes_main_wrote(tmp_path: Path, monkeypatch: pytest.
     assert set(types) == TYPES and types.count("experiment") == 2
 
 
+@pytest.mark.parametrize(
+    "kind, typed",
+    [
+        ("experiment", records.ExportedExperiment),
+        ("run", records.ExportedRun),
+        ("checkpoint", records.ExportedCheckpoint),
+        ("verification", records.ExportedVerification),
+        ("note", records.ExportedNote),
+        ("run_file", records.ExportedRunFile),
+    ],
+)
+def test_the_record_types_name_the_fields_an_export_writes(kind: str, typed: type) -> None:
+    """Each record's TypedDict: the envelope and the required fields, then the optional ones (derived from its
+    table's columns), in the order an export writes them."""
+    assert tuple(typed.__annotations__) == (*records.ENVELOPE, *records.REQUIRED[kind], *records.OPTIONAL[kind])
+    assert typed.__required_keys__ == {*records.ENVELOPE, *records.REQUIRED[kind]}
+    table = {"experiment": "experiments", "run": "runs", "checkpoint": "checkpoints", "run_file": "metrics"}.get(
+        kind, kind + "s"
+    )
+    named = {"experiment_id": "experiment_uuid", "run_id": "run_uuid", "yaml_path": "yaml"}
+    if kind != "run_file":  # every column goes out, as itself or as what names it, but the row's local id
+        columns = {named.get(c, c) for c in migrations.TABLE_COLUMNS[table] if c != "id" or kind == "experiment"}
+        assert columns == set(typed.__annotations__) - set(records.ENVELOPE)
+
+
 def test_every_experiment_and_run_has_a_uuid_kept_forever(boxes: tuple[Path, Path, Path]) -> None:
     with Registry(boxes[0] / "registry.db", create=False) as registry:
         experiment = registry.experiment("EXP-001")
@@ -139,7 +165,7 @@ def test_every_experiment_and_run_has_a_uuid_kept_forever(boxes: tuple[Path, Pat
 
 def test_the_migration_gives_existing_rows_a_uuid(tmp_path: Path) -> None:
     path, old = tmp_path / "registry.db", Migrations(migrations.SET_NAME)
-    for migration in migrations.migrations._migrations[:5]:  # the schema of m005, as an older octlm left it
+    for migration in migrations.migration_set()._migrations[:5]:  # the schema of m005, as an older octlm left it
         old(name=migration.name)(migration.fn)
     old.apply(Database(path))
     with sqlite3.connect(path) as conn:
