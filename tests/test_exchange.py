@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import sqlite3
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import pytest
 from conftest import cli, json_out
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
-from test_pack import make_home
+from test_pack import FIXTURE, ORIGIN, home_at, make_home
 
+from octlm.exchange import records
 from octlm.store import migrations
 from octlm.store.registry import Registry
 
@@ -112,6 +114,45 @@ def test_importing_the_same_export_again_changes_no_row(boxes: tuple[Path, Path,
     assert "nothing changed" in cli(home, "registry", "import", str(boxes[2])).stdout
 
 
+def test_export_writes_the_bytes_main_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The home main left (a trained, resumed, noted, tagged and verified experiment, and one imported from box B
+    with its checkpoint remote there) exports to the very bytes main exported it to."""
+    home = home_at(tmp_path / "home")
+    monkeypatch.setattr(socket, "gethostname", lambda: "box-a")  # the box that names its local checkpoints
+    expected = (FIXTURE / "registry.jsonl").read_bytes().replace(ORIGIN.encode(), str(home).encode())
+    result = cli(home, "registry", "export", "-o", str(tmp_path / "now.jsonl"))
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "now.jsonl").read_bytes() == expected
+    assert cli(home, "registry", "export").stdout.encode() == expected
+    types = [json.loads(line)["type"] for line in expected.decode().splitlines()]
+    assert set(types) == TYPES and types.count("experiment") == 2
+
+
+@pytest.mark.parametrize(
+    "kind, typed",
+    [
+        ("experiment", records.ExportedExperiment),
+        ("run", records.ExportedRun),
+        ("checkpoint", records.ExportedCheckpoint),
+        ("verification", records.ExportedVerification),
+        ("note", records.ExportedNote),
+        ("run_file", records.ExportedRunFile),
+    ],
+)
+def test_the_record_types_name_the_fields_an_export_writes(kind: str, typed: type) -> None:
+    """Each record's TypedDict: the envelope and the required fields, then the optional ones (derived from its
+    table's columns), in the order an export writes them."""
+    assert tuple(typed.__annotations__) == (*records.ENVELOPE, *records.REQUIRED[kind], *records.OPTIONAL[kind])
+    assert typed.__required_keys__ == {*records.ENVELOPE, *records.REQUIRED[kind]}
+    table = {"experiment": "experiments", "run": "runs", "checkpoint": "checkpoints", "run_file": "metrics"}.get(
+        kind, kind + "s"
+    )
+    named = {"experiment_id": "experiment_uuid", "run_id": "run_uuid", "yaml_path": "yaml"}
+    if kind != "run_file":  # every column goes out, as itself or as what names it, but the row's local id
+        columns = {named.get(c, c) for c in migrations.TABLE_COLUMNS[table] if c != "id" or kind == "experiment"}
+        assert columns == set(typed.__annotations__) - set(records.ENVELOPE)
+
+
 def test_every_experiment_and_run_has_a_uuid_kept_forever(boxes: tuple[Path, Path, Path]) -> None:
     with Registry(boxes[0] / "registry.db", create=False) as registry:
         experiment = registry.experiment("EXP-001")
@@ -124,7 +165,7 @@ def test_every_experiment_and_run_has_a_uuid_kept_forever(boxes: tuple[Path, Pat
 
 def test_the_migration_gives_existing_rows_a_uuid(tmp_path: Path) -> None:
     path, old = tmp_path / "registry.db", Migrations(migrations.SET_NAME)
-    for migration in migrations.migrations._migrations[:5]:  # the schema of m005, as an older octlm left it
+    for migration in migrations.migration_set()._migrations[:5]:  # the schema of m005, as an older octlm left it
         old(name=migration.name)(migration.fn)
     old.apply(Database(path))
     with sqlite3.connect(path) as conn:

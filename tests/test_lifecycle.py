@@ -105,7 +105,7 @@ def test_a_blank_database_gets_every_lifecycle_column_and_the_metrics_table(tmp_
 def test_an_m003_database_migrates_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "registry.db"
     with sqlite3.connect(path) as conn:
-        migrations.migrations.apply(Database(conn), stop_before="m004_lifecycle_metrics")
+        migrations.migration_set().apply(Database(conn), stop_before="m004_lifecycle_metrics")
         conn.execute("insert into experiments (id, description, config_json) values ('EXP-001', 'old', '{}')")
     assert "archived" not in columns(path, "experiments")
     with Registry(path, create=False) as reader:  # read-only: migrated on a copy in memory, the file untouched

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import socket
 import sqlite3
 import tarfile
 from pathlib import Path
@@ -18,6 +19,9 @@ from octlm.train import checkpoint
 
 SHORT = {"training": {"steps": 8}, "checkpoint": {"interval": 4, "keep": 3}}
 STEP = "octlm-pack/checkpoints/step-000004.pt"
+ROOT_MANIFEST = "octlm-pack/manifest.json"
+FIXTURE = Path(__file__).parent / "fixtures" / "exchange-v1"  # made by main at d1ee02a (see its make.py)
+ORIGIN = "/tmp/octlm-fixture/box-a"  # where make.py made the fixture's home, on the box it named box-a
 
 
 def make_home(root: Path, **sections: dict) -> Path:
@@ -38,6 +42,21 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     report = json_out(result)
     assert report["experiment"] == "EXP-001" and report["steps"] == [4] and report["bytes"] == pack.stat().st_size
     return home, pack
+
+
+def home_at(root: Path) -> Path:
+    """The fixture's home as main left it (registry, YAML, run files, checkpoints), copied to ``root``."""
+    kept = FIXTURE / "home"
+    shutil.copytree(kept / "experiments", root / "experiments")
+    shutil.copytree(kept / "run-files", root / "runs")
+    shutil.copytree(kept / "checkpoint-files", root / "checkpoints")
+    shutil.copy(kept / "registry.sqlite", root / "registry.db")
+    return root.resolve()
+
+
+def members(pack: Path) -> dict[str, bytes]:
+    with tarfile.open(pack) as tar:
+        return {info.name: (tar.extractfile(info) or io.BytesIO()).read() for info in tar.getmembers()}
 
 
 def registered(home: Path) -> list[str]:
@@ -185,3 +204,50 @@ def test_bad_files_get_one_line(packed: tuple[Path, Path], tmp_path: Path) -> No
     assert "newer" in refused(home, _rewrite(packed[1], tmp_path / "newer.tar", newer), 3)
     result = cli(home, "pack", "EXP-404", "-o", str(tmp_path / "x.tar"))
     assert result.exit_code in (2, 3) and "Traceback" not in result.stderr
+
+
+def test_a_pack_made_by_main_unpacks_with_every_row(tmp_path: Path) -> None:
+    home, pack = tmp_path / "home", FIXTURE / "EXP-001.tar"
+    result = cli(home, "unpack", str(pack), "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json_out(result)
+    assert (report["experiment"], report["from"], report["changed"], report["checkpoints"]) == (
+        "EXP-001",
+        "EXP-001",
+        True,
+        [8],
+    )
+    assert report["rows"] == {
+        "experiments": 1,
+        "runs": 2,
+        "checkpoints": 1,
+        "verifications": 1,
+        "notes": 1,
+        "metrics": 3,
+    }
+    packed = [json.loads(line) for line in members(pack)["octlm-pack/registry.jsonl"].decode().splitlines()]
+    exported = [json.loads(line) for line in cli(home, "registry", "export").stdout.splitlines()]
+    where = ("remote_host", "remote_path")  # packed: box A's file; here: this home's
+    assert [{k: v for k, v in r.items() if k not in where} for r in exported] == [
+        {k: v for k, v in r.items() if k not in where} for r in packed
+    ]
+    assert (home / "checkpoints" / "EXP-001" / "step-000008.pt").read_bytes() == members(pack)[
+        "octlm-pack/checkpoints/step-000008.pt"
+    ]
+    assert json_out(cli(home, "unpack", str(pack), "--json"))["changed"] is False
+
+
+def test_packing_main_s_home_writes_main_s_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = home_at(tmp_path / "home")
+    monkeypatch.setattr(socket, "gethostname", lambda: "box-a")
+    assert cli(home, "pack", "EXP-001", "-o", str(tmp_path / "EXP-001.tar")).exit_code == 0
+    now, then = members(tmp_path / "EXP-001.tar"), members(FIXTURE / "EXP-001.tar")
+    records = "octlm-pack/registry.jsonl"  # names the home it was packed in: main's, and this one
+    assert now[records] == then[records].replace(ORIGIN.encode(), str(home).encode())
+    manifest = [json.loads(m[ROOT_MANIFEST]) for m in (now, then)]
+    for entry in manifest:
+        del entry["files"]["registry.jsonl"]
+    assert manifest[0] == manifest[1]
+    assert {k: v for k, v in now.items() if k not in (records, ROOT_MANIFEST)} == {
+        k: v for k, v in then.items() if k not in (records, ROOT_MANIFEST)
+    }

@@ -76,7 +76,7 @@ def test_a_fresh_registry_has_the_rank_columns(tmp_path: Path) -> None:
 def test_an_m004_registry_migrates_with_one_rank_on_its_old_runs(tmp_path: Path) -> None:
     path = tmp_path / "registry.db"
     with sqlite3.connect(path) as conn:
-        migrations.migrations.apply(Database(conn), stop_before="m005_ranks")
+        migrations.migration_set().apply(Database(conn), stop_before="m005_ranks")
         conn.execute("insert into experiments (id, description, config_json) values ('EXP-001', 'old', '{}')")
         conn.execute(
             "insert into runs (experiment_id, kind, status, start_step, end_step) "
@@ -178,7 +178,7 @@ def test_show_reads_an_m004_registry_as_one_rank(tmp_path: Path) -> None:
     write_experiment(home)
     path = home / "registry.db"
     with sqlite3.connect(path) as conn:
-        migrations.migrations.apply(Database(conn), stop_before="m005_ranks")
+        migrations.migration_set().apply(Database(conn), stop_before="m005_ranks")
         conn.execute("insert into experiments (id, description, config_json) values ('EXP-001', 'old', '{}')")
         conn.execute(
             "insert into runs (experiment_id, kind, status, start_step, end_step, threads) "

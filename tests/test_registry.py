@@ -11,6 +11,7 @@ import pytest
 from conftest import octlm
 
 from octlm.core.errors import Refused
+from octlm.core.records import RUN_RECORD_FIELDS
 from octlm.store import migrations
 from octlm.store import registry as registry_module
 from octlm.store.registry import KNOWN_MIGRATIONS, Registry
@@ -68,6 +69,16 @@ def test_migrations_build_the_schema_on_a_blank_database(tmp_path: Path) -> None
     Registry(path).close()  # reopening applies nothing twice
     with sqlite3.connect(path) as conn:
         assert conn.execute("select count(*) from _sqlite_migrations").fetchone()[0] == len(KNOWN_MIGRATIONS)
+
+
+def test_the_migrations_build_the_schema_main_built(tmp_path: Path) -> None:
+    """Every table, index and view as main's migrations built them (tests/fixtures/exchange-v1/make.py)."""
+    path = tmp_path / "registry.db"
+    Registry(path).close()
+    with sqlite3.connect(path) as conn:
+        schema = conn.execute("select type, name, tbl_name, sql from sqlite_master order by type, name").fetchall()
+    fixture = Path(__file__).parent / "fixtures" / "exchange-v1" / "schema.json"
+    assert [list(row) for row in schema] == json.loads(fixture.read_text())
 
 
 def test_registry_from_a_newer_octlm_is_refused(tmp_path: Path) -> None:
@@ -135,15 +146,52 @@ def filled(path: Path) -> Registry:
     return registry
 
 
+def ordered_columns(path: Path, table: str) -> tuple[str, ...]:
+    with sqlite3.connect(path) as conn:
+        return tuple(row[1] for row in conn.execute(f"pragma table_info({table})"))
+
+
 def test_column_tuples_mirror_the_schema(tmp_path: Path) -> None:
+    """The columns are derived from the migrations (what they create and add): they must be what a migrated
+    database has, in its order; the rows' TypedDicts name the same; and writes refuse anything else."""
     path = tmp_path / "registry.db"
-    Registry(path).close()
-    assert set(registry_module.EXPERIMENT_COLUMNS) == columns(path, "experiments") - {"id"}
-    assert set(registry_module.RUN_COLUMNS) == columns(path, "runs") - {"id"}
-    assert set(registry_module.CHECKPOINT_COLUMNS) == columns(path, "checkpoints") - {"id"}
-    assert set(registry_module.VERIFICATION_COLUMNS) == columns(path, "verifications") - {"id"}
-    assert set(registry_module.NOTE_COLUMNS) == columns(path, "notes") - {"id"}
-    assert set(registry_module.METRIC_COLUMNS) == columns(path, "metrics") - {"id"}
+    with filled(path) as registry:
+        with pytest.raises(ValueError, match="checkpoints: unknown column 'kind'"):  # another table's column
+            registry.add_checkpoint(experiment_id="EXP-001", step=8, path="c/8", kind="train")
+        with pytest.raises(ValueError, match="runs: unknown column 'id'"):  # the database's own
+            registry.update_run(1, id=5)
+    with sqlite3.connect(path) as conn:
+        sql = "select name from sqlite_master where type = 'table' and name != '_sqlite_migrations'"
+        tables = {name for (name,) in conn.execute(sql)}
+    assert set(migrations.TABLE_COLUMNS) == tables == set(registry_module.EXPERIMENT_TABLES)
+    for table, writable, row in (
+        ("experiments", registry_module.EXPERIMENT_COLUMNS, registry_module.ExperimentRow),
+        ("runs", registry_module.RUN_COLUMNS, registry_module.RunRow),
+        ("checkpoints", registry_module.CHECKPOINT_COLUMNS, registry_module.CheckpointRow),
+        ("verifications", registry_module.VERIFICATION_COLUMNS, registry_module.VerificationRow),
+        ("notes", registry_module.NOTE_COLUMNS, registry_module.NoteRow),
+        ("metrics", registry_module.METRIC_COLUMNS, registry_module.MetricRow),
+    ):
+        assert migrations.TABLE_COLUMNS[table] == ordered_columns(path, table) == tuple(row.__annotations__), table
+        assert ("id", *writable) == ordered_columns(path, table)
+    assert registry_module.METRIC_FIELDS == RUN_RECORD_FIELDS  # a new run-file field needs a migration adding it
+    assert list(migrations.ADDED) == [name for name in migrations.NAMES if name in migrations.ADDED]
+    assert all(column in migrations.TABLE_COLUMNS[table] for table, column in registry_module.JSON_CELLS)
+    assert registry_module.JSON_COLUMNS == {column for _, column in registry_module.JSON_CELLS}
+
+
+def test_commands_that_find_the_registry_migrated_never_load_sqlite_utils(tmp_path: Path) -> None:
+    """The columns come from the migrations without sqlite-utils (it costs a new or show some 0.15 s)."""
+    path = tmp_path / "registry.db"
+    filled(path).close()
+    code = (
+        "import sys; from pathlib import Path; from octlm.store.registry import Registry; "
+        "from octlm.exchange import importing, packing, reading, records; "
+        f"r = Registry(Path({str(path)!r})); r.add_experiment('EXP-002', description='x'); r.close(); "
+        "print('sqlite_utils' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def id_sort_key(experiment_id: str) -> tuple[str, int, str]:
     return (prefix, number, experiment_id)
 
 
-def find_home(explicit: str | os.PathLike | None = None, start: Path | None = None) -> Path:
+def find_home(explicit: str | os.PathLike[str] | None = None, start: Path | None = None) -> Path:
     """``--home`` or ``OCTLM_HOME``; else the nearest folder at or above ``start`` that has
     ``experiments/`` or ``registry.db`` and may be adopted; else ``start`` itself.
 
@@ -120,7 +120,7 @@ class Home:
     root: Path
 
     @classmethod
-    def locate(cls, explicit: str | os.PathLike | None = None) -> Home:
+    def locate(cls, explicit: str | os.PathLike[str] | None = None) -> Home:
         return cls(find_home(explicit))
 
     experiments = _Under("experiments")

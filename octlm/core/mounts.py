@@ -74,7 +74,7 @@ def parse(text: str) -> list[tuple[str, str]]:
     return table
 
 
-def read_table(source: str | os.PathLike | None = None) -> str | None:
+def read_table(source: str | os.PathLike[str] | None = None) -> str | None:
     """The mount table's text: from ``source``, else ``$OCTLM_MOUNTINFO``, else ``/proc/self/mountinfo``;
     None when it cannot be read."""
     path = Path(source if source is not None else os.environ.get(MOUNTINFO_VARIABLE) or MOUNTINFO)
@@ -85,7 +85,7 @@ def read_table(source: str | os.PathLike | None = None) -> str | None:
         return None
 
 
-def filesystem_of(path: str | os.PathLike, table: str | None = None) -> str | None:
+def filesystem_of(path: str | os.PathLike[str], table: str | None = None) -> str | None:
     """The filesystem type of the mount that holds ``path`` (resolved; it need not exist yet): the entry with
     the longest mount point that contains it, the later one of equals (mounted on top). ``table`` is the
     mountinfo text (default: ``read_table()``); None when there is no table or no entry holds the path."""
@@ -107,7 +107,7 @@ def is_network(fstype: str | None) -> bool:
     return fstype is not None and fstype.lower() in NETWORK_FILESYSTEMS
 
 
-def refuse_network_home(root: str | os.PathLike, table: str | None = None) -> None:
+def refuse_network_home(root: str | os.PathLike[str], table: str | None = None) -> None:
     """Refused (exit 3, one line) when the home at ``root`` lies on a network filesystem, unless
     ``OCTLM_ALLOW_NETWORK_FS=1``. Called before the registry is opened or a lock is taken."""
     if os.environ.get(ALLOW_VARIABLE, "").strip() == "1":

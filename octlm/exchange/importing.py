@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,18 @@ from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.home import Home, validate_id, validate_prefix
+from octlm.exchange import reading
 from octlm.exchange import records as exchange
-from octlm.exchange.records import TRACKS
+from octlm.exchange.records import (
+    TRACKS,
+    ExportedCheckpoint,
+    ExportedExperiment,
+    ExportedNote,
+    ExportedRun,
+    ExportedRunFile,
+    ExportedVerification,
+    Record,
+)
 from octlm.store import runfile
 from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry, Merge
@@ -35,7 +45,7 @@ from octlm.store.merge import ExchangeRegistry, Merge
 
 def import_file(home: Home, path: Path, prefix: str | None = None) -> dict[str, Any]:
     """``octlm registry import``: merge the export at ``path`` into ``home``'s registry (see the module)."""
-    found = exchange.read(path)
+    found = reading.read(path)
     if prefix is not None:
         validate_prefix(prefix, "--prefix")
     hint = "import it under other IDs with --prefix (--prefix B- imports EXP-001 as B-EXP-001)"
@@ -66,10 +76,46 @@ class Plan:
         return bool(self.files) or not self.merge.empty()
 
 
+@dataclass
+class ByType:
+    """An export's records by type, each in the file's order."""
+
+    experiments: list[ExportedExperiment] = field(default_factory=list)
+    runs: list[ExportedRun] = field(default_factory=list)
+    checkpoints: list[ExportedCheckpoint] = field(default_factory=list)
+    verifications: list[ExportedVerification] = field(default_factory=list)
+    notes: list[ExportedNote] = field(default_factory=list)
+    run_files: list[ExportedRunFile] = field(default_factory=list)
+
+
+def by_type(found: list[Record]) -> ByType:
+    """``found`` sorted by type (each record checked, so its ``type`` says which TypedDict it is)."""
+    out = ByType()
+    for item in found:
+        if item["type"] == "experiment":
+            out.experiments.append(item)
+        elif item["type"] == "run":
+            out.runs.append(item)
+        elif item["type"] == "checkpoint":
+            out.checkpoints.append(item)
+        elif item["type"] == "verification":
+            out.verifications.append(item)
+        elif item["type"] == "note":
+            out.notes.append(item)
+        else:
+            out.run_files.append(item)
+    return out
+
+
+def owner(item: Record) -> str | None:
+    """The UUID of the experiment a child record names (None for an experiment's own record)."""
+    return None if item["type"] == "experiment" else item["experiment_uuid"]
+
+
 def plan(
     home: Home,
     registry: ExchangeRegistry,
-    found: list[dict[str, Any]],
+    found: list[Record],
     rename: Callable[[str], str],
     *,
     hint: str,
@@ -79,27 +125,20 @@ def plan(
     """What merging ``found`` writes. ``rename``: an imported experiment's ID here; ``hint``: the way out of a
     taken ID; ``local``: checkpoint files come along (``unpack``) rather than staying remote; ``strict``: an
     experiment already here under another ID than ``rename`` gives is refused rather than merged into it."""
-    result = Plan()
-    by_type: dict[str, list[dict[str, Any]]] = {
-        kind: [] for kind in ("experiment", "run", "checkpoint", "verification", "note", "run_file")
-    }
-    for item in found:
-        by_type[item["type"]].append(item)
+    result, kinds = Plan(), by_type(found)
     known = registry.by_uuid("experiments")
-    for item in by_type["experiment"]:
-        _experiment(home, registry, result, item, known, rename, hint, strict)
+    for experiment in kinds.experiments:
+        _experiment(home, registry, result, experiment, known, rename, hint, strict)
     for item in found:
-        if item["type"] != "experiment" and item["experiment_uuid"] not in result.targets:
-            if item["experiment_uuid"] not in known:
-                raise BadInput(
-                    f"a {item['type']} record names experiment {item['experiment_uuid']}, "
-                    "which is neither in the file nor here"
-                )
-            result.targets[item["experiment_uuid"]] = known[item["experiment_uuid"]]
-    _children(registry, result, by_type)
-    _checkpoints(registry, result, by_type["checkpoint"], local)
-    for item in by_type["run_file"]:
-        _run_file(home, result, item)
+        key = owner(item)
+        if key is not None and key not in result.targets:
+            if key not in known:
+                raise BadInput(f"a {item['type']} record names experiment {key}, which is neither in the file nor here")
+            result.targets[key] = known[key]
+    _children(registry, result, kinds)
+    _checkpoints(registry, result, kinds.checkpoints, local)
+    for run_file in kinds.run_files:
+        _run_file(home, result, run_file)
     return result
 
 
@@ -107,7 +146,7 @@ def _experiment(
     home: Home,
     registry: ExchangeRegistry,
     result: Plan,
-    item: dict[str, Any],
+    item: ExportedExperiment,
     known: dict[str, Any],
     rename: Callable[[str], str],
     hint: str,
@@ -159,7 +198,7 @@ def _taken(home: Home, registry: ExchangeRegistry, experiment_id: str) -> bool:
     return registry.experiment(experiment_id) is not None or any(path.exists() for path in paths)
 
 
-def _yaml(item: dict[str, Any], target: str) -> str:
+def _yaml(item: ExportedExperiment, target: str) -> str:
     """The experiment's YAML as exported, with its ``id`` set to ``target`` when renamed; checked to load."""
     text, origin = item["yaml"], f"{item['id']}.yaml (imported)"
     raw = cfg.parse_yaml(text, origin)
@@ -167,27 +206,30 @@ def _yaml(item: dict[str, Any], target: str) -> str:
         raise BadInput(f"{origin}: not a config (a mapping of sections)")
     if raw.get("id") != target:
         raw["id"] = target
-        text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
+        dumped: str = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
+        text = dumped
     cfg.from_dict(cfg.resolve_preset(raw, origin), origin)
     return text
 
 
-def _children(registry: ExchangeRegistry, result: Plan, by_type: dict[str, list[dict[str, Any]]]) -> None:
+def _children(registry: ExchangeRegistry, result: Plan, kinds: ByType) -> None:
     """Runs, verdicts and notes not here yet (by UUID), each under its experiment's ID here."""
-    for kind, table, out in (
-        ("run", "runs", result.merge.runs),
-        ("verification", "verifications", result.merge.verifications),
-        ("note", "notes", result.merge.notes),
-    ):
+    children: tuple[tuple[str, Sequence[ExportedRun | ExportedVerification | ExportedNote], list[dict[str, Any]]], ...]
+    children = (
+        ("runs", kinds.runs, result.merge.runs),
+        ("verifications", kinds.verifications, result.merge.verifications),
+        ("notes", kinds.notes, result.merge.notes),
+    )
+    for table, items, out in children:
         here = registry.by_uuid(table)
-        for item in by_type[kind]:
+        for item in items:
             if item["uuid"] not in here:
                 fields = {k: v for k, v in item.items() if k not in ("schema_version", "type", "experiment_uuid")}
                 out.append({**fields, "experiment_id": result.targets[item["experiment_uuid"]]})
                 here[item["uuid"]] = None
 
 
-def _checkpoints(registry: ExchangeRegistry, result: Plan, items: list[dict[str, Any]], local: bool) -> None:
+def _checkpoints(registry: ExchangeRegistry, result: Plan, items: list[ExportedCheckpoint], local: bool) -> None:
     """Checkpoints not here yet (the same experiment, step and sha256): as remote rows (the file stays on its
     box), or with ``local`` at ``checkpoints/<ID>/step-NNNNNN.pt``, where ``unpack`` puts the file."""
     here: dict[str, set[tuple[int, str]]] = {}
@@ -210,7 +252,7 @@ def _checkpoints(registry: ExchangeRegistry, result: Plan, items: list[dict[str,
         result.merge.checkpoints.append({**fields, "experiment_id": target})
 
 
-def _run_file(home: Home, result: Plan, item: dict[str, Any]) -> None:
+def _run_file(home: Home, result: Plan, item: ExportedRunFile) -> None:
     """A track's run file: written when there is none here, replaced when the imported one extends this one."""
     target = result.targets[item["experiment_uuid"]]
     path = home.run_file(target, TRACKS[item["track"]])

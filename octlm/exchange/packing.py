@@ -27,8 +27,9 @@ from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import atomic_writer, check_regular, create_exclusive, file_sha256, open_regular
 from octlm.core.home import Home, validate_id
-from octlm.exchange import importing
+from octlm.exchange import importing, reading
 from octlm.exchange import records as exchange
+from octlm.exchange.records import ExportedExperiment, Record
 from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry
 
@@ -42,7 +43,9 @@ Source = Path | bytes
 # ---------------------------------------------------------------- pack
 
 
-def pack(home: Home, experiment_id: str, output: Path, *, step: int | None = None, every: bool = False) -> dict:
+def pack(
+    home: Home, experiment_id: str, output: Path, *, step: int | None = None, every: bool = False
+) -> dict[str, Any]:
     """Write the pack of ``experiment_id`` to ``output`` (atomically), under the experiment's lock."""
     if not output.parent.is_dir():
         raise BadInput(f"-o {output}: there is no folder {output.parent}")
@@ -106,7 +109,9 @@ def _matches_sidecar(path: Path, digest: str) -> bool:
     return layout.read_sidecar(path) == digest
 
 
-def _records(home: Home, experiment_id: str, chosen: list[tuple[int, Path]], digests: dict) -> bytes:
+def _records(
+    home: Home, experiment_id: str, chosen: list[tuple[int, Path]], digests: dict[str, tuple[str, int]]
+) -> bytes:
     """The experiment's records with only the packed checkpoints (a file without a row gets a plain record)."""
     paths = {str(path.relative_to(home.root)) for _, path in chosen}
     with ExchangeRegistry(home.registry, create=False) as registry:
@@ -114,7 +119,7 @@ def _records(home: Home, experiment_id: str, chosen: list[tuple[int, Path]], dig
             raise Refused(f"{experiment_id} is not in the registry: run `octlm doctor --repair` first")
         found = exchange.records(home, registry, [experiment_id], keep=lambda row: row["path"] in paths)
     have = {item["step"] for item in found if item["type"] == "checkpoint"}
-    key = found[0]["uuid"]
+    key = next(item["uuid"] for item in found if item["type"] == "experiment")  # the first record
     for number, path in chosen:
         if number not in have:
             digest, size = digests[f"checkpoints/{path.name}"]
@@ -192,7 +197,7 @@ def _open(path: Path) -> tarfile.TarFile:
         raise BadInput(f"{path}: cannot be read: {error.strerror or error}") from None
 
 
-def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], dict, list[dict[str, Any]]]:
+def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], dict[str, Any], list[Record]]:
     """The members (checked), the manifest and the records, each checked against the others."""
     members = _members(tar, path)
     for name in (MANIFEST, RECORDS):
@@ -203,13 +208,15 @@ def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarI
         raise Refused(f"{path}: its members and its manifest disagree (truncated or altered): nothing was written")
     data = _read(tar, members[RECORDS], path)
     _verify(RECORDS, hashlib.sha256(data).hexdigest(), len(data), manifest, path)
-    found = exchange.parse(data, f"{path}: {RECORDS}")
-    experiments = [item for item in found if item["type"] == "experiment"]
+    found = reading.parse(data, f"{path}: {RECORDS}")
+    experiments: list[ExportedExperiment] = [item for item in found if item["type"] == "experiment"]
     if len(experiments) != 1 or experiments[0]["id"] != manifest["experiment"]:
         raise BadInput(f"{path}: {RECORDS} must hold exactly the one experiment {manifest['experiment']}")
     for item in found:
-        entry = manifest["files"].get(f"checkpoints/{layout.checkpoint_name(item.get('step', -1))}")
-        if item["type"] == "checkpoint" and (entry is None or entry["sha256"] != item["sha256"]):
+        if item["type"] != "checkpoint":
+            continue
+        entry = manifest["files"].get(f"checkpoints/{layout.checkpoint_name(item['step'])}")
+        if entry is None or entry["sha256"] != item["sha256"]:
             raise Refused(
                 f"{path}: the checkpoint of step {item['step']} is listed without its file or with another "
                 "checksum: nothing was written"

@@ -4,91 +4,37 @@ per experiment, run, checkpoint, verdict, note and run file, each with ``schema_
 An experiment's record carries its YAML text and a run file's record its records (with their ``metrics`` rows),
 so an imported experiment works in ``show``, compare and plots. Children name their experiment and run by UUID.
 A checkpoint record names the box and absolute path of its file (``remote_host``, ``remote_path``): an import
-registers it there, as remote. Reading checks every record (types, UUIDs, IDs, known fields) before anything is
-written, and refuses a schema version newer than this octlm's.
+registers it there, as remote. Reading them back (every record checked before anything is written) is
+``reading.py``'s.
+
+Each record's fields: the ones it must have are spelled here (``REQUIRED``); the rest (``OPTIONAL``) are its
+table's columns as the registry's migrations make them, less what an export leaves out or names otherwise
+(``LEFT_OUT``, and a run's ``run_id`` becomes ``run_uuid``), in the order exports have always written them. The
+TypedDicts ``ExportedExperiment`` ... ``ExportedRunFile`` type the records (a test holds them to those lists).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: the TypedDicts' NotRequired must be seen at runtime too.
 import json
-import re
 import socket
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.home import Home, validate_id
 from octlm.store import runfile
-from octlm.store.base import JSON_COLUMNS, METRIC_FIELDS
+from octlm.store.base import METRIC_FIELDS
 from octlm.store.merge import ExchangeRegistry
+from octlm.store.migrations import TABLE_COLUMNS, CheckpointRow
 
 SCHEMA_VERSION = 1
-MAX_BYTES = 4 << 30
 TRACKS = {"train": "", "overfit": "-overfit"}  # a track's run file: runs/<ID><suffix>.jsonl
-SHA256 = re.compile(r"[0-9a-f]{64}")
-SCALAR = (str, int, float, bool, type(None))
+ENVELOPE = ("schema_version", "type")
+Scalar = str | int | float | bool | None  # an optional field's value (any JSON in a JSON column's)
+Json = Any
 
-# {type: {field: required type, or None for any scalar (a JSON value in a JSON column)}}; uuid fields are UUIDs.
-_EXPERIMENT = (
-    "description",
-    "preset",
-    "created",
-    "updated",
-    "config_json",
-    "config_hash",
-    "archived",
-    "tags",
-    "former_ids",
-)
-_RUN = (
-    "kind",
-    "status",
-    "start_step",
-    "end_step",
-    "target_step",
-    "started",
-    "ended",
-    "updated",
-    "host",
-    "pid",
-    "argv",
-    "octlm_version",
-    "python_version",
-    "torch_version",
-    "device",
-    "dtype",
-    "threads",
-    "git_commit",
-    "git_dirty",
-    "config_hash",
-    "data_hash",
-    "tokenizer_hash",
-    "resumed_from",
-    "latest_metrics",
-    "final_metrics",
-    "error",
-    "pid_start",
-    "world_size",
-    "nnodes",
-    "backend",
-    "resharded_from",
-)
-_CHECKPOINT = (
-    "run_uuid",
-    "size",
-    "tokens",
-    "created",
-    "config_hash",
-    "data_hash",
-    "tokenizer_hash",
-    "metrics",
-    "path",
-    "remote_host",
-    "remote_path",
-)
+# {type: {field: required type}}; uuid fields are UUIDs.
 REQUIRED: dict[str, dict[str, type]] = {
     "experiment": {"uuid": str, "id": str, "yaml": str},
     "run": {"uuid": str, "experiment_uuid": str},
@@ -97,19 +43,140 @@ REQUIRED: dict[str, dict[str, type]] = {
     "note": {"uuid": str, "experiment_uuid": str, "text": str},
     "run_file": {"experiment_uuid": str, "track": str, "records": list, "metrics": list},
 }
+# A row's local ``id``, its experiment's and run's (a record names them by UUID) and where its YAML was.
+LEFT_OUT = ("id", "experiment_id", "run_id", "yaml_path")
+WHERE = ("path", "remote_host", "remote_path")  # a checkpoint record names its file last
+
+
+def _optional(kind: str, table: str, last: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The optional fields of a ``kind`` record: ``run_uuid`` when ``table`` names a run, then the table's
+    columns but those left out, required or ``last``, then ``last``."""
+    columns = TABLE_COLUMNS[table]
+    rest = tuple(column for column in columns if column not in (*LEFT_OUT, *REQUIRED[kind], *last))
+    return ("run_uuid",) * ("run_id" in columns) + rest + last
+
+
 OPTIONAL: dict[str, tuple[str, ...]] = {
-    "experiment": _EXPERIMENT,
-    "run": _RUN,
-    "checkpoint": _CHECKPOINT,
-    "verification": ("run_uuid", "created", "details"),
-    "note": ("created",),
+    "experiment": _optional("experiment", "experiments"),
+    "run": _optional("run", "runs"),
+    "checkpoint": _optional("checkpoint", "checkpoints", last=WHERE),
+    "verification": _optional("verification", "verifications"),
+    "note": _optional("note", "notes"),
     "run_file": (),
 }
-ENVELOPE = ("schema_version", "type")
+METRIC_ENTRY = (*METRIC_FIELDS, "run_uuid")  # a run file record's ``metrics`` row
 
 
-def record(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "type": kind, **fields}
+class _Envelope(TypedDict):
+    schema_version: int
+
+
+class ExportedExperiment(_Envelope):
+    type: Literal["experiment"]
+    uuid: str
+    id: str
+    yaml: str
+    description: NotRequired[Scalar]
+    preset: NotRequired[Scalar]
+    created: NotRequired[Scalar]
+    updated: NotRequired[Scalar]
+    config_json: NotRequired[Json]
+    config_hash: NotRequired[Scalar]
+    archived: NotRequired[Scalar]
+    tags: NotRequired[Json]
+    former_ids: NotRequired[Json]
+
+
+class ExportedRun(_Envelope):
+    type: Literal["run"]
+    uuid: str
+    experiment_uuid: str
+    kind: NotRequired[Scalar]
+    status: NotRequired[Scalar]
+    start_step: NotRequired[Scalar]
+    end_step: NotRequired[Scalar]
+    target_step: NotRequired[Scalar]
+    started: NotRequired[Scalar]
+    ended: NotRequired[Scalar]
+    updated: NotRequired[Scalar]
+    host: NotRequired[Scalar]
+    pid: NotRequired[Scalar]
+    argv: NotRequired[Json]
+    octlm_version: NotRequired[Scalar]
+    python_version: NotRequired[Scalar]
+    torch_version: NotRequired[Scalar]
+    device: NotRequired[Scalar]
+    dtype: NotRequired[Scalar]
+    threads: NotRequired[Scalar]
+    git_commit: NotRequired[Scalar]
+    git_dirty: NotRequired[Scalar]
+    config_hash: NotRequired[Scalar]
+    data_hash: NotRequired[Scalar]
+    tokenizer_hash: NotRequired[Scalar]
+    resumed_from: NotRequired[Scalar]
+    latest_metrics: NotRequired[Json]
+    final_metrics: NotRequired[Json]
+    error: NotRequired[Scalar]
+    pid_start: NotRequired[Scalar]
+    world_size: NotRequired[Scalar]
+    nnodes: NotRequired[Scalar]
+    backend: NotRequired[Scalar]
+    resharded_from: NotRequired[Scalar]
+
+
+class ExportedCheckpoint(_Envelope):
+    type: Literal["checkpoint"]
+    experiment_uuid: str
+    step: int
+    sha256: str
+    run_uuid: NotRequired[Scalar]
+    size: NotRequired[Scalar]
+    tokens: NotRequired[Scalar]
+    created: NotRequired[Scalar]
+    config_hash: NotRequired[Scalar]
+    data_hash: NotRequired[Scalar]
+    tokenizer_hash: NotRequired[Scalar]
+    metrics: NotRequired[Json]
+    path: NotRequired[Scalar]
+    remote_host: NotRequired[Scalar]
+    remote_path: NotRequired[Scalar]
+
+
+class ExportedVerification(_Envelope):
+    type: Literal["verification"]
+    uuid: str
+    experiment_uuid: str
+    kind: str
+    verdict: str
+    run_uuid: NotRequired[Scalar]
+    created: NotRequired[Scalar]
+    details: NotRequired[Json]
+
+
+class ExportedNote(_Envelope):
+    type: Literal["note"]
+    uuid: str
+    experiment_uuid: str
+    text: str
+    created: NotRequired[Scalar]
+
+
+class ExportedRunFile(_Envelope):
+    type: Literal["run_file"]
+    experiment_uuid: str
+    track: str
+    records: list[dict[str, Any]]  # the run file's records, as it holds them
+    metrics: list[dict[str, Scalar]]  # its rows of the metrics table (METRIC_ENTRY)
+
+
+Record = ExportedExperiment | ExportedRun | ExportedCheckpoint | ExportedVerification | ExportedNote | ExportedRunFile
+Keep = Callable[[CheckpointRow], bool]
+
+
+def record(kind: str, fields: Mapping[str, object]) -> Record:
+    """A record of type ``kind``: the envelope, then ``fields`` in their order (``check`` is what vouches for
+    the type of a record read back)."""
+    return cast(Record, {"schema_version": SCHEMA_VERSION, "type": kind, **fields})
 
 
 # ---------------------------------------------------------------- export
@@ -142,59 +209,58 @@ def export(home: Home, ids: list[str], output: Path | None) -> tuple[dict[str, A
     return summary, text
 
 
-def records(
-    home: Home, registry: ExchangeRegistry, ids: Iterable[str], keep: Callable[[dict[str, Any]], bool] | None = None
-) -> list[dict[str, Any]]:
+def records(home: Home, registry: ExchangeRegistry, ids: Iterable[str], keep: Keep | None = None) -> list[Record]:
     """The records of experiments ``ids``; ``keep`` chooses their checkpoint rows (default: all, as remote)."""
-    out: list[dict[str, Any]] = []
+    out: list[Record] = []
     for experiment_id in ids:
         out += _experiment_records(home, registry, experiment_id, keep or (lambda row: True))
     return out
 
 
-def _experiment_records(
-    home: Home, registry: ExchangeRegistry, experiment_id: str, keep: Callable[[dict[str, Any]], bool]
-) -> list[dict[str, Any]]:
-    row = registry.experiment(experiment_id) or {}
+def _experiment_records(home: Home, registry: ExchangeRegistry, experiment_id: str, keep: Keep) -> list[Record]:
+    row = registry.experiment_row(experiment_id)
+    if row is None:
+        raise Refused(f"{experiment_id} left the registry while it was exported; nothing exported")
     key = row["uuid"]
     try:
         text = read_regular(home.config_path(experiment_id), max_bytes=1 << 20, follow=False).decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise Refused(f"{experiment_id}: its YAML cannot be read ({error}); nothing exported") from None
-    out = [record("experiment", {"uuid": key, "id": experiment_id, "yaml": text, **_pick(row, _EXPERIMENT)})]
+    out = [record("experiment", {"uuid": key, "id": experiment_id, "yaml": text, **_pick(row, OPTIONAL["experiment"])})]
     runs = registry.raw_rows("runs", experiment_id)
-    run_uuid = {run["id"]: run["uuid"] for run in runs}
-    out += [record("run", {"uuid": run["uuid"], "experiment_uuid": key, **_pick(run, _RUN)}) for run in runs]
-    host = socket.gethostname()
+    run_uuid: dict[int | None, str] = {run["id"]: run["uuid"] for run in runs}
+    out += [record("run", {"uuid": run["uuid"], "experiment_uuid": key, **_pick(run, OPTIONAL["run"])}) for run in runs]
+    out += _checkpoint_records(home, registry, experiment_id, key, run_uuid, keep)
+    for verdict in registry.raw_rows("verifications", experiment_id):
+        head = {"uuid": verdict["uuid"], "experiment_uuid": key, "kind": verdict["kind"], "verdict": verdict["verdict"]}
+        fields = {**_pick(verdict, OPTIONAL["verification"]), "run_uuid": run_uuid.get(verdict["run_id"])}
+        out.append(record("verification", {**head, **fields}))
+    for note in registry.raw_rows("notes", experiment_id):
+        fields = _pick(note, OPTIONAL["note"])
+        out.append(record("note", {"uuid": note["uuid"], "experiment_uuid": key, "text": note["text"], **fields}))
+    return out + _run_files(home, registry, experiment_id, key, run_uuid)
+
+
+def _checkpoint_records(
+    home: Home, registry: ExchangeRegistry, experiment_id: str, key: str, run_uuid: dict[int | None, str], keep: Keep
+) -> list[Record]:
+    """The checkpoint rows ``keep`` chooses, each naming the box and absolute path of its file."""
+    out, host = [], socket.gethostname()
     for row in filter(keep, registry.raw_rows("checkpoints", experiment_id)):
         where = {
             "remote_host": row["remote_host"] or host,
             "remote_path": row["remote_path"] or str(home.root / row["path"]),
         }
-        fields = {**_pick(row, _CHECKPOINT), **where, "run_uuid": run_uuid.get(row["run_id"])}
+        fields = {**_pick(row, OPTIONAL["checkpoint"]), **where, "run_uuid": run_uuid.get(row["run_id"])}
         out.append(
             record("checkpoint", {"experiment_uuid": key, "step": row["step"], "sha256": row["sha256"], **fields})
         )
-    for row in registry.raw_rows("verifications", experiment_id):
-        fields = {"run_uuid": run_uuid.get(row["run_id"]), "created": row["created"], "details": row["details"]}
-        out.append(
-            record(
-                "verification",
-                {"uuid": row["uuid"], "experiment_uuid": key, "kind": row["kind"], "verdict": row["verdict"], **fields},
-            )
-        )
-    for row in registry.raw_rows("notes", experiment_id):
-        out.append(
-            record(
-                "note", {"uuid": row["uuid"], "experiment_uuid": key, "text": row["text"], "created": row["created"]}
-            )
-        )
-    return out + _run_files(home, registry, experiment_id, key, run_uuid)
+    return out
 
 
 def _run_files(
-    home: Home, registry: ExchangeRegistry, experiment_id: str, key: str, run_uuid: dict[int, str]
-) -> list[dict[str, Any]]:
+    home: Home, registry: ExchangeRegistry, experiment_id: str, key: str, run_uuid: dict[int | None, str]
+) -> list[Record]:
     out = []
     rows = registry.raw_rows("metrics", experiment_id)
     for track, suffix in TRACKS.items():
@@ -211,89 +277,6 @@ def _run_files(
     return out
 
 
-def _pick(row: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+def _pick(row: Mapping[str, object], keys: Iterable[str]) -> dict[str, object]:
+    """``row``'s values of ``keys``, in their order (None for one it lacks: its place is kept for a later value)."""
     return {key: row.get(key) for key in keys}
-
-
-# ---------------------------------------------------------------- reading
-
-
-def read(path: Path) -> list[dict[str, Any]]:
-    """The checked records of an export file; one line for a missing, unreadable or malformed one."""
-    try:
-        data = read_regular(path, max_bytes=MAX_BYTES)
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except OSError as error:
-        raise BadInput(f"{path}: cannot be read: {error.strerror or error}") from None
-    return parse(data, str(path))
-
-
-def parse(data: bytes, origin: str) -> list[dict[str, Any]]:
-    """Every record of ``data`` checked (``check``); BadInput naming the line of the first bad one."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadInput(f"{origin}: not an octlm export (not UTF-8 text)") from None
-    found = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except (ValueError, RecursionError):
-            raise BadInput(f"{origin} line {number}: not an octlm export record (not JSON)") from None
-        found.append(check(item, f"{origin} line {number}"))
-    return found
-
-
-def check(item: Any, where: str) -> dict[str, Any]:
-    """``item`` if it is a well-formed record of this schema version; Refused for a newer version."""
-    if not isinstance(item, dict) or not isinstance(item.get("schema_version"), int):
-        raise BadInput(f"{where}: not an octlm export record (no schema_version)")
-    if item["schema_version"] > SCHEMA_VERSION:
-        raise Refused(
-            f"{where}: schema_version {item['schema_version']} is newer than this octlm's ({SCHEMA_VERSION}): "
-            "upgrade octlm to read it; nothing was imported"
-        )
-    kind = item.get("type")
-    if kind not in REQUIRED:
-        raise BadInput(f"{where}: unknown record type {str(kind)[:40]!r}; one of {', '.join(REQUIRED)}")
-    for key, wanted in REQUIRED[kind].items():
-        if not isinstance(item.get(key), wanted) or isinstance(item.get(key), bool):
-            raise BadInput(f"{where}: {kind} record: {key} must be {wanted.__name__}")
-    unknown = set(item) - set(ENVELOPE) - set(REQUIRED[kind]) - set(OPTIONAL[kind])
-    if unknown:
-        raise BadInput(f"{where}: {kind} record: unknown field {sorted(unknown)[0][:40]!r}")
-    for key, value in item.items():
-        if key not in JSON_COLUMNS and key not in ("records", "metrics") and not isinstance(value, SCALAR):
-            raise BadInput(f"{where}: {kind} record: {key} must be a single value")
-    _check_values(item, kind, where)
-    return item
-
-
-def _check_values(item: dict[str, Any], kind: str, where: str) -> None:
-    for key in ("uuid", "experiment_uuid", "run_uuid"):
-        if item.get(key) is not None and not _is_uuid(item[key]):
-            raise BadInput(f"{where}: {kind} record: {key} {str(item[key])[:40]!r} is not a UUID")
-    if kind == "experiment":
-        validate_id(item["id"])
-    elif kind == "checkpoint" and (item["step"] < 0 or not SHA256.fullmatch(item["sha256"])):
-        raise BadInput(f"{where}: checkpoint record: step must be >= 0 and sha256 64 hex digits")
-    elif kind == "run_file":
-        if item["track"] not in TRACKS:
-            raise BadInput(f"{where}: run_file record: track must be one of {', '.join(TRACKS)}")
-        if not all(isinstance(r, dict) for r in item["records"] + item["metrics"]):
-            raise BadInput(f"{where}: run_file record: records and metrics must be objects")
-        for row in item["metrics"]:
-            if set(row) - {*METRIC_FIELDS, "run_uuid"} or not all(isinstance(v, SCALAR) for v in row.values()):
-                raise BadInput(f"{where}: run_file record: a metrics row with unknown fields or nested values")
-            if row.get("run_uuid") is not None and not _is_uuid(row["run_uuid"]):
-                raise BadInput(f"{where}: run_file record: a metrics row's run_uuid is not a UUID")
-
-
-def _is_uuid(value: Any) -> bool:
-    try:
-        return isinstance(value, str) and str(uuid.UUID(value)) == value.lower()
-    except ValueError:
-        return False

@@ -1,6 +1,7 @@
-"""What a home remembers (torch-free): the registry and its plumbing (``registry``, ``base``,
-``migrations``, ``merge``), the registry as a run writes it (``bookkeeping``), whether a run's process lives
-(``liveness``), one writer per experiment (``locking``), run files (``runfile``), experiments as files and rows
-(``experiments``) and their lifecycle (``lifecycle``).
+"""What a home remembers (torch-free): the registry and its plumbing (``registry``, ``base``, ``merge``) on
+its schema (``migrations``: the tables, their columns and the rows a read returns), the registry as a run
+writes it (``bookkeeping``), whether a run's process lives (``liveness``), one writer per experiment
+(``locking``), run files (``runfile``), experiments as files and rows (``experiments``) and their lifecycle
+(``lifecycle``).
 May import: ``core``, ``config``.
 """

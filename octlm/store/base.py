@@ -1,12 +1,14 @@
 """The registry's plumbing: its columns, the connection (WAL, busy handling, read-only opening), migrating
 and write transactions. ``registry.py`` builds the named reads and writes on it; together they hold all
-of octlm's SQL (the schema is in ``migrations.py``). Never imports torch.
+of octlm's SQL. The schema is in ``migrations.py``, and so are the columns: every tuple here is derived from
+what the migrations make. Never imports torch.
 
 ``RegistryBase(path, create=False)`` reads only: ``mode=ro`` (``immutable=1`` on a read-only medium), never
 creating, migrating (a pending migration runs on a copy in memory) or switching the journal mode.
-Reads return plain dicts with the JSON columns decoded (``argv``, ``latest_metrics``, ``final_metrics``,
-checkpoint ``metrics``, verification ``details``, experiment ``tags``); a cell that is not valid JSON reads
-as ``None`` (``tags`` as ``[]``). Writes accept only the known columns of their table.
+Reads return plain dicts (``migrations.ExperimentRow`` ... ``MetricRow`` type them) with the JSON columns decoded
+(``argv``, ``latest_metrics``, ``final_metrics``, checkpoint ``metrics``, verification ``details``, experiment
+``tags``, ``config_json``, ``former_ids``); a cell that is not valid JSON reads as ``None`` (``tags`` as ``[]``).
+Writes accept only the known columns of their table.
 """
 
 from __future__ import annotations
@@ -23,93 +25,28 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from octlm.core.errors import BadInput, Refused
-from octlm.core.records import RUN_RECORD_FIELDS
+from octlm.store.migrations import NAMES, TABLE_COLUMNS
 
 BUSY_TIMEOUT_S = 60.0
-KNOWN_MIGRATIONS = (  # = migrations.NAMES
-    "m001_initial",
-    "m002_summary_view",
-    "m003_pid_start_json_guards",
-    "m004_lifecycle_metrics",
-    "m005_ranks",
-    "m006_identity_remote",
-)
+KNOWN_MIGRATIONS = tuple(NAMES)  # every migration this octlm knows, in order
 
-# The writable columns of each table ("id" is the database's); they mirror migrations.py (a test checks).
-EXPERIMENT_COLUMNS = (
-    "description",
-    "preset",
-    "created",
-    "updated",
-    "yaml_path",
-    "config_json",
-    "config_hash",
-    "archived",
-    "tags",
-    "uuid",
-    "former_ids",
-)
-RUN_COLUMNS = (
-    "experiment_id",
-    "kind",
-    "status",
-    "start_step",
-    "end_step",
-    "target_step",
-    "started",
-    "ended",
-    "updated",
-    "host",
-    "pid",
-    "argv",
-    "octlm_version",
-    "python_version",
-    "torch_version",
-    "device",
-    "dtype",
-    "threads",
-    "git_commit",
-    "git_dirty",
-    "config_hash",
-    "data_hash",
-    "tokenizer_hash",
-    "resumed_from",
-    "latest_metrics",
-    "final_metrics",
-    "error",
-    "pid_start",
-    "world_size",
-    "nnodes",
-    "backend",
-    "resharded_from",
-    "uuid",
-)
-CHECKPOINT_COLUMNS = (
-    "experiment_id",
-    "run_id",
-    "step",
-    "path",
-    "sha256",
-    "size",
-    "tokens",
-    "created",
-    "config_hash",
-    "data_hash",
-    "tokenizer_hash",
-    "metrics",
-    "remote_host",
-    "remote_path",
-)
-VERIFICATION_COLUMNS = ("experiment_id", "run_id", "kind", "verdict", "created", "details", "uuid")
-NOTE_COLUMNS = ("experiment_id", "created", "text", "uuid")
-METRIC_FIELDS = RUN_RECORD_FIELDS  # the fields of a run-file record that the metrics table holds
-METRIC_COLUMNS = ("experiment_id", "run_id", "track", *METRIC_FIELDS)
+
+def writable(table: str) -> tuple[str, ...]:
+    """The columns of ``table`` that a write may name: every one its migrations made but ``id`` (the database's)."""
+    return tuple(column for column in TABLE_COLUMNS[table] if column != "id")
+
+
+EXPERIMENT_COLUMNS = writable("experiments")
+RUN_COLUMNS = writable("runs")
+CHECKPOINT_COLUMNS = writable("checkpoints")
+VERIFICATION_COLUMNS = writable("verifications")
+NOTE_COLUMNS = writable("notes")
+METRIC_COLUMNS = writable("metrics")
+# The fields of a run-file record that the metrics table holds: core.records.RUN_RECORD_FIELDS (a test checks).
+METRIC_FIELDS = tuple(column for column in METRIC_COLUMNS if column not in ("experiment_id", "run_id", "track"))
 METRIC_TRACKS = ("train", "overfit")
 # Every table holding rows of an experiment, children first (the order a removal deletes them in).
 EXPERIMENT_TABLES = ("metrics", "notes", "checkpoints", "verifications", "runs", "experiments")
-JSON_COLUMNS = frozenset(
-    {"argv", "latest_metrics", "final_metrics", "metrics", "details", "config_json", "tags", "former_ids"}
-)
 JSON_CELLS = (  # (table, column) of every JSON cell, config_json included
     ("experiments", "config_json"),
     ("experiments", "tags"),
@@ -120,6 +57,7 @@ JSON_CELLS = (  # (table, column) of every JSON cell, config_json included
     ("verifications", "details"),
     ("experiments", "former_ids"),
 )
+JSON_COLUMNS = frozenset(column for _, column in JSON_CELLS)
 TRAINING_KINDS = ("train", "resume")
 
 T = TypeVar("T")
@@ -232,7 +170,7 @@ class RegistryBase:
         # Imported only here: sqlite_utils stays out of `octlm show` and `octlm new` once migrated.
         from sqlite_utils import Database
 
-        from octlm.store.migrations import migrations
+        from octlm.store.migrations import migration_set
 
         if self.read_only:  # never write the file: read an up-to-date copy in memory
             memory = sqlite3.connect(":memory:", isolation_level=None)
@@ -240,7 +178,7 @@ class RegistryBase:
             self._connection().close()
             self.conn, memory.row_factory = memory, sqlite3.Row
         with self._transaction() as conn:
-            migrations.apply(Database(conn))
+            migration_set().apply(Database(conn))
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

@@ -1,6 +1,7 @@
 """The registry's side of moving experiments between homes (``registry export/import``, ``pack/unpack``): the
 raw rows of an experiment, the UUIDs and checkpoint paths already here, and ``merge``, which writes a planned
-import in one transaction. Never imports torch; the records and their checks are ``exchange.py``'s.
+import in one transaction. Never imports torch; the records and their checks are ``exchange``'s. Its reads return
+the rows typed (``migrations.ExperimentRow`` ... ``MetricRow``), for ``exchange`` to build records from.
 
 Rows are matched by UUID (experiments, runs, verdicts, notes) or by path (checkpoints): a row already here is
 never written again, so merging the same plan twice changes nothing.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast, overload
 
 from octlm.store.base import (
     CHECKPOINT_COLUMNS,
@@ -21,6 +22,7 @@ from octlm.store.base import (
     VERIFICATION_COLUMNS,
     checked,
 )
+from octlm.store.migrations import CheckpointRow, ExperimentRow, MetricRow, NoteRow, RunRow, VerificationRow
 from octlm.store.registry import Registry
 
 # The tables with rows of an experiment that an export carries (metrics go with their run file).
@@ -47,7 +49,22 @@ class Merge:
 
 
 class ExchangeRegistry(Registry):
-    def raw_rows(self, table: str, experiment_id: str) -> list[dict[str, Any]]:
+    def experiment_row(self, experiment_id: str) -> ExperimentRow | None:
+        """The experiment's row (as ``experiment``), typed."""
+        rows = self._rows("select * from experiments where id = ?", (experiment_id,))
+        return cast(ExperimentRow, rows[0]) if rows else None
+
+    @overload
+    def raw_rows(self, table: Literal["runs"], experiment_id: str) -> list[RunRow]: ...
+    @overload
+    def raw_rows(self, table: Literal["checkpoints"], experiment_id: str) -> list[CheckpointRow]: ...
+    @overload
+    def raw_rows(self, table: Literal["verifications"], experiment_id: str) -> list[VerificationRow]: ...
+    @overload
+    def raw_rows(self, table: Literal["notes"], experiment_id: str) -> list[NoteRow]: ...
+    @overload
+    def raw_rows(self, table: Literal["metrics"], experiment_id: str) -> list[MetricRow]: ...
+    def raw_rows(self, table: str, experiment_id: str) -> list[Any]:
         """Every row of one experiment in ``table`` (one of ``EXPORTED``), as stored (statuses not re-derived)."""
         if table not in EXPORTED:
             raise ValueError(f"{table}: not an exported table")

@@ -1,17 +1,43 @@
-"""The registry's schema as named, append-only migrations (sqlite-utils ``Migrations``).
+"""The registry's schema, in one place: named, append-only migrations (applied with sqlite-utils), the columns
+each table has once they ran (``TABLE_COLUMNS``, derived from what they create and add), and the rows a read
+returns (``ExperimentRow`` ... ``MetricRow``, TypedDicts that name those columns; a test holds them together).
 
-Never edit or reorder a migration that has shipped: add a new one at the end.
+Never edit or reorder a migration that has shipped: add a new one at the end, and declare the columns it adds
+in ``ADDED`` (its function adds them from there). sqlite-utils is imported only to apply migrations
+(``migration_set``), so commands that find the registry migrated (``octlm show``, ``octlm new``) never load it.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+    from sqlite_utils.migrations import Migrations
 
 SET_NAME = "octlm"
-migrations = Migrations(SET_NAME)
+Migration = Callable[["Database"], None]
+STEPS: list[Migration] = []  # every migration, in the order they apply
+
+
+def migration(step: Migration) -> Migration:
+    """Register ``step`` as the next migration (named by its function)."""
+    STEPS.append(step)
+    return step
+
+
+@functools.cache
+def migration_set() -> Migrations:
+    """The migrations as sqlite-utils applies them; sqlite-utils is imported here, on first need."""
+    from sqlite_utils.migrations import Migrations
+
+    found = Migrations(SET_NAME)
+    for step in STEPS:
+        found()(step)
+    return found
 
 
 # The tables of m001 as created then; part of a shipped migration, so never change them.
@@ -79,9 +105,39 @@ VERIFICATIONS_V1: dict[str, type] = {
     "created": str,
     "details": str,
 }
+# The columns each later migration adds, in order: (table, column, type, its not-null default or None). Part of
+# shipped migrations (their functions add them from here), so never change an entry: a new migration adds its own.
+Added = tuple[str, str, type, int | None]
+ADDED: dict[str, tuple[Added, ...]] = {
+    "m003_pid_start_json_guards": (("runs", "pid_start", int, None),),
+    "m004_lifecycle_metrics": (("experiments", "archived", int, 0), ("experiments", "tags", str, None)),
+    "m005_ranks": (
+        ("runs", "world_size", int, 1),
+        ("runs", "nnodes", int, 1),
+        ("runs", "backend", str, None),
+        ("runs", "resharded_from", int, None),
+    ),
+    "m006_identity_remote": (
+        ("experiments", "uuid", str, None),
+        ("runs", "uuid", str, None),
+        ("verifications", "uuid", str, None),
+        ("notes", "uuid", str, None),
+        ("experiments", "former_ids", str, None),
+        ("checkpoints", "remote_host", str, None),
+        ("checkpoints", "remote_path", str, None),
+    ),
+}
 
 
-@migrations()
+def _add_columns(db: Database, name: str, then: Callable[[str, str], None] | None = None) -> None:
+    """Add the columns ``ADDED`` declares for migration ``name``, in order; ``then(table, column)`` after each."""
+    for table, column, kind, default in ADDED[name]:
+        db.table(table).add_column(column, kind, not_null_default=default)
+        if then is not None:
+            then(table, column)
+
+
+@migration
 def m001_initial(db: Database) -> None:
     db.table("experiments").create(EXPERIMENTS_V1, pk="id")
     db.table("runs").create(RUNS_V1, pk="id", foreign_keys=[("experiment_id", "experiments", "id")])
@@ -92,7 +148,7 @@ def m001_initial(db: Database) -> None:
     db.table("verifications").create(VERIFICATIONS_V1, pk="id", foreign_keys=[("experiment_id", "experiments", "id")])
 
 
-@migrations()
+@migration
 def m002_summary_view(db: Database) -> None:
     # One row per experiment with its latest run and verdict, for sqlite-utils or Datasette.
     db.create_view(
@@ -118,12 +174,12 @@ def m002_summary_view(db: Database) -> None:
     )
 
 
-@migrations()
+@migration
 def m003_pid_start_json_guards(db: Database) -> None:
     # The start time of a run's process beside its pid (liveness.start_time), so a reused pid is not
     # taken for the run; and the summary view again, each JSON cell read only when it is valid JSON,
     # so one damaged cell no longer fails every read of the view.
-    db.table("runs").add_column("pid_start", int)
+    _add_columns(db, "m003_pid_start_json_guards")
     _guarded_summary_view(db, lifecycle=False)
 
 
@@ -175,12 +231,11 @@ METRICS_V1: dict[str, type] = {
 }
 
 
-@migrations()
+@migration
 def m004_lifecycle_metrics(db: Database) -> None:
     # The experiment lifecycle (archived, tags as a JSON list, notes) and the run files' records as rows,
     # so sqlite-utils and Datasette can chart curves; the summary view again, with archived and tags.
-    db.table("experiments").add_column("archived", int, not_null_default=0)
-    db.table("experiments").add_column("tags", str)
+    _add_columns(db, "m004_lifecycle_metrics")
     db.table("notes").create(NOTES_V1, pk="id", foreign_keys=[("experiment_id", "experiments", "id")])
     db.table("notes").create_index(["experiment_id"])
     db.table("metrics").create(METRICS_V1, pk="id", foreign_keys=[("experiment_id", "experiments", "id")])
@@ -188,31 +243,160 @@ def m004_lifecycle_metrics(db: Database) -> None:
     _guarded_summary_view(db, lifecycle=True)
 
 
-@migrations()
+@migration
 def m005_ranks(db: Database) -> None:
     # Data-parallel runs: how many processes (ranks) a run trained on, over how many nodes, with which
     # torch.distributed backend (null for a single process), and the world size of the checkpoint it
     # resumed from when --reshard changed it (else null). Every earlier run was one process on one node.
-    db.table("runs").add_column("world_size", int, not_null_default=1)
-    db.table("runs").add_column("nnodes", int, not_null_default=1)
-    db.table("runs").add_column("backend", str)
-    db.table("runs").add_column("resharded_from", int)
+    _add_columns(db, "m005_ranks")
 
 
-@migrations()
+@migration
 def m006_identity_remote(db: Database) -> None:
     # Many boxes: a UUID per experiment, run, verdict and note, given at creation and kept forever (the short ID
     # stays the name within one home; existing rows get one here); ``former_ids``, the IDs (a JSON list) an
     # experiment's checkpoints may name from before it was unpacked under another ID (``unpack --as``); and the
     # box and absolute path of an imported checkpoint row that stays on another box (``registry import``).
-    for table in ("experiments", "runs", "verifications", "notes"):
-        db.table(table).add_column("uuid", str)
-        for (key,) in db.execute(f"select id from {table}").fetchall():
-            db.execute(f"update {table} set uuid = ? where id = ?", (str(uuid.uuid4()), key))
-        db.table(table).create_index(["uuid"], unique=True)
-    db.table("experiments").add_column("former_ids", str)
-    db.table("checkpoints").add_column("remote_host", str)
-    db.table("checkpoints").add_column("remote_path", str)
+    def give_uuids(table: str, column: str) -> None:  # right after each uuid column: existing rows get one
+        if column == "uuid":
+            for (key,) in db.execute(f"select id from {table}").fetchall():
+                db.execute(f"update {table} set uuid = ? where id = ?", (str(uuid.uuid4()), key))
+            db.table(table).create_index(["uuid"], unique=True)
+
+    _add_columns(db, "m006_identity_remote", give_uuids)
 
 
-NAMES = [m.name for m in migrations._migrations]
+NAMES = [step.__name__ for step in STEPS]
+CREATED = {  # every table, as the migration that created it created it
+    "experiments": EXPERIMENTS_V1,
+    "runs": RUNS_V1,
+    "checkpoints": CHECKPOINTS_V1,
+    "verifications": VERIFICATIONS_V1,
+    "notes": NOTES_V1,
+    "metrics": METRICS_V1,
+}
+
+
+def _table_columns() -> dict[str, tuple[str, ...]]:
+    columns = {table: list(created) for table, created in CREATED.items()}
+    for name in NAMES:
+        for table, column, _, _ in ADDED.get(name, ()):
+            columns[table].append(column)
+    return {table: tuple(names) for table, names in columns.items()}
+
+
+TABLE_COLUMNS = _table_columns()
+"""{table: its columns in order} once every migration ran: what ``PRAGMA table_info`` lists (a test checks)."""
+
+
+# ---------------------------------------------------------------- the rows a read returns
+# A JSON cell reads decoded (``Any``: whatever JSON it holds; None when malformed). A column the schema lets be
+# null is typed so, but for those octlm always fills: ``id``, ``experiment_id``, ``uuid`` (m006 and every insert
+# give one) and the fields every export record must have.
+Json = Any
+
+
+class ExperimentRow(TypedDict):
+    id: str
+    description: str | None
+    preset: str | None
+    created: str | None
+    updated: str | None
+    yaml_path: str | None
+    config_json: Json
+    config_hash: str | None
+    archived: int
+    tags: list[str]  # [] when absent or malformed
+    uuid: str
+    former_ids: Json
+
+
+class RunRow(TypedDict):
+    id: int
+    experiment_id: str
+    kind: str | None
+    status: str | None
+    start_step: int | None
+    end_step: int | None
+    target_step: int | None
+    started: str | None
+    ended: str | None
+    updated: str | None
+    host: str | None
+    pid: int | None
+    argv: Json
+    octlm_version: str | None
+    python_version: str | None
+    torch_version: str | None
+    device: str | None
+    dtype: str | None
+    threads: int | None
+    git_commit: str | None
+    git_dirty: int | None
+    config_hash: str | None
+    data_hash: str | None
+    tokenizer_hash: str | None
+    resumed_from: str | None
+    latest_metrics: Json
+    final_metrics: Json
+    error: str | None
+    pid_start: int | None
+    world_size: int
+    nnodes: int
+    backend: str | None
+    resharded_from: int | None
+    uuid: str
+
+
+class CheckpointRow(TypedDict):
+    id: int
+    experiment_id: str
+    run_id: int | None
+    step: int
+    path: str
+    sha256: str
+    size: int | None
+    tokens: int | None
+    created: str | None
+    config_hash: str | None
+    data_hash: str | None
+    tokenizer_hash: str | None
+    metrics: Json
+    remote_host: str | None
+    remote_path: str | None
+
+
+class VerificationRow(TypedDict):
+    id: int
+    experiment_id: str
+    run_id: int | None
+    kind: str
+    verdict: str
+    created: str | None
+    details: Json
+    uuid: str
+
+
+class NoteRow(TypedDict):
+    id: int
+    experiment_id: str
+    created: str | None
+    text: str
+    uuid: str
+
+
+class MetricRow(TypedDict):
+    id: int
+    experiment_id: str
+    run_id: int | None
+    track: str
+    step: int | None
+    tokens: int | None
+    lr: float | None
+    train_loss: float | None
+    eval_loss: float | None
+    perplexity: float | None
+    bits_per_byte: float | None
+    gradient_norm: float | None
+    elapsed_seconds: float | None
+    tokens_per_second: float | None

@@ -1,16 +1,17 @@
 """The SQLite run registry: experiments, runs, checkpoints, verdicts, metrics, tags and notes. All of
-octlm's SQL lives here and in ``registry_base.py`` (the connection and its columns; the schema is in
-``migrations.py``).
+octlm's SQL lives here and in ``base.py`` (the connection and its columns; the schema, the columns' source
+and the rows' types are in ``migrations.py``).
 
 Reads and writes go through the standard ``sqlite3`` module with WAL and a busy
 timeout, writes inside ``BEGIN IMMEDIATE`` transactions, so many octlm processes
 on one box never fail with "database is locked". The schema is owned by
-``migrations.py`` (sqlite-utils), imported only when a migration is pending, so
+``migrations.py``, which imports sqlite-utils only when a migration is pending, so
 ``octlm show`` stays light. This module never imports torch.
 
-``Registry(path, create=False)`` reads only (see ``registry_base``). Reads return plain dicts with the JSON
-columns decoded; a cell that is not valid JSON reads as ``None`` (``malformed_cells`` names them). Writes
-accept only the known columns of their table.
+``Registry(path, create=False)`` reads only (see ``base``). Reads return plain dicts with the JSON columns
+decoded (typed as ``ExperimentRow`` ... ``MetricRow``, exported here, though the methods still say
+``dict[str, Any]`` for their callers); a cell that is not valid JSON reads as ``None`` (``malformed_cells``
+names them). Writes accept only the known columns of their table.
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ from octlm.store.base import (
     now,
 )
 from octlm.store.liveness import effective_status, start_time
+from octlm.store.migrations import (
+    TABLE_COLUMNS,
+    CheckpointRow,
+    ExperimentRow,
+    MetricRow,
+    NoteRow,
+    RunRow,
+    VerificationRow,
+)
 
 __all__ = [
     "BUSY_TIMEOUT_S",
@@ -56,9 +66,16 @@ __all__ = [
     "METRIC_FIELDS",
     "NOTE_COLUMNS",
     "RUN_COLUMNS",
+    "TABLE_COLUMNS",
     "TRAINING_KINDS",
     "VERIFICATION_COLUMNS",
+    "CheckpointRow",
+    "ExperimentRow",
+    "MetricRow",
+    "NoteRow",
     "Registry",
+    "RunRow",
+    "VerificationRow",
     "now",
 ]
 
