@@ -11,6 +11,7 @@ from conftest import CORPUS
 from octlm.core.errors import BadInput
 from octlm.data import blocks as data
 from octlm.data import corpus
+from octlm.data.sampler import ReplacementSampler
 from octlm.data.tokenizer import Tokenizer
 from octlm.train.decoder import loss_sums
 
@@ -77,21 +78,21 @@ def test_bits_per_byte_hand_computed() -> None:
 
 
 def test_sampler_state_round_trip() -> None:
-    a = data.Sampler(100, 4, seed=1)
+    a = ReplacementSampler(100, 4, seed=1)
     a.next()
     saved = a.state_dict()
     expected = a.next()
-    b = data.Sampler(100, 4, seed=1)
+    b = ReplacementSampler(100, 4, seed=1)
     b.load_state_dict(saved)
     assert torch.equal(b.next(), expected)
-    assert not torch.equal(data.Sampler(100, 4, seed=2).next(), data.Sampler(100, 4, seed=1).next())
+    assert not torch.equal(ReplacementSampler(100, 4, seed=2).next(), ReplacementSampler(100, 4, seed=1).next())
 
 
 def test_ranks_and_micro_batches_slice_the_same_global_batch() -> None:
     """N ranks with 1 micro-batch and 1 rank with N micro-batches cut the global batch into the same parts."""
     from octlm.runtime.distributed import Ranks
 
-    index = data.Sampler(1000, 12, seed=3).next()
+    index = ReplacementSampler(1000, 12, seed=3).next()
     by_ranks = [part for rank in range(4) for part in Ranks(4, rank).slices(index, 1)]
     by_micro = Ranks().slices(index, 4)
     assert [p.tolist() for p in by_ranks] == [p.tolist() for p in by_micro]

@@ -29,8 +29,7 @@ from conftest import cli, octlm, write_experiment
 from octlm.core import layout
 from octlm.core.errors import BadInput
 from octlm.core.home import find_home
-from octlm.data import blocks as data
-from octlm.data import corpus
+from octlm.data import corpus, tokens
 from octlm.data.fingerprints import dataset_hash
 from octlm.data.tokenizer import Tokenizer
 from octlm.train import checkpoint
@@ -187,11 +186,11 @@ def test_a_poisoned_token_cache_is_detected_and_rebuilt(home: Path) -> None:
     }
     for reason, attack in attacks.items():
         attack()
-        streams = data.token_streams(found, tokenizer, home / "cache", key)
+        streams = tokens.token_streams(found, tokenizer, home / "cache", key)
         assert streams.note and reason in streams.note and "rebuilt" in streams.note, (reason, streams.note)
         assert np.array_equal(np.concatenate([streams.train, streams.validation]), honest)
         assert np.array_equal(np.fromfile(path, dtype="<u2"), honest)
-    assert data.token_streams(found, tokenizer, home / "cache", key).note is None
+    assert tokens.token_streams(found, tokenizer, home / "cache", key).note is None
 
 
 # ---------------------------------------------------------------- item 9 and 10: the tokenizer is saved last

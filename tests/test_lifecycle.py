@@ -339,6 +339,7 @@ def test_init_from_writes_the_checkpoint_path_and_sha256(home: Path) -> None:
         "checkpoint": f"checkpoints/forks/{digest}.pt",
         "sha256": digest,
         "optimizer": True,
+        "step": 4,  # with the optimizer, the fork continues the parent's run at its step
     }
     kept = home / "checkpoints" / "forks" / f"{digest}.pt"
     assert kept.read_bytes() == (home / "checkpoints" / "EXP-001" / "step-000004.pt").read_bytes()

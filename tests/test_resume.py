@@ -10,7 +10,7 @@ import yaml
 from conftest import assert_same_training_state, cli, json_out, octlm, tiny_config, write_experiment
 
 from octlm.core import layout
-from octlm.data import blocks as data
+from octlm.data import tokens
 from octlm.store import runfile
 from octlm.train import checkpoint
 
@@ -155,7 +155,7 @@ def test_second_run_reads_tokens_from_the_cache(home: Path, monkeypatch: pytest.
     def no_rewrite(*args: object) -> None:
         raise AssertionError("the token file was written again")
 
-    monkeypatch.setattr(data, "_write_cache", no_rewrite)
+    monkeypatch.setattr(tokens, "_write_cache", no_rewrite)
     assert cli(home, "resume", "EXP-001", "-q").exit_code == 0
 
 

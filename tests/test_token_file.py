@@ -16,7 +16,7 @@ from conftest import REPO, cli, json_out, octlm, write_experiment
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.data import blocks as data
-from octlm.data import corpus
+from octlm.data import corpus, tokens
 from octlm.data.pipeline import prepare
 from octlm.data.tokenizer import Tokenizer
 from octlm.store import experiments
@@ -40,9 +40,9 @@ def at_once(tokenizer: Tokenizer, documents: tuple[corpus.Document, ...]) -> np.
 def test_batched_token_file_equals_encoding_at_once(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     found = corpus.load(("corpus/*.txt",), home, 0.2)
     tokenizer = Tokenizer.train([d.text for d in found.train], 300)
-    monkeypatch.setattr(data, "ENCODE_BATCH", 3)  # several batches per split, one of them short
-    written = data.token_streams(found, tokenizer, home / "cache", "k" * 64)
-    mapped = data.token_streams(found, tokenizer, home / "cache", "k" * 64)  # read back: mapped, verified
+    monkeypatch.setattr(tokens, "ENCODE_BATCH", 3)  # several batches per split, one of them short
+    written = tokens.token_streams(found, tokenizer, home / "cache", "k" * 64)
+    mapped = tokens.token_streams(found, tokenizer, home / "cache", "k" * 64)  # read back: mapped, verified
     assert written.note is None and mapped.note is None
     expected = (at_once(tokenizer, found.train), at_once(tokenizer, found.validation))
     for streams in (written, mapped):
@@ -64,7 +64,7 @@ def test_exp_008_streams_and_blocks_are_unchanged(tmp_path: Path) -> None:
     prepared = prepare(home, config, tmp_path / "tokenizer.json", first_step=False)
     assert prepared.data_hash == EXP_008_DATA_HASH
     found = corpus.load(config.data.sources, tmp_path, config.data.validation_fraction, config.data.max_bytes)
-    streams = data.token_streams(found, prepared.tokenizer, home.cache, prepared.data_hash)
+    streams = tokens.token_streams(found, prepared.tokenizer, home.cache, prepared.data_hash)
     assert (len(streams.train), len(streams.validation)) == EXP_008_TOKENS
     assert digest(streams.train, streams.validation) == EXP_008_STREAMS
     assert prepared.train_blocks.stream.dtype == np.dtype("<u2")  # a view on the mapped token file
@@ -80,7 +80,7 @@ def test_a_token_file_that_cannot_be_written_trains_from_memory(home: Path) -> N
     tokenizer = Tokenizer.train([d.text for d in found.train], 300)
     blocked = home / "cache-file"
     blocked.write_text("a file where the cache folder would be")
-    streams = data.token_streams(found, tokenizer, blocked, "k" * 64)
+    streams = tokens.token_streams(found, tokenizer, blocked, "k" * 64)
     assert digest(streams.train, streams.validation) == digest(
         at_once(tokenizer, found.train), at_once(tokenizer, found.validation)
     )
@@ -98,7 +98,7 @@ def test_prepare_warms_the_token_file_and_the_tokenizer_for_train(home: Path, mo
     def no_rewrite(*args: object) -> None:
         raise AssertionError("the token file was written again")
 
-    monkeypatch.setattr(data, "_write_cache", no_rewrite)
+    monkeypatch.setattr(tokens, "_write_cache", no_rewrite)
     assert cli(home, "train", "EXP-001", "--until", "2", "-q").exit_code == 0  # starts warm: nothing encoded
     unknown = octlm(home, "prepare", "EXP-404")
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1, unknown.stderr

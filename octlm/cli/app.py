@@ -20,6 +20,7 @@ from octlm.cli import render
 from octlm.cli.commands import boxes as commands_boxes
 from octlm.cli.commands import canary as commands_canary
 from octlm.cli.commands import config as commands_config
+from octlm.cli.commands import evaluation as commands_evaluation
 from octlm.cli.commands import experiments as commands_experiments
 from octlm.cli.commands import lifecycle as commands_lifecycle
 from octlm.cli.commands import report as commands_report
@@ -112,6 +113,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm sample EXP-008 --step 200 --max-new-tokens 64 --json",
     ),
     "doctor": ("octlm doctor", "octlm doctor --repair", "octlm doctor --json"),
+    "eval": (
+        "octlm eval EXP-008",
+        "octlm eval EXP-008 --step 100 --tokens 16384",
+        "octlm eval EXP-008 --on builtin:stdlib --tokens 65536 --json",
+        "octlm eval EXP-020 --on 'notes/*.md' --on builtin:docs",
+    ),
     "prepare": ("octlm prepare EXP-008", "octlm prepare EXP-020 --json"),
     "bench": (
         "octlm bench",
@@ -196,6 +203,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists
     "verify-resume": commands_training.verify_resume,
     "overfit": commands_training.overfit,
     "sample": commands_training.sample,
+    "eval": commands_evaluation.eval_command,
     "doctor": commands_tools.doctor,
     "prepare": commands_tools.prepare,
     "bench": commands_tools.bench,

@@ -6,10 +6,11 @@ import csv
 import sys
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from octlm.cli import render
 from octlm.config import flatten
+from octlm.views import compare
 from octlm.views.show import Request, Shown
 
 LIST_HEADERS = (
@@ -69,6 +70,8 @@ def write(shown: Shown, request: Request) -> None:
     elif shown.mode == "compare":
         title = " vs ".join(request.ids) + ("" if request.all_keys else "  (config: only keys that differ)")
         print_compare(list(request.ids), shown.rows, title)
+        for line in compare.sentences(cast(compare.Comparison, shown.document)):
+            print(render.plain(line))
     else:
         print_detail(shown.document)
 

@@ -21,6 +21,7 @@ from octlm.config.schema import (
     ADDED_LATER,
     BOOKKEEPING,
     DEVICES,
+    NEW_DEFAULTS,
     PRECISIONS,
     SECTIONS,
     TOP_LEVEL,
@@ -41,6 +42,7 @@ from octlm.config.tree import (
 __all__ = [
     "ADDED_LATER",
     "BOOKKEEPING",
+    "NEW_DEFAULTS",
     "DEVICES",
     "PRECISIONS",
     "SECTIONS",

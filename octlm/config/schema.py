@@ -24,6 +24,9 @@ from octlm.core.errors import ConfigError
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DETERMINISMS = ("local", "portable")
+SAMPLINGS = ("replacement", "epochs")
+SCHEDULES = ("cosine", "wsd", "constant", "linear")
+SPIKE_GUARDS = ("off", "stop", "skip")
 
 
 def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str = "", maximum: int | None = None) -> Any:
@@ -70,6 +73,13 @@ class DataConfig(_Section):
     )
     validation_fraction: float = _doc("share of documents held out for evaluation", 0.1, bound="fraction")
     max_bytes: int = _doc("cap on the corpus size in bytes (0 = no cap)", 0, bound="non-negative", maximum=2**40)
+    sampling: str = _doc(
+        "{choices}: replacement draws each batch's blocks at random with replacement (the seed notebook's draw); "
+        "epochs takes every training block once per epoch, in a seeded order of its own per epoch, batches running "
+        "on into the next epoch's order (`octlm new` writes epochs)",
+        "replacement",
+        choices=SAMPLINGS,
+    )
 
 
 @dataclass(frozen=True)
@@ -111,7 +121,16 @@ class TrainingConfig(_Section):
     steps: int = _doc("optimizer steps in the run", 200, bound="positive", maximum=10**9)
     warmup_steps: int = _doc("linear warmup steps", 20, bound="non-negative")
     learning_rate: float = _doc("peak learning rate", 3e-4, bound="positive")
-    min_learning_rate: float = _doc("floor of the cosine decay", 3e-5, bound="non-negative")
+    min_learning_rate: float = _doc("floor of the decay", 3e-5, bound="non-negative")
+    schedule: str = _doc(
+        "{choices}: after the linear warmup, cosine decays to the floor over the rest of the run (the seed's); "
+        "wsd stays at the peak, then decays linearly to the floor over the last training.decay_fraction of the "
+        "steps, so a run given more steps in its stable phase continues exactly; constant stays at the peak; "
+        "linear decays linearly to the floor",
+        "cosine",
+        choices=SCHEDULES,
+    )
+    decay_fraction: float = _doc("wsd: the share of training.steps at the end that decays", 0.2, bound="fraction")
     batch_size: int = _doc("blocks per step: the global batch of all ranks", 8, bound="positive", maximum=2**16)
     grad_accum_steps: int = _doc("micro-batches per step (slices of the batch)", 1, bound="positive", maximum=2**16)
     weight_decay: float = _doc("AdamW decay on matrices only", 0.1, bound="non-negative")
@@ -144,7 +163,32 @@ class TrainingConfig(_Section):
         maximum=10**9,
     )
     eval_blocks: int = _doc(
-        "validation blocks per evaluation (fixed, no randomness)", 16, bound="positive", maximum=2**20
+        "validation blocks per evaluation, the first ones in order (0 = the whole validation split); "
+        "training.eval_tokens, when set, decides instead",
+        16,
+        bound="non-negative",
+        maximum=2**20,
+    )
+    eval_tokens: int = _doc(
+        "the evaluation's budget in target tokens: as many validation blocks from the start as it takes "
+        "(0 = training.eval_blocks decides; `octlm new` writes 8192)",
+        0,
+        bound="non-negative",
+        maximum=2**34,
+    )
+    spike_guard: str = _doc(
+        "{choices}: a training loss or gradient norm above training.spike_sigma standard deviations of the last "
+        "training.spike_window steps stops the run (stop) or skips that step's update (skip); a non-finite loss "
+        "or gradient norm always stops it",
+        "off",
+        choices=SPIKE_GUARDS,
+    )
+    spike_sigma: float = _doc("the spike guard's threshold, in standard deviations", 6.0, bound="positive")
+    spike_window: int = _doc(
+        "the steps the spike guard's mean and deviation are taken over (it acts once the window is full)",
+        100,
+        bound="positive",
+        maximum=100_000,
     )
 
     def check(self) -> None:
@@ -159,6 +203,13 @@ class TrainingConfig(_Section):
             self.fail(
                 "min_learning_rate",
                 f"must not exceed training.learning_rate ({self.learning_rate}), got {self.min_learning_rate}",
+            )
+        decay_start = self.steps - round(self.decay_fraction * self.steps)
+        if self.schedule == "wsd" and (self.decay_fraction == 0 or decay_start < self.warmup_steps):
+            self.fail(
+                "decay_fraction",
+                f"wsd decays over the last {self.decay_fraction} of {self.steps} steps, which must be above 0 and "
+                f"begin after the {self.warmup_steps} warmup steps",
             )
         if self.determinism == "portable" and self.compile:
             message = "torch.compile generates code for this machine's instruction set, which portable cannot pin"
@@ -190,6 +241,13 @@ class InitConfig(_Section):
     checkpoint: str = _doc("that checkpoint's path, relative to the home", "")
     sha256: str = _doc("that checkpoint's sha256: its weights are step 0's", "")
     optimizer: bool = _doc("also start from its optimizer and sampler state", False)
+    step: int = _doc(
+        "continue the parent's run at this step (its step, optimizer, sampler, random states and run file; "
+        "written by `octlm new --init-from ID@STEP --with-optimizer`); 0: start at step 0 with its weights",
+        0,
+        bound="non-negative",
+        maximum=10**9,
+    )
 
     def check(self) -> None:
         if self.checkpoint.startswith("/") or ".." in self.checkpoint.split("/"):
@@ -202,6 +260,8 @@ class InitConfig(_Section):
             self.fail("sha256", "must be 64 lowercase hexadecimal digits")
         if self.optimizer and not self.sha256:
             self.fail("optimizer", "needs init.checkpoint and init.sha256")
+        if self.step and not self.optimizer:
+            self.fail("step", "continuing the parent's run needs init.optimizer: true (its optimizer and sampler)")
 
 
 SECTIONS: dict[str, type[_Section]] = {
@@ -229,6 +289,7 @@ BOOKKEEPING = frozenset(
         "init.parent",
         "init.checkpoint",
         "training.threads",
+        "training.eval_tokens",
     }
 )
 
@@ -240,7 +301,17 @@ ADDED_LATER: dict[str, Any] = {
     "init.sha256": "",
     "init.optimizer": False,
     "training.determinism": "local",
+    "data.sampling": "replacement",
+    "training.schedule": "cosine",
+    "training.decay_fraction": 0.2,
+    "training.spike_guard": "off",
+    "training.spike_sigma": 6.0,
+    "training.spike_window": 100,
+    "init.step": 0,
 }
+# What ``octlm new`` writes into a new experiment's file where its preset (or parent) does not say: the defaults
+# of experiments made now, where an absent key keeps what an experiment made before the key existed did.
+NEW_DEFAULTS: dict[str, Any] = {"data.sampling": "epochs", "training.eval_tokens": 8192}
 
 
 @dataclass(frozen=True)

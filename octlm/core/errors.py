@@ -9,6 +9,7 @@ from __future__ import annotations
 CHECK_FAILED = 1
 BAD_INPUT = 2
 REFUSED = 3
+DIVERGED = 4
 
 
 class OctlmError(Exception):
@@ -32,6 +33,14 @@ class Refused(OctlmError):
     """octlm refuses to act, to protect existing state (checkpoints, registry, locks)."""
 
     exit_code = REFUSED
+
+
+class Diverged(OctlmError):
+    """Training stopped at a step whose loss or gradient norm was not finite, or spiked under
+    ``training.spike_guard: stop``; the checkpoints written before it are intact. Resuming would diverge again at
+    the same step (training is deterministic): change the config (a lower learning rate, say) in a new experiment."""
+
+    exit_code = DIVERGED
 
 
 class Interrupted(OctlmError):

@@ -8,7 +8,7 @@ field names from here (``RUN_RECORD_FIELDS``), so a field added here reaches the
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 
 class RunRecord(TypedDict, total=False):
@@ -19,12 +19,36 @@ class RunRecord(TypedDict, total=False):
     eval_loss: float  # at evaluation steps: the held-out loss (nats per target token)
     perplexity: float  # exp(eval_loss)
     bits_per_byte: float  # eval nats / (ln 2 x target bytes)
+    eval_loss_se: float | None  # the standard error of eval_loss over the evaluation's blocks (None: one block)
+    perplexity_se: float | None  # of perplexity (perplexity x eval_loss_se)
+    bits_per_byte_se: float | None  # of bits_per_byte over the blocks
+    eval_tokens: int  # the target tokens the evaluation read
+    eval_seconds: float  # what the evaluation took
+    eval_sources: dict[str, dict[str, Any]]  # with several data sources: eval_loss, its error, tokens per source
     gradient_norm: float  # the global gradient norm of that step, before clipping
+    epochs: float  # the blocks read so far over the training blocks (with data.sampling: epochs, epochs completed)
+    data_blocks: int  # the blocks read so far (all ranks' global batches)
+    data_receipt: str  # the rolling hash of every block index read so far, in order (16 hex digits)
+    skipped_steps: int  # under training.spike_guard: skip, the steps whose update was left out so far
     elapsed_seconds: float  # training time so far, all processes of the run together
     tokens_per_second: float  # of this process's run since it started
 
 
 RUN_RECORD_FIELDS: tuple[str, ...] = tuple(RunRecord.__annotations__)  # in the order above
-EVALUATION_FIELDS = ("eval_loss", "perplexity", "bits_per_byte")
-TIMING_FIELDS = ("elapsed_seconds", "tokens_per_second")  # the session's; they differ between equal runs
+TEXT_FIELDS = ("data_receipt",)
+NESTED_FIELDS = ("eval_sources",)  # in the run file only: the registry's metrics table holds the others
+NUMBER_FIELDS = tuple(n for n in RUN_RECORD_FIELDS if n not in (*TEXT_FIELDS, *NESTED_FIELDS))  # views compute
+METRIC_FIELDS = tuple(name for name in RUN_RECORD_FIELDS if name not in NESTED_FIELDS)
+EVALUATION_FIELDS = (
+    "eval_loss",
+    "perplexity",
+    "bits_per_byte",
+    "eval_loss_se",
+    "perplexity_se",
+    "bits_per_byte_se",
+    "eval_tokens",
+    "eval_seconds",
+)
+TIMING_FIELDS = ("elapsed_seconds", "tokens_per_second", "eval_seconds")  # they differ between equal runs
+OPTIONAL_FIELDS = ("skipped_steps", "eval_sources")  # only where the feature is on
 LOOP_FIELDS = tuple(name for name in RUN_RECORD_FIELDS if name not in TIMING_FIELDS)  # what the loop writes

@@ -1,4 +1,4 @@
-"""From token streams to blocks, the dataset hash, the on-disk token cache, and the batch sampler.
+"""From token streams to blocks, and the on-disk token cache.
 
 A block is T+1 consecutive tokens of the joined stream: the first T are the inputs, the
 last T the targets. Byte lengths of the targets come from one table lookup per tensor.
@@ -6,30 +6,15 @@ last T the targets. Byte lengths of the targets come from one table lookup per t
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
-import json
 import math
-import mmap
-import os
-import random
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from octlm.core.errors import BadInput
-from octlm.core.fsutil import atomic_write, atomic_writer, open_regular, read_regular
-from octlm.data.corpus import Corpus, Document
 from octlm.data.tokenizer import Tokenizer
-
-CACHE_FORMAT = "octlm-tokens-v3"
-ENCODE_BATCH = 256  # documents per batch handed to the tokenizer (it encodes a batch on its own threads)
-SPOT_CHECKS = 6  # documents per split encoded again each time a cache is read, besides the first and last
 
 
 @dataclass(frozen=True)
@@ -43,6 +28,8 @@ class TokenBlocks:
     byte_table: np.ndarray  # int64: the bytes each token id decodes to (0 for special tokens)
     pad_id: int  # targets equal to it are left out of the loss
     rows: np.ndarray | None = None  # the blocks selected, in order (None: every whole block)
+    sources: np.ndarray | None = None  # with several data sources: each selected block's source (its index)
+    source_names: tuple[str, ...] = ()  # the sources those indices name
 
     def __len__(self) -> int:
         return len(self.rows) if self.rows is not None else len(self.stream) // self.width
@@ -71,7 +58,30 @@ class TokenBlocks:
 
     def select(self, index: Any) -> TokenBlocks:
         numbers = np.arange(len(self))[index] if self.rows is None else self.rows[index]
-        return dataclasses.replace(self, rows=np.atleast_1d(np.asarray(numbers, dtype=np.int64)))
+        sources = None if self.sources is None else np.atleast_1d(self.sources[index])
+        return dataclasses.replace(self, rows=np.atleast_1d(np.asarray(numbers, dtype=np.int64)), sources=sources)
+
+    def first(self, count: int) -> TokenBlocks:
+        """The first ``count`` blocks; of labelled blocks, the first of each source in turn (so a budget reads
+        every source, not only the first), kept in their order."""
+        if self.sources is None or count >= len(self):
+            return self.select(slice(0, count))
+        queues = [np.flatnonzero(self.sources == s) for s in np.unique(self.sources)]
+        taken: list[int] = []
+        for turn in range(max(len(q) for q in queues)):
+            taken += [int(q[turn]) for q in queues if turn < len(q)][: count - len(taken)]
+            if len(taken) >= count:
+                break
+        return self.select(np.sort(np.asarray(taken, dtype=np.int64)))
+
+    def labelled(self, lengths: np.ndarray, document_sources: list[int], names: tuple[str, ...]) -> TokenBlocks:
+        """These blocks (every whole block of the stream) with the source of each: the source of the document
+        that holds its first target token. ``lengths``: the stream's documents' token counts, in order."""
+        ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
+        first_targets = np.arange(len(self), dtype=np.int64) * self.width + 1
+        documents = np.minimum(np.searchsorted(ends, first_targets, side="right"), max(0, len(ends) - 1))
+        sources = np.asarray(document_sources, dtype=np.int64)[documents] if len(ends) else np.zeros(len(self), int)
+        return dataclasses.replace(self, sources=sources, source_names=names)
 
     @property
     def inputs(self) -> torch.Tensor:
@@ -95,183 +105,6 @@ def make_blocks(stream: np.ndarray | torch.Tensor, tokenizer: Tokenizer, context
         padding = np.full(width - len(tokens), tokenizer.pad_id, dtype=np.int64)
         tokens = np.concatenate([np.asarray(tokens, dtype=np.int64), padding])
     return TokenBlocks(tokens, width, tokenizer.byte_lengths, tokenizer.pad_id)
-
-
-@dataclass(frozen=True)
-class Streams:
-    """Both splits' token streams (views on the memory-mapped token file, or arrays when there is no
-    cache), and why a cache was rebuilt when it was."""
-
-    train: np.ndarray
-    validation: np.ndarray
-    note: str | None = None
-
-
-def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, key: str) -> Streams:
-    """Encode both splits into ``cache_dir/tokens-<key>.bin``, or map that file when it verifies.
-
-    The file holds the train stream then the validation stream (uint16 when the vocabulary fits, else
-    int32), written in batches of documents as they are encoded, so no split is ever held in memory
-    whole. Beside it, ``tokens-<key>.json`` records its format, its key, the tokenizer's hash, each
-    document's token count and the file's sha256. On load the checksum is verified, every id must be
-    below the tokenizer's size, and a few documents, drawn afresh each time, are encoded again and
-    compared; a cache that does not verify is rebuilt, with a note saying why.
-    """
-    if cache_dir is None:
-        return _in_memory(tokenizer, corpus.train, corpus.validation)
-    path, note = cache_dir / f"tokens-{key}.bin", None
-    splits = (corpus.train, corpus.validation)
-    if os.path.lexists(path) or os.path.lexists(path.with_suffix(".json")):
-        try:
-            return Streams(*_read_cache(path, tokenizer, key, splits))
-        except Exception as error:  # ValueError, OSError, JSON errors...: a damaged cache is only a cache
-            note = f"cache/{path.name} did not verify ({_short(error)}); rebuilt"
-    try:
-        (cache_dir / f"tokens-{key}.npz").unlink(missing_ok=True)  # written by octlm before the token file
-        _write_cache(path, splits, tokenizer, key)
-        return Streams(*_read_cache(path, tokenizer, key, splits, verified=True), note)
-    except OSError:  # no room for the cache (or no folder for it): train from memory
-        with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)
-        return _in_memory(tokenizer, *splits, note=note)
-
-
-def _in_memory(
-    tokenizer: Tokenizer, train: tuple[Document, ...], validation: tuple[Document, ...], note: str | None = None
-) -> Streams:
-    return Streams(_encode(tokenizer, train)[0], _encode(tokenizer, validation)[0], note)
-
-
-def _encode(tokenizer: Tokenizer, documents: tuple[Document, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """A split's stream and each document's token count, in memory."""
-    pieces = [piece for batch in _batches(tokenizer, documents) for piece in batch]
-    stream = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
-    return stream, np.array([len(piece) for piece in pieces], dtype="<i8")
-
-
-def _batches(tokenizer: Tokenizer, documents: tuple[Document, ...]) -> Iterator[list[np.ndarray]]:
-    """``<|bos|> text <|eos|>`` of each document, ``ENCODE_BATCH`` documents at a time (the tokenizer's threads)."""
-    for start in range(0, len(documents), ENCODE_BATCH):
-        texts = [d.text for d in documents[start : start + ENCODE_BATCH]]
-        try:
-            yield tokenizer.encode_each(texts)
-        except (TypeError, UnicodeError) as error:
-            raise BadInput(
-                f"data.sources: a document cannot be tokenized ({error}); texts must be valid Unicode"
-            ) from None
-
-
-def _short(error: Exception) -> str:
-    return (str(error).splitlines() or [type(error).__name__])[0][:160]
-
-
-def _dtype(tokenizer: Tokenizer) -> np.dtype:
-    return np.dtype("<u2") if tokenizer.vocab_size <= 2**16 else np.dtype("<i4")
-
-
-def _write_cache(path: Path, splits: tuple[tuple[Document, ...], ...], tokenizer: Tokenizer, key: str) -> None:
-    """The token file, written as the documents encode, then its record (both atomically)."""
-    dtype, digest, meta = _dtype(tokenizer), hashlib.sha256(), {}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_writer(path) as handle:
-        for name, documents in zip(("train", "validation"), splits, strict=True):
-            lengths: list[int] = []
-            for batch in _batches(tokenizer, documents):
-                for piece in batch:
-                    payload = piece.astype(dtype).tobytes()
-                    handle.write(payload)
-                    digest.update(payload)
-                    lengths.append(len(piece))
-            meta[f"{name}_lengths"] = lengths
-    record = {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "dtype": dtype.str, **meta}
-    atomic_write(path.with_suffix(".json"), json.dumps({**record, "sha256": digest.hexdigest()}).encode())
-
-
-def _read_cache(
-    path: Path, tokenizer: Tokenizer, key: str, splits: tuple[tuple[Document, ...], ...], verified: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """Both streams as views on a read-only memory map of the token file, once it verifies against its record
-    (the checksum only when not ``verified`` just now by writing it)."""
-    documents = (*splits[0], *splits[1])
-    record = json.loads(read_regular(path.with_suffix(".json"), max_bytes=64 * len(documents) + 4096, follow=False))
-    dtype = _dtype(tokenizer)
-    expected = {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "dtype": dtype.str}
-    if {name: record.get(name) for name in expected} != expected:
-        raise ValueError("made with another tokenizer or corpus, or by another octlm")
-    lengths = [np.asarray(record.get(f"{name}_lengths"), dtype="<i8") for name in ("train", "validation")]
-    size = int(sum(part.sum() for part in lengths)) * dtype.itemsize
-    tokens = _mapped(path, size, dtype)
-    if not verified and _digest(tokens) != record.get("sha256"):
-        raise ValueError("its tokens changed since they were written")
-    cut = int(lengths[0].sum())
-    streams = (tokens[:cut], tokens[cut:])
-    for stream, counts, split in zip(streams, lengths, splits, strict=True):
-        _check_stream(stream, counts, split, tokenizer)
-    return streams
-
-
-def _mapped(path: Path, size: int, dtype: np.dtype) -> np.ndarray:
-    """The token file mapped read-only: a regular file (not a link) of exactly ``size`` bytes."""
-    fd = open_regular(path, max_bytes=size, follow=False)
-    try:
-        if os.fstat(fd).st_size != size:
-            raise ValueError(f"{os.fstat(fd).st_size} bytes where its record says {size}")
-        if size == 0:
-            return np.zeros(0, dtype=dtype)
-        return np.frombuffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ), dtype=dtype)
-    finally:
-        os.close(fd)
-
-
-def _digest(tokens: np.ndarray) -> str:
-    digest, view = hashlib.sha256(), tokens.view(np.uint8).data
-    for start in range(0, len(view), 1 << 24):
-        digest.update(view[start : start + (1 << 24)])
-    return digest.hexdigest()
-
-
-def _check_stream(stream: np.ndarray, lengths: np.ndarray, split: tuple[Document, ...], tokenizer: Tokenizer) -> None:
-    """Shapes, id range and per-document counts, then a few documents drawn at random encoded again."""
-    if stream.dtype.str not in ("<u2", "<i4") or lengths.dtype.str != "<i8" or stream.ndim != 1 or lengths.ndim != 1:
-        raise ValueError(f"unexpected arrays ({stream.dtype}, {lengths.dtype})")
-    if len(stream) and not 0 <= int(stream.min()) <= int(stream.max()) < tokenizer.vocab_size:
-        raise ValueError(f"token ids outside the tokenizer's {tokenizer.vocab_size}")
-    if len(lengths) != len(split) or int(lengths.min(initial=2)) < 2 or int(lengths.sum()) != len(stream):
-        raise ValueError("its documents do not match the corpus")
-    if not split:
-        return
-    offsets = np.concatenate(([0], np.cumsum(lengths)))
-    drawn = {0, len(split) - 1, *random.SystemRandom().sample(range(len(split)), min(SPOT_CHECKS, len(split)))}
-    for index in sorted(drawn):
-        if not np.array_equal(
-            stream[offsets[index] : offsets[index + 1]], tokenizer.encode_each([split[index].text])[0]
-        ):
-            raise ValueError(f"its tokens of {split[index].name} are not what the tokenizer makes of it")
-
-
-class Sampler:
-    """Draws batches of block indices with its own seeded generator.
-
-    The generator is the sampler's whole state, so resuming restores it instead of replaying
-    batches. It draws the global batch: on several ranks every rank draws the same batch and keeps
-    its slice (``Ranks.slices``), so one process draws exactly what it always drew.
-    """
-
-    def __init__(self, num_blocks: int, batch_size: int, seed: int):
-        self.num_blocks = num_blocks
-        self.batch_size = batch_size
-        self.generator = torch.Generator(device="cpu")
-        # Its own reproducible stream; never the global torch generator.
-        self.generator.manual_seed((seed * 1_000_003 + 1) % 2**63)
-
-    def next(self) -> torch.Tensor:
-        return torch.randint(self.num_blocks, (self.batch_size,), generator=self.generator)
-
-    def state_dict(self) -> torch.Tensor:
-        return self.generator.get_state()
-
-    def load_state_dict(self, state: torch.Tensor) -> None:
-        self.generator.set_state(state)
 
 
 def bits_per_byte(total_nats: float, total_bytes: int) -> float:

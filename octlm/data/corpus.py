@@ -66,7 +66,7 @@ class Document:
     from its file at each use (``.txt``/``.md`` files, builtin:stdlib modules, ``.jsonl`` lines, by their
     byte range), so a corpus costs memory for its names only, whatever its size."""
 
-    __slots__ = ("_held", "_line", "name", "size")
+    __slots__ = ("_held", "_line", "name", "size", "source")
 
     def __init__(
         self,
@@ -78,6 +78,7 @@ class Document:
         size: int = -1,
     ):
         self.name = name  # stable across machines for builtins ("builtin:docs/plan.md"), the path otherwise
+        self.source = 0  # which of ``data.sources`` it came from (its index), for evaluations per source
         self._held = text
         self._line = (file, *line)
         self.size = size if size >= 0 else len((text or "").encode("utf-8", "surrogatepass"))  # bytes of UTF-8
@@ -253,16 +254,17 @@ def _checked(path: Path) -> tuple[Path, int]:
         raise BadInput(f"data.sources: {path}: {error.strerror}; data sources must be regular files") from None
 
 
-def _plan(sources: tuple[str, ...], home: Path) -> list[str | tuple[Path, int]]:
-    """Every source resolved and checked before anything is read: builtins by name, files with their sizes."""
-    plan: list[str | tuple[Path, int]] = []
-    for source in sources:
+def _plan(sources: tuple[str, ...], home: Path) -> list[tuple[int, str | tuple[Path, int]]]:
+    """Every source resolved and checked before anything is read: builtins by name, files with their sizes,
+    each with the index of the source it comes from."""
+    plan: list[tuple[int, str | tuple[Path, int]]] = []
+    for index, source in enumerate(sources):
         if source in ("builtin:docs", "builtin:stdlib"):
-            plan.append(source)
+            plan.append((index, source))
         elif source.startswith("builtin:"):
             raise BadInput(f"data.sources: unknown builtin {source!r}; use builtin:docs or builtin:stdlib")
         else:
-            plan += [_checked(path) for path in _files(source, home)]
+            plan += [(index, _checked(path)) for path in _files(source, home)]
     return plan
 
 
@@ -292,7 +294,7 @@ def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[
     ``max(max_bytes, DEFAULT_MAX_BYTES)`` bytes in all."""
     found: list[Document] = []
     total, reader = 0, _Reader(max(max_bytes, DEFAULT_MAX_BYTES))
-    for item in _plan(sources, home):
+    for source, item in _plan(sources, home):
         if max_bytes and found and isinstance(item, tuple) and item[0].suffix != ".jsonl":
             if total + item[1] > max_bytes:
                 break  # a .txt or .md file holds as many bytes of text as its size: it would not fit
@@ -303,6 +305,7 @@ def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[
             if found and total + size > max_bytes > 0:
                 return found
             total += size
+            document.source = source
             found.append(document)
     if not found:
         raise BadInput(f"data.sources {list(sources)}: the corpus is empty (no document has any text)")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import torch
 
-from octlm.config import Config
+from octlm.config import Config, TrainingConfig
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, Reporter
 from octlm.data import apart as apart_process
 from octlm.data import blocks as data
-from octlm.data import corpus
+from octlm.data import corpus, tokens
 from octlm.data.fingerprints import Fingerprints, dataset_hash
 from octlm.data.tokenizer import Tokenizer, cache_path, from_cache, load_or_train, to_cache
 from octlm.runtime import machine as runtime
@@ -69,15 +69,41 @@ def prepare(
     tokenizer, data_hash, streams, more = _tokens(where, found, report if notes is None else None)
     notes = [*(notes or []), *more]
     train_blocks = data.make_blocks(streams.train, tokenizer, config.model.context_length)
-    if len(streams.validation):
-        validation = data.make_blocks(streams.validation, tokenizer, config.model.context_length)
-    else:
-        notes.append("no validation documents: evaluating on training blocks (set data.validation_fraction)")
-        validation = train_blocks
-    eval_blocks = validation.select(slice(0, config.training.eval_blocks))
+    eval_blocks = _evaluation_set(config, found, streams, (tokenizer, train_blocks), notes)
     if first_step:
         _first_step(config, device, report)
     return PreparedData(config, device, tokenizer, train_blocks, eval_blocks, data_hash, tuple(notes))
+
+
+def evaluation_size(training: TrainingConfig, available: int, context_length: int) -> int:
+    """How many validation blocks an evaluation reads, from the first: ``eval_tokens`` worth when set, else
+    ``eval_blocks`` (0: all of them)."""
+    if training.eval_tokens:
+        wanted = -(-training.eval_tokens // context_length)
+    else:
+        wanted = training.eval_blocks or available
+    return min(wanted, available)
+
+
+def _evaluation_set(
+    config: Config,
+    found: corpus.Corpus,
+    streams: tokens.Streams,
+    trained: tuple[Tokenizer, data.TokenBlocks],
+    notes: list[str],
+) -> data.TokenBlocks:
+    """The blocks every evaluation reads, in a fixed order, each labelled with its data source (when there are
+    several); the training blocks when there are no validation documents."""
+    (tokenizer, train), width, names = trained, config.model.context_length, config.data.sources
+    if len(streams.validation):
+        split = data.make_blocks(streams.validation, tokenizer, width)
+        lengths, documents = streams.lengths[1], found.validation
+    else:
+        notes.append("no validation documents: evaluating on training blocks (set data.validation_fraction)")
+        split, lengths, documents = train, streams.lengths[0], found.train
+    if len(names) > 1 and len(lengths) == len(documents):
+        split = split.labelled(lengths, [d.source for d in documents], names)
+    return split.first(evaluation_size(config.training, len(split), width))
 
 
 @dataclass(frozen=True)
@@ -93,14 +119,14 @@ class _Where:
 
 def _tokens(
     where: _Where, found: corpus.Corpus, report: Reporter | None
-) -> tuple[Tokenizer, str, data.Streams, list[str]]:
+) -> tuple[Tokenizer, str, tokens.Streams, list[str]]:
     """The tokenizer, the dataset hash and the token streams (made, or loaded and verified); the notes.
     ``report`` None: nothing is told (the work was done and told apart)."""
     tell, path, cached = report or QuietReporter(), where.tokenizer, where.cached
     tokenizer, how = _tokenizer(where, found, tell)
     data_hash = dataset_hash(found, tokenizer)
     tell.phase("encoding", f"{_megabytes(found)} MB with {tokenizer.vocab_size:,} tokens")
-    streams = data.token_streams(found, tokenizer, where.home.cache, data_hash)
+    streams = tokens.token_streams(found, tokenizer, where.home.cache, data_hash)
     notes = [streams.note] if streams.note else []
     if how != "loaded":
         tokenizer.save(path)

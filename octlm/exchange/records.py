@@ -26,7 +26,7 @@ from octlm.core.home import Home, validate_id
 from octlm.store import runfile
 from octlm.store.base import METRIC_FIELDS
 from octlm.store.merge import ExchangeRegistry
-from octlm.store.migrations import TABLE_COLUMNS, CheckpointRow
+from octlm.store.migrations import METRICS_V1, TABLE_COLUMNS, CheckpointRow
 
 SCHEMA_VERSION = 1
 TRACKS = {"train": "", "overfit": "-overfit"}  # a track's run file: runs/<ID><suffix>.jsonl
@@ -266,15 +266,21 @@ def _run_files(
     for track, suffix in TRACKS.items():
         found = runfile.read(home.run_file(experiment_id, suffix))
         metrics = [
-            {**_pick(row, METRIC_FIELDS), "run_uuid": run_uuid.get(row["run_id"])}
-            for row in rows
-            if row["track"] == track
+            {**_metric_fields(row), "run_uuid": run_uuid.get(row["run_id"])} for row in rows if row["track"] == track
         ]
         if found or metrics:
             out.append(
                 record("run_file", {"experiment_uuid": key, "track": track, "records": found, "metrics": metrics})
             )
     return out
+
+
+def _metric_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A metrics row's fields: those of the first metrics table always (null or not, as exports always wrote
+    them), and those added later only where they hold a value, so a home's export changes only where it has more
+    to say."""
+    first = [name for name in METRIC_FIELDS if name in METRICS_V1]
+    return {**_pick(row, first), **{k: row[k] for k in METRIC_FIELDS if k not in METRICS_V1 and row.get(k) is not None}}
 
 
 def _pick(row: Mapping[str, object], keys: Iterable[str]) -> dict[str, object]:

@@ -26,7 +26,7 @@ from octlm.data.pipeline import PreparedData, prepare
 from octlm.run.files import ExperimentFiles, Track
 from octlm.run.handoff import Handoff, Relay, check_world_size, exit_code, follow
 from octlm.run.keeper import Cadence, CheckpointKeeper
-from octlm.run.restore import init_from, restore
+from octlm.run.restore import init_from, parent_records, restore
 from octlm.run.session import Bookkeeping, RunSummary, Session
 from octlm.runtime import distributed
 from octlm.runtime import machine as runtime
@@ -171,6 +171,7 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
             eval_blocks=prepared.eval_blocks,
             resumed_from=start.loaded.path if start.loaded else None,
             forked_from=forked,
+            inherited=parent_records(context.home, prepared.config) if forked else None,
         )
     finally:
         books.close()
@@ -195,7 +196,7 @@ def _build_state(context: Context, start: Start, prepared: PreparedData) -> tupl
     """The state to train from: a checkpoint's, a fork's step 0 (``init``, main track only), or fresh."""
     ranks = context.relay.ranks
     if start.loaded is not None:
-        return restore(prepared, start.loaded, context.reporter, ranks, start.reshard), None
+        return restore(prepared, start.loaded, context.reporter, ranks, start.reshard, context.home), None
     state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), start.batch_size, ranks)
     if not prepared.config.init.sha256 or start.track.kind != context.files.main.kind:
         return state, None

@@ -17,7 +17,7 @@ from typing import Any
 
 from octlm.config import Config
 from octlm.core import provenance
-from octlm.core.errors import Interrupted, Relayed
+from octlm.core.errors import Diverged, Interrupted, Relayed
 from octlm.core.records import RunRecord
 from octlm.core.reporting import Reporter
 from octlm.core.signals import SIGNAL_EXIT, SignalGuard
@@ -55,6 +55,7 @@ class RunSummary:
     fingerprints: Fingerprints
     run_id: int | None = None
     discarded: tuple[str, ...] | None = None  # what ``train --restart`` discarded, relative to the home
+    eval_seconds: float = 0.0  # of ``seconds``, what the evaluations took
 
     def as_json(self) -> dict[str, Any]:
         shown = {
@@ -68,6 +69,7 @@ class RunSummary:
             "tokens": self.tokens,
             "seconds": round(self.seconds, 3),
             "tokens_per_second": self.tokens_per_second,
+            "eval_seconds": round(self.eval_seconds, 3),
             "checkpoint": str(self.checkpoint) if self.checkpoint else None,
             "metrics": self.metrics,
             "data_hash": self.fingerprints.data,
@@ -133,8 +135,11 @@ class RankSession(_Steps):
             self.saved_step = start_step
 
     def run(self, state: TrainState, *, cadence: Cadence, train_blocks: TokenBlocks) -> None:
-        with SignalGuard() as guard:
-            stopped = self._train(guard, state, cadence, (train_blocks, train_blocks))
+        try:
+            with SignalGuard() as guard:
+                stopped = self._train(guard, state, cadence, (train_blocks, train_blocks))
+        except Diverged as error:  # every rank sees the same loss and norm, and stops at the same step
+            raise Relayed(error.exit_code) from None
         if stopped:
             raise Relayed(SIGNAL_EXIT[signal.Signals(self.stop_signal)])
 
@@ -165,12 +170,20 @@ class Session(_Steps):
         self.started = time.perf_counter()
         self.start_step = 0
         self.base_elapsed = 0.0
+        self.eval_seconds = 0.0  # what this session's evaluations took
 
     def _row(self) -> int:
         assert self.run_id is not None, "the run row is opened by start()"
         return self.run_id
 
-    def start(self, state: TrainState, until: int, resumed_from: Path | None, forked_from: Path | None = None) -> None:
+    def start(
+        self,
+        state: TrainState,
+        until: int,
+        resumed_from: Path | None,
+        forked_from: Path | None = None,
+        inherited: list[RunRecord] | None = None,
+    ) -> None:
         """Open the run row; a resume cuts the run file and the metrics back to its checkpoint's step.
         A fork's first run records the parent checkpoint (path and sha256) where a resume records its own."""
         self.start_step, self.base_elapsed = state.step, state.elapsed
@@ -178,6 +191,10 @@ class Session(_Steps):
             self.saved_step, self.last_checkpoint = state.step, resumed_from
         runfile.cut(self.track.run_file, state.step)
         self.registry.cut_metrics(self.config.id, self.track.kind, state.step)
+        for record in inherited or []:  # a fork continuing its parent's run: the parent's records so far
+            runfile.append(self.track.run_file, record)
+            self.registry.add_metrics(self.config.id, self.track.kind, None, record)
+            self.latest = {**self.latest, **record}
         self.run_id = self.registry.start_run(
             self.config.id, self.kind, **self._run_fields(state, until, resumed_from, forked_from)
         )
@@ -233,6 +250,7 @@ class Session(_Steps):
             "tokens_per_second": round(trained / max(elapsed, 1e-9), 1),
         }
         self.latest = {**self.latest, **record}  # the newest value of each field: evaluations are rarer than logs
+        self.eval_seconds += record.get("eval_seconds") or 0.0
         runfile.append(self.track.run_file, record)
         self.registry.add_metrics(self.config.id, self.track.kind, self.run_id, record)
         self.registry.update_run(self._row(), latest_metrics=self.latest, end_step=state.step)
@@ -254,14 +272,27 @@ class Session(_Steps):
         eval_blocks: TokenBlocks,
         resumed_from: Path | None,
         forked_from: Path | None = None,
+        inherited: list[RunRecord] | None = None,
     ) -> None:
         """Start, train to the keeper's ``cadence.until`` under a signal guard, finish; raises ``Interrupted`` on a
-        signal."""
+        signal. ``inherited``: the run-file records a fork takes over from the run it continues."""
         cadence = self.keeper.cadence
         try:
             with SignalGuard() as guard:
-                self.start(state, cadence.until, resumed_from, forked_from)
+                self.start(state, cadence.until, resumed_from, forked_from, inherited)
                 stopped = self._train(guard, state, cadence, (train_blocks, eval_blocks))
+        except Diverged as error:
+            self.fail(error)
+            saved = (
+                f"the last good checkpoint, {self.last_checkpoint.name}, is intact"
+                if self.last_checkpoint
+                else "no checkpoint was written before it"
+            )
+            raise Diverged(
+                f"{self.config.id} {error}; {saved}. Training is deterministic, "
+                "so a resume diverges again here: change the config (a lower training.learning_rate, or "
+                "training.spike_guard) in a new experiment (`octlm new --from` or `--init-from`)"
+            ) from None
         except BaseException as error:
             self.fail(error)
             raise
@@ -270,6 +301,7 @@ class Session(_Steps):
     def fail(self, error: BaseException) -> None:
         """Close the row as ``interrupted`` or ``failed`` (as far as the registry lets us), then the reporter."""
         status = "interrupted" if isinstance(error, (Interrupted, KeyboardInterrupt)) else "failed"
+        status = "diverged" if isinstance(error, Diverged) else status
         end = self.saved_step if self.saved_step is not None else self.start_step
         try:
             if self.run_id is not None:
@@ -319,4 +351,5 @@ class Session(_Steps):
             metrics=self.latest,
             fingerprints=self.fingerprints,
             run_id=self.run_id,
+            eval_seconds=self.eval_seconds,
         )

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from octlm.core.errors import Interrupted, OctlmError, Relayed
+from octlm.core.errors import Diverged, Interrupted, OctlmError, Relayed
 from octlm.runtime.launch import launched
 
 FAULTS = ("rank0-rng", "plain-ddp")
@@ -196,7 +196,7 @@ def _join() -> Ranks:
 def orderly(error: BaseException) -> bool:
     """Whether every rank ends with this ``error`` together: a stop the ranks agreed on, or rank 0's word
     before training. Anything else (a lost rank, a failed write) may end this rank alone."""
-    return isinstance(error, (Relayed, Interrupted))
+    return isinstance(error, (Relayed, Interrupted, Diverged))
 
 
 def lost(error: BaseException, ranks: Ranks) -> BaseException:

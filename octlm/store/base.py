@@ -42,7 +42,7 @@ CHECKPOINT_COLUMNS = writable("checkpoints")
 VERIFICATION_COLUMNS = writable("verifications")
 NOTE_COLUMNS = writable("notes")
 METRIC_COLUMNS = writable("metrics")
-# The fields of a run-file record that the metrics table holds: core.records.RUN_RECORD_FIELDS (a test checks).
+# The fields of a run-file record that the metrics table holds: core.records.METRIC_FIELDS (a test checks).
 METRIC_FIELDS = tuple(column for column in METRIC_COLUMNS if column not in ("experiment_id", "run_id", "track"))
 METRIC_TRACKS = ("train", "overfit")
 # Every table holding rows of an experiment, children first (the order a removal deletes them in).

@@ -73,13 +73,15 @@ def build(
 ) -> cfg.Config:
     """Resolve a new experiment's config (without its ID) from a preset or another experiment, and with
     ``init`` (``fork_init``) the checkpoint its step 0 starts from. Copied from another experiment, the
-    description defaults to where it came from: "from EXP-008: training.learning_rate=1e-3"."""
+    description defaults to where it came from: "from EXP-008: training.learning_rate=1e-3". From a preset, the
+    keys of ``NEW_DEFAULTS`` the preset leaves out take the defaults of experiments made now (epochs, the
+    evaluation's budget); copied from another, everything is the other's."""
     if preset and from_config is not None:
         raise BadInput("--preset and --from cannot be used together: choose one")
     if from_config is not None:
         raw = from_config.to_dict()
     else:
-        raw = preset_raw(preset or "day1")
+        raw = cfg.merge(_new_defaults(), preset_raw(preset or "day1"))
     raw = cfg.apply_overrides(raw, overrides)
     if init is not None:
         raw["init"] = init
@@ -90,6 +92,15 @@ def build(
         raw["description"] = description
     raw.pop("id", None)
     return cfg.from_dict(raw, "--set" if overrides else "new")
+
+
+def _new_defaults() -> dict[str, Any]:
+    """``NEW_DEFAULTS`` as a raw config mapping ({"data": {"sampling": "epochs"}, ...})."""
+    raw: dict[str, Any] = {}
+    for key, value in cfg.NEW_DEFAULTS.items():
+        section, name = key.split(".")
+        raw.setdefault(section, {})[name] = value
+    return raw
 
 
 def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> dict[str, Any]:
@@ -116,6 +127,7 @@ def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> dict[str, An
         "checkpoint": str(kept.relative_to(home.root)),
         "sha256": digest,
         "optimizer": optimizer,
+        "step": step if optimizer else 0,  # with the optimizer, the fork continues the parent's run at its step
     }
 
 

@@ -126,6 +126,17 @@ ADDED: dict[str, tuple[Added, ...]] = {
         ("checkpoints", "remote_host", str, None),
         ("checkpoints", "remote_path", str, None),
     ),
+    "m007_data_order_evaluation": (
+        ("metrics", "epochs", float, None),
+        ("metrics", "data_blocks", int, None),
+        ("metrics", "data_receipt", str, None),
+        ("metrics", "skipped_steps", int, None),
+        ("metrics", "eval_loss_se", float, None),
+        ("metrics", "perplexity_se", float, None),
+        ("metrics", "bits_per_byte_se", float, None),
+        ("metrics", "eval_tokens", int, None),
+        ("metrics", "eval_seconds", float, None),
+    ),
 }
 
 
@@ -266,6 +277,14 @@ def m006_identity_remote(db: Database) -> None:
     _add_columns(db, "m006_identity_remote", give_uuids)
 
 
+@migration
+def m007_data_order_evaluation(db: Database) -> None:
+    # Data and evaluation one can trust: each metrics row carries the data order read so far (epochs, blocks, the
+    # receipt's rolling digest), the spike guard's skipped steps, and the evaluation's standard errors, tokens and
+    # cost (the run file's per-source figures stay in the run file).
+    _add_columns(db, "m007_data_order_evaluation")
+
+
 NAMES = [step.__name__ for step in STEPS]
 CREATED = {  # every table, as the migration that created it created it
     "experiments": EXPERIMENTS_V1,
@@ -400,3 +419,12 @@ class MetricRow(TypedDict):
     gradient_norm: float | None
     elapsed_seconds: float | None
     tokens_per_second: float | None
+    epochs: float | None
+    data_blocks: int | None
+    data_receipt: str | None
+    skipped_steps: int | None
+    eval_loss_se: float | None
+    perplexity_se: float | None
+    bits_per_byte_se: float | None
+    eval_tokens: int | None
+    eval_seconds: float | None

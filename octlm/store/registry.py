@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from octlm.core.records import RunRecord
+from octlm.core.records import NESTED_FIELDS, RunRecord
 from octlm.store.base import (
     BUSY_TIMEOUT_S,
     CHECKPOINT_COLUMNS,
@@ -316,14 +316,16 @@ class Registry(RegistryBase):
     # ------------------------------------------------------------------ metrics (the run files' records as rows)
 
     def add_metrics(self, experiment_id: str, track: str, run_id: int | None, record: RunRecord) -> None:
-        """One run-file record as a row of ``metrics``; ValueError for a key that is not one of
-        ``METRIC_FIELDS`` (a record may lack the evaluation fields) or a track other than train and overfit."""
+        """One run-file record as a row of ``metrics`` (its nested fields, such as ``eval_sources``, stay in the run
+        file); ValueError for another key that is not one of ``METRIC_FIELDS`` (a record may lack any of them) or a
+        track other than train and overfit."""
         if track not in METRIC_TRACKS:
             raise ValueError(f"metrics: unknown track {track!r}; one of {', '.join(METRIC_TRACKS)}")
-        unknown = [key for key in record if key not in METRIC_FIELDS]
+        unknown = [key for key in record if key not in METRIC_FIELDS and key not in NESTED_FIELDS]
         if unknown:
             raise ValueError(f"metrics: unknown column {unknown[0]!r}")
-        fields = {"experiment_id": experiment_id, "run_id": run_id, "track": track, **record}
+        scalars = {key: value for key, value in record.items() if key not in NESTED_FIELDS}
+        fields = {"experiment_id": experiment_id, "run_id": run_id, "track": track, **scalars}
         row = checked("metrics", fields, METRIC_COLUMNS)
         columns, marks = ", ".join(row), ", ".join("?" for _ in row)
         with self._transaction() as conn:

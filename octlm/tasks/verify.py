@@ -311,7 +311,10 @@ def _verdict(
         _section("model", ra.model, rb.model),
         _section("optimizer", ra.optimizer, rb.optimizer),
         _section("rng", {"sampler": ra.sampler, "ranks": ra.rng}, {"sampler": rb.sampler, "ranks": rb.rng}),
+        _section("data order", ra.receipt, rb.receipt),  # the blocks read so far and their rolling digest
     ]
+    if ra.guard or rb.guard:  # the spike guard's window and skipped steps
+        checks.append(_section("guard", ra.guard, rb.guard))
     if ra.scaler or rb.scaler:  # fp16 only
         checks.append(_section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
     if ra.log_accumulator or rb.log_accumulator:  # a loss sum pending between two logged steps

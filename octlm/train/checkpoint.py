@@ -55,6 +55,8 @@ class Record:
     metrics: RunRecord = field(default_factory=lambda: RunRecord())  # the newest value of each run-file field
     log_accumulator: dict[str, Any] = field(default_factory=dict)  # loss sum and count since the last log
     world_size: int = 1  # the ranks that trained it (absent from files written before data parallelism: 1)
+    receipt: dict[str, Any] = field(default_factory=dict)  # the data order so far: blocks read, rolling digest
+    guard: dict[str, torch.Tensor] = field(default_factory=dict)  # the spike guard's window and skipped steps
 
     def to_payload(self) -> dict[str, Any]:
         """The dict ``torch.save`` writes: ``format``, then every field in declaration order."""
@@ -95,7 +97,28 @@ class Record:
             metrics=cast(RunRecord, bounded.mapping(flat.get("metrics") or {}, "metrics")),
             log_accumulator=bounded.mapping(flat.get("log_accumulator") or {}, "log_accumulator"),
             world_size=_world_size(flat, bounded, name),
+            receipt=_receipt(flat.get("receipt") or {}, bounded),
+            guard=_guard(flat.get("guard") or {}, name),
         )
+
+
+def _receipt(value: Any, bounded: _Bounded) -> dict[str, Any]:
+    """The data-order receipt (absent from files written before receipts: {})."""
+    receipt = bounded.mapping(value, "receipt")
+    if receipt and not (isinstance(receipt.get("blocks"), int) and isinstance(receipt.get("digest"), str)):
+        raise bounded.fail("receipt", "must hold blocks (a count) and digest (text)")
+    return receipt
+
+
+def _guard(value: Any, name: str) -> dict[str, torch.Tensor]:
+    """The spike guard's state: at most three one-dimensional tensors (absent before the guard: {})."""
+    known = {"losses": torch.float64, "norms": torch.float64, "skipped": torch.int64}
+    if not isinstance(value, dict) or set(value) - set(known):
+        raise InvalidCheckpoint(f"{name}: 'guard' must map losses, norms and skipped to tensors")
+    for key, tensor in value.items():
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != known[key] or tensor.dim() != 1:
+            raise InvalidCheckpoint(f"{name}: 'guard.{key}' must be a one-dimensional {known[key]} tensor")
+    return value
 
 
 def _world_size(flat: dict[str, Any], bounded: _Bounded, name: str) -> int:

@@ -15,6 +15,7 @@ import torch
 
 from octlm.core.records import RunRecord
 from octlm.data.blocks import TokenBlocks
+from octlm.data.sampler import epochs_of
 from octlm.train.evaluation import evaluate
 from octlm.train.schedule import for_config
 from octlm.train.state import TrainState
@@ -22,6 +23,7 @@ from octlm.train.state import TrainState
 
 def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> tuple[torch.Tensor, torch.Tensor]:
     """One step in the seed's order; returns (loss of the global batch, gradient norm before clipping) as tensors.
+    The step guard sees both before the update is applied (``guard``: it may stop the run, or skip the update).
 
     One process without accumulation takes the seed's path: the mean loss of the batch, backward. Otherwise
     each micro-batch of this rank's slice contributes its mean loss weighted by its share of the global
@@ -40,13 +42,14 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> 
         state.scaler.unscale_(state.optimizer)
     limit = training.grad_clip if training.grad_clip > 0 else math.inf
     norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), limit, foreach=True)
-    for group in state.optimizer.param_groups:
-        group["lr"] = learning_rate
-    if state.scaler is not None:
-        state.scaler.step(state.optimizer)
-        state.scaler.update()
-    else:
-        state.optimizer.step()
+    if state.guard.check(state.step + 1, loss, norm):  # Diverged, or False: a spike whose update is skipped
+        for group in state.optimizer.param_groups:
+            group["lr"] = learning_rate
+        if state.scaler is not None:
+            state.scaler.step(state.optimizer)
+            state.scaler.update()
+        else:
+            state.optimizer.step()
     state.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     return loss.detach(), norm.detach()
@@ -144,5 +147,10 @@ def _record(state: TrainState, learning_rate: float, norm: torch.Tensor, evaluat
         "train_loss": state.accumulator.take(),
         **evaluation,  # type: ignore[typeddict-item]  # eval_loss, perplexity, bits_per_byte
         "gradient_norm": norm.item(),
+        "epochs": epochs_of(state.sampler),
+        "data_blocks": state.sampler.receipt.blocks,
+        "data_receipt": state.sampler.receipt.digest,
     }
+    if state.guard.mode == "skip":
+        record["skipped_steps"] = len(state.guard.skipped)
     return record

@@ -18,14 +18,15 @@ from torch import nn
 
 from octlm.config import Config
 from octlm.core.records import RunRecord
-from octlm.data.blocks import Sampler
 from octlm.data.fingerprints import Fingerprints
+from octlm.data.sampler import Sampler, sampler_for
 from octlm.runtime import compile_cache, rng
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
 from octlm.train.checkpoint import Record
 from octlm.train.decoder import Decoder
 from octlm.train.decoder import loss as model_loss
+from octlm.train.guard import StepGuard
 from octlm.train.optim import build_optimizer, optimizer_impl
 
 
@@ -107,6 +108,7 @@ class TrainState:
     elapsed: float = 0.0  # seconds of training so far, all processes together (set at each checkpoint)
     log: LogAccumulator | None = None  # the loss since the last logged record (built with the state)
     ranks: Ranks = field(default_factory=Ranks)  # this process's place in a data-parallel run
+    guard: StepGuard = field(default_factory=StepGuard)  # non-finite steps and (when asked) spikes
 
     def __post_init__(self) -> None:
         if self.log is None:
@@ -136,10 +138,11 @@ class TrainState:
             rng.seed_all(training.seed + ranks.rank)
         impl = optimizer_impl(device)
         optimizer = build_optimizer(model, config, impl)
-        sampler = Sampler(num_blocks, batch_size or training.batch_size, training.seed)
+        sampler = sampler_for(config.data.sampling, num_blocks, batch_size or training.batch_size, training.seed)
         scaler = torch.amp.GradScaler(device.type) if training.precision == "fp16" else None
         objective = make_objective(model, device, training.precision, training.compile, ranks)
-        return cls(config, device, model, optimizer, sampler, scaler, impl, objective, ranks=ranks)
+        guard = StepGuard.of(training)
+        return cls(config, device, model, optimizer, sampler, scaler, impl, objective, ranks=ranks, guard=guard)
 
     @property
     def tokens_per_step(self) -> int:
@@ -160,11 +163,17 @@ class TrainState:
         elapsed_seconds: float,
         rng_state: dict[str, Any] | None,
         log_accumulator: dict[str, Any] | None = None,
+        receipt: dict[str, Any] | None = None,
+        guard: dict[str, torch.Tensor] | None = None,
     ) -> None:
-        """Continue from saved progress (a checkpoint's parts); ``rng_state`` None: this process's streams stay."""
+        """Continue from saved progress (a checkpoint's parts); ``rng_state`` None: this process's streams stay;
+        ``receipt`` None (a checkpoint written before receipts): the sampler's stays as it is."""
         self.model.load_state_dict(model)
         self.optimizer.load_state_dict(optimizer)
         self.sampler.load_state_dict(sampler)
+        if receipt:
+            self.sampler.receipt.load_state_dict(receipt)
+        self.guard.load_state_dict(guard or {})
         if self.scaler is not None and scaler:
             self.scaler.load_state_dict(scaler)
         self.step = int(step)
@@ -205,6 +214,8 @@ def record_of(
         metrics=metrics,
         log_accumulator=state.accumulator.state_dict(),
         world_size=len(rng_states),
+        receipt=state.sampler.receipt.state_dict(),
+        guard=state.guard.state_dict(),
     )
 
 
@@ -222,6 +233,8 @@ def load_record(state: TrainState, record: Record, reseed: bool = False) -> None
         elapsed_seconds=record.elapsed_seconds,
         rng_state=None if reseed or not record.rng else record.rng[rank],
         log_accumulator=record.log_accumulator,
+        receipt=record.receipt,
+        guard=record.guard,
     )
     if reseed:
         rng.seed_all(rng.stream_seed(state.config.training.seed, state.step, state.ranks.rank))

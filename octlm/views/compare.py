@@ -6,8 +6,9 @@ registry supplies verdicts; configs supply the keys that differ.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypedDict, get_args
+from typing import Any, Literal, TypedDict, cast, get_args
 
 from octlm.config import flatten
 from octlm.core.home import Home
@@ -49,6 +50,23 @@ class Figures(TypedDict):
     wall_seconds: float | None
     verify_resume: str | None  # the newest verdict of that kind
     overfit: str | None
+    eval_loss_se: float | None  # of the final eval_loss
+    epochs: float | None
+    data_blocks: int | None
+    data_receipt: str | None
+
+
+class Versus(TypedDict):
+    """An experiment against the first one: its final eval loss beside the combined standard error, and whether
+    the two read the same blocks in the same order (their receipts, at the most blocks both logged)."""
+
+    id: str
+    eval_loss_difference: float | None
+    combined_se: float | None
+    within_noise: bool | None
+    noise: str
+    same_data_order: bool | None
+    data_order: str
 
 
 class Comparison(TypedDict):
@@ -60,6 +78,7 @@ class Comparison(TypedDict):
     experiments: list[Figures]
     config: Differing
     all_keys: bool
+    versus: list[Versus]  # every experiment after the first, against the first
 
 
 METRICS: tuple[Metric, ...] = get_args(Metric)  # Metrics' keys, in their order
@@ -77,6 +96,7 @@ def compare(home: Home, ids: list[str], all_keys: bool = False) -> Comparison:
         "experiments": [_figures(item, records[item["id"]], common) for item in details],
         "config": differing_keys([d["config"] for d in details], all_keys),
         "all_keys": all_keys,
+        "versus": [versus(records[ids[0]], records[other], other) for other in ids[1:]],
     }
 
 
@@ -108,7 +128,69 @@ def _figures(item: Detail, records: Records, common: int) -> Figures:
         "wall_seconds": last.get("elapsed_seconds"),
         "verify_resume": _verdict(item["verifications"], "verify-resume"),
         "overfit": _verdict(item["verifications"], "overfit"),
+        "eval_loss_se": _latest_of(records, "eval_loss_se"),
+        "epochs": _latest_of(records, "epochs"),
+        "data_blocks": last.get("data_blocks"),
+        "data_receipt": last.get("data_receipt"),
     }
+
+
+NOISE = 2.0  # a difference within twice the combined standard error is within evaluation noise
+
+
+def versus(first: Records, other: Records, other_id: str) -> Versus:
+    """``other`` against ``first``: the final eval losses' difference and its combined standard error (the two
+    evaluations taken as independent: an upper bound when they read the same blocks), and the data order."""
+    loss_a, loss_b = _latest(first, "eval_loss"), _latest(other, "eval_loss")
+    se_a, se_b = _latest_of(first, "eval_loss_se"), _latest_of(other, "eval_loss_se")
+    difference = None if loss_a is None or loss_b is None else loss_b - loss_a
+    combined = None if difference is None or se_a is None or se_b is None else math.hypot(se_a, se_b)
+    within = None if combined is None or difference is None else abs(difference) <= NOISE * combined
+    same, order = _data_order(first, other)
+    return {
+        "id": other_id,
+        "eval_loss_difference": difference,
+        "combined_se": combined,
+        "within_noise": within,
+        "noise": _noise_words(difference, combined),
+        "same_data_order": same,
+        "data_order": order,
+    }
+
+
+def _noise_words(difference: float | None, combined: float | None) -> str:
+    if difference is None:
+        return "no eval loss to compare"
+    if combined is None:
+        return f"{difference:+.4f} (no standard error: a one-block evaluation, or an older octlm's run)"
+    if abs(difference) <= NOISE * combined:
+        return f"{difference:+.4f} ± {combined:.4f}: within evaluation noise"
+    return f"{difference:+.4f} ± {combined:.4f}: {abs(difference) / combined:.1f}x the combined error"
+
+
+def _data_order(first: Records, other: Records) -> tuple[bool | None, str]:
+    """Whether two runs read the same blocks in the same order, from their receipts at the block counts both
+    logged: the same up to the most such blocks, or different from the first count where they part."""
+    a = {r["data_blocks"]: r.get("data_receipt") for r in first if r.get("data_blocks")}
+    b = {r["data_blocks"]: r.get("data_receipt") for r in other if r.get("data_blocks")}
+    common = sorted(set(a) & set(b))
+    if not common:
+        return None, "no receipts at a common block count to compare"
+    parted = next((blocks for blocks in common if a[blocks] != b[blocks]), None)
+    if parted is None:
+        return True, f"the same blocks in the same order for the first {common[-1]:,}"
+    return False, f"a different data order, by {parted:,} blocks"
+
+
+def sentences(result: Comparison) -> list[str]:
+    """What the comparison says in words, one line per experiment after the first (below the table)."""
+    first = result["ids"][0]
+    return [f"{v['id']} against {first}: eval loss {v['noise']}; {v['data_order']}" for v in result["versus"]]
+
+
+def _latest_of(records: Records, key: str) -> Any:
+    """The newest value of any field (``_latest`` for the metrics)."""
+    return next((value for record in reversed(records) if (value := record.get(key)) is not None), None)
 
 
 def _verdict(verifications: list[RegistryRow], kind: str) -> str | None:
@@ -123,7 +205,7 @@ def _latest(records: Records, key: Metric, tokens: int | None = None) -> float |
     for record in reversed(records):
         value = record.get(key)
         if value is not None and (tokens is None or (record.get("tokens") or 0) <= tokens):
-            return value
+            return cast(float, value)  # one of the metric fields: a number
     return None
 
 
@@ -150,10 +232,17 @@ def table_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
     rows: list[tuple[str, list[Any]]] = [("status", [e["status"] for e in exps]), ("step", [e["step"] for e in exps])]
     for group in ("final", "best"):
         rows += [(f"{group} {metric}", [e[group][metric] for e in exps]) for metric in METRICS]
+        if group == "final":
+            first = result["ids"][0]
+            rows.append(("final eval_loss_se", [e["eval_loss_se"] for e in exps]))
+            rows.append((f"eval_loss - {first}", [None, *(v["eval_loss_difference"] for v in result["versus"])]))
+            rows.append(("combined se", [None, *(v["combined_se"] for v in result["versus"])]))
     rows.append((f"{at}: step tokens", [e["at_equal_tokens"]["tokens"] for e in exps]))
     rows += [(f"{at}: {metric}", [e["at_equal_tokens"][metric] for e in exps]) for metric in METRICS]
     for key in ("tokens", "tokens_per_second", "wall_seconds", "verify_resume", "overfit"):
         rows.append((key, [e[key] for e in exps]))
+    rows.append(("epochs", [e["epochs"] for e in exps]))
+    rows.append(("data_receipt", [e["data_receipt"] for e in exps]))
     for keys in result["config"].values():
         rows += list(keys.items())
     return rows

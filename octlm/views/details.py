@@ -10,12 +10,12 @@ from typing import Any, TypedDict, cast
 from octlm.config import flatten
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
-from octlm.core.records import RUN_RECORD_FIELDS, RunRecord
+from octlm.core.records import NUMBER_FIELDS, RunRecord
 from octlm.store import experiments, runfile
 from octlm.store.registry import TRAINING_KINDS, Registry
 
 SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
-NUMBERS = RUN_RECORD_FIELDS  # the fields of a run-file record the views compute with: all numbers
+NUMBERS = NUMBER_FIELDS  # the fields of a run-file record the views compute with
 RegistryRow = dict[str, Any]  # a registry row as ``store`` reads it (JSON cells decoded), passed through as it is
 
 

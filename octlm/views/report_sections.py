@@ -239,6 +239,7 @@ class SideBySide:
     ids: list[str]
     metrics: list[Cells]
     config: list[Cells]
+    sentences: list[str]  # each experiment against the first, in words: evaluation noise, data order
 
 
 def comparison(result: compare.Comparison) -> SideBySide:
@@ -246,5 +247,8 @@ def comparison(result: compare.Comparison) -> SideBySide:
     keys = sum(len(section) for section in result["config"].values())
     metrics, config = rows[: len(rows) - keys], rows[len(rows) - keys :]
     return SideBySide(
-        result["ids"], [(name, *values) for name, values in metrics], [(name, *values) for name, values in config]
+        result["ids"],
+        [(name, *values) for name, values in metrics],
+        [(name, *values) for name, values in config],
+        compare.sentences(result),
     )

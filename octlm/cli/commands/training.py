@@ -96,12 +96,18 @@ def _summary_line(result: RunSummary) -> str:
     metrics = result.metrics
     line = f"{result.id}: {result.status} at step {result.end_step}/{result.steps}"
     if metrics.get("eval_loss") is not None:
+        error = metrics.get("eval_loss_se")
         line += (
-            f"; train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}, "
-            f"perplexity {metrics['perplexity']:.2f}, {metrics['bits_per_byte']:.4f} bits per byte"
+            f"; train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}"
+            + (f" ± {error:.4f}" if error is not None else "")
+            + f", perplexity {metrics['perplexity']:.2f}, {metrics['bits_per_byte']:.4f} bits per byte"
         )
+    if metrics.get("data_blocks"):
+        line += f"; {metrics.get('epochs', 0):.2f} epochs"
     if result.tokens_per_second:
         line += f"; {result.tokens_per_second:,.0f} tokens/s"
+    if result.eval_seconds and result.seconds:
+        line += f"; evaluation {result.eval_seconds:.1f} s ({result.eval_seconds / result.seconds:.0%})"
     return line
 
 

@@ -131,7 +131,7 @@ def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
         "model_flops_per_second": model_flops,
         "matmul_peak_flops_per_second": peak,
         "matmul_peak_by_size": {str(size): rate for size, rate in peaks.by_size().items()},
-        "mfu": round(model_flops / peak, 4),
+        "mfu": float(f"{model_flops / peak:.4g}"),  # four significant digits: a tiny model's is 1e-5
         "checkpoint_bytes": costs["bytes"],
         "checkpoint_save_seconds": round(costs["save"], 4),
         "checkpoint_load_seconds": round(costs["load"], 4),

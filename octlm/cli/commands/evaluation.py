@@ -1,0 +1,74 @@
+"""``octlm eval``: a checkpoint's held-out evaluation, or on another corpus, with standard errors.
+
+The use case (``tasks.evaluate``) imports torch, so it is imported inside the command."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from octlm.cli import render
+from octlm.cli.common import IdArgument, JsonOption, handled, home_of
+
+EvalStepOption = Annotated[
+    int | None,
+    typer.Option(
+        "--step", metavar="N", help="Evaluate the checkpoint at this step (default: the newest).", show_default=False
+    ),
+]
+OnOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--on",
+        metavar="SOURCE",
+        help="Evaluate on these sources instead of the validation split: paths, globs, folders or builtins, as "
+        "data.sources takes them (repeatable; several are also evaluated one by one).",
+        show_default=False,
+    ),
+]
+TokensOption = Annotated[
+    int | None,
+    typer.Option("--tokens", metavar="N", help="Read only this many target tokens (default: all).", show_default=False),
+]
+
+
+@handled
+def eval_command(
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    step: EvalStepOption = None,
+    on: OnOption = None,
+    tokens: TokensOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Evaluate a checkpoint on the held-out split (or --on another corpus), with standard errors; recorded."""
+    from octlm.tasks import evaluate  # imports torch
+
+    result = evaluate.run(home_of(ctx), experiment_id, step=step, on=on, tokens_budget=tokens, warn=render.warn)
+    if as_json:
+        render.emit_json(result)
+        return
+    _print(result)
+
+
+def _print(result: dict[str, Any]) -> None:
+    def shown(value: float, error: float | None, digits: int) -> str:
+        return f"{value:.{digits}f}" + (f" ± {error:.{digits}f}" if error is not None else "")
+
+    rows = [
+        ("eval loss", shown(result["eval_loss"], result["eval_loss_se"], 4)),
+        ("perplexity", shown(result["perplexity"], result["perplexity_se"], 2)),
+        ("bits per byte", shown(result["bits_per_byte"], result["bits_per_byte_se"], 4)),
+        ("tokens", f"{result['eval_tokens']:,} in {result['blocks']:,} blocks"),
+    ]
+    for name, figures in (result.get("eval_sources") or {}).items():
+        rows.append(
+            (
+                f"  {name}",
+                f"{shown(figures['eval_loss'], figures['eval_loss_se'], 4)} ({figures['eval_tokens']:,} tokens)",
+            )
+        )
+    title = f"eval {result['id']} at step {result['step']} on {', '.join(result['on'])}"
+    render.print_table(("figure", "value (± standard error)"), rows, title=title)
+    print(f"{result['id']}: {result['summary']}")

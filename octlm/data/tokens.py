@@ -1,0 +1,182 @@
+"""The token file: both splits' token streams, encoded in batches of documents straight into
+``cache/tokens-<dataset hash>.bin`` (uint16 while the vocabulary fits, else int32) with its record beside it,
+verified and memory-mapped read-only when read, so training holds no copy of the corpus's tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import mmap
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from octlm.core.errors import BadInput
+from octlm.core.fsutil import atomic_write, atomic_writer, open_regular, read_regular
+from octlm.data.corpus import Corpus, Document
+from octlm.data.tokenizer import Tokenizer
+
+CACHE_FORMAT = "octlm-tokens-v3"
+ENCODE_BATCH = 256  # documents per batch handed to the tokenizer (it encodes a batch on its own threads)
+SPOT_CHECKS = 6  # documents per split encoded again each time a cache is read, besides the first and last
+
+
+@dataclass(frozen=True)
+class Streams:
+    """Both splits' token streams (views on the memory-mapped token file, or arrays when there is no
+    cache), and why a cache was rebuilt when it was."""
+
+    train: np.ndarray
+    validation: np.ndarray
+    note: str | None = None
+    lengths: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype="<i8"), np.zeros(0, dtype="<i8"))  # per document
+
+
+def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, key: str) -> Streams:
+    """Encode both splits into ``cache_dir/tokens-<key>.bin``, or map that file when it verifies.
+
+    The file holds the train stream then the validation stream (uint16 when the vocabulary fits, else
+    int32), written in batches of documents as they are encoded, so no split is ever held in memory
+    whole. Beside it, ``tokens-<key>.json`` records its format, its key, the tokenizer's hash, each
+    document's token count and the file's sha256. On load the checksum is verified, every id must be
+    below the tokenizer's size, and a few documents, drawn afresh each time, are encoded again and
+    compared; a cache that does not verify is rebuilt, with a note saying why.
+    """
+    if cache_dir is None:
+        return _in_memory(tokenizer, corpus.train, corpus.validation)
+    path, note = cache_dir / f"tokens-{key}.bin", None
+    splits = (corpus.train, corpus.validation)
+    if os.path.lexists(path) or os.path.lexists(path.with_suffix(".json")):
+        try:
+            return _read_cache(path, tokenizer, key, splits)
+        except Exception as error:  # ValueError, OSError, JSON errors...: a damaged cache is only a cache
+            note = f"cache/{path.name} did not verify ({_short(error)}); rebuilt"
+    try:
+        (cache_dir / f"tokens-{key}.npz").unlink(missing_ok=True)  # written by octlm before the token file
+        _write_cache(path, splits, tokenizer, key)
+        return dataclasses.replace(_read_cache(path, tokenizer, key, splits, verified=True), note=note)
+    except OSError:  # no room for the cache (or no folder for it): train from memory
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        return _in_memory(tokenizer, *splits, note=note)
+
+
+def _in_memory(
+    tokenizer: Tokenizer, train: tuple[Document, ...], validation: tuple[Document, ...], note: str | None = None
+) -> Streams:
+    (train_stream, train_lengths), (stream, lengths) = _encode(tokenizer, train), _encode(tokenizer, validation)
+    return Streams(train_stream, stream, note, (train_lengths, lengths))
+
+
+def _encode(tokenizer: Tokenizer, documents: tuple[Document, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """A split's stream and each document's token count, in memory."""
+    pieces = [piece for batch in _batches(tokenizer, documents) for piece in batch]
+    stream = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    return stream, np.array([len(piece) for piece in pieces], dtype="<i8")
+
+
+def _batches(tokenizer: Tokenizer, documents: tuple[Document, ...]) -> Iterator[list[np.ndarray]]:
+    """``<|bos|> text <|eos|>`` of each document, ``ENCODE_BATCH`` documents at a time (the tokenizer's threads)."""
+    for start in range(0, len(documents), ENCODE_BATCH):
+        texts = [d.text for d in documents[start : start + ENCODE_BATCH]]
+        try:
+            yield tokenizer.encode_each(texts)
+        except (TypeError, UnicodeError) as error:
+            raise BadInput(
+                f"data.sources: a document cannot be tokenized ({error}); texts must be valid Unicode"
+            ) from None
+
+
+def _short(error: Exception) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0][:160]
+
+
+def _dtype(tokenizer: Tokenizer) -> np.dtype:
+    return np.dtype("<u2") if tokenizer.vocab_size <= 2**16 else np.dtype("<i4")
+
+
+def _write_cache(path: Path, splits: tuple[tuple[Document, ...], ...], tokenizer: Tokenizer, key: str) -> None:
+    """The token file, written as the documents encode, then its record (both atomically)."""
+    dtype, digest, meta = _dtype(tokenizer), hashlib.sha256(), {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_writer(path) as handle:
+        for name, documents in zip(("train", "validation"), splits, strict=True):
+            lengths: list[int] = []
+            for batch in _batches(tokenizer, documents):
+                for piece in batch:
+                    payload = piece.astype(dtype).tobytes()
+                    handle.write(payload)
+                    digest.update(payload)
+                    lengths.append(len(piece))
+            meta[f"{name}_lengths"] = lengths
+    record = {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "dtype": dtype.str, **meta}
+    atomic_write(path.with_suffix(".json"), json.dumps({**record, "sha256": digest.hexdigest()}).encode())
+
+
+def _read_cache(
+    path: Path, tokenizer: Tokenizer, key: str, splits: tuple[tuple[Document, ...], ...], verified: bool = False
+) -> Streams:
+    """Both streams as views on a read-only memory map of the token file, once it verifies against its record
+    (the checksum only when not ``verified`` just now by writing it)."""
+    documents = (*splits[0], *splits[1])
+    record = json.loads(read_regular(path.with_suffix(".json"), max_bytes=64 * len(documents) + 4096, follow=False))
+    dtype = _dtype(tokenizer)
+    expected = {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "dtype": dtype.str}
+    if {name: record.get(name) for name in expected} != expected:
+        raise ValueError("made with another tokenizer or corpus, or by another octlm")
+    lengths = [np.asarray(record.get(f"{name}_lengths"), dtype="<i8") for name in ("train", "validation")]
+    size = int(sum(part.sum() for part in lengths)) * dtype.itemsize
+    tokens = _mapped(path, size, dtype)
+    if not verified and _digest(tokens) != record.get("sha256"):
+        raise ValueError("its tokens changed since they were written")
+    cut = int(lengths[0].sum())
+    streams = (tokens[:cut], tokens[cut:])
+    for stream, counts, split in zip(streams, lengths, splits, strict=True):
+        _check_stream(stream, counts, split, tokenizer)
+    return Streams(*streams, lengths=(lengths[0], lengths[1]))
+
+
+def _mapped(path: Path, size: int, dtype: np.dtype) -> np.ndarray:
+    """The token file mapped read-only: a regular file (not a link) of exactly ``size`` bytes."""
+    fd = open_regular(path, max_bytes=size, follow=False)
+    try:
+        if os.fstat(fd).st_size != size:
+            raise ValueError(f"{os.fstat(fd).st_size} bytes where its record says {size}")
+        if size == 0:
+            return np.zeros(0, dtype=dtype)
+        return np.frombuffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ), dtype=dtype)
+    finally:
+        os.close(fd)
+
+
+def _digest(tokens: np.ndarray) -> str:
+    digest, view = hashlib.sha256(), tokens.view(np.uint8).data
+    for start in range(0, len(view), 1 << 24):
+        digest.update(view[start : start + (1 << 24)])
+    return digest.hexdigest()
+
+
+def _check_stream(stream: np.ndarray, lengths: np.ndarray, split: tuple[Document, ...], tokenizer: Tokenizer) -> None:
+    """Shapes, id range and per-document counts, then a few documents drawn at random encoded again."""
+    if stream.dtype.str not in ("<u2", "<i4") or lengths.dtype.str != "<i8" or stream.ndim != 1 or lengths.ndim != 1:
+        raise ValueError(f"unexpected arrays ({stream.dtype}, {lengths.dtype})")
+    if len(stream) and not 0 <= int(stream.min()) <= int(stream.max()) < tokenizer.vocab_size:
+        raise ValueError(f"token ids outside the tokenizer's {tokenizer.vocab_size}")
+    if len(lengths) != len(split) or int(lengths.min(initial=2)) < 2 or int(lengths.sum()) != len(stream):
+        raise ValueError("its documents do not match the corpus")
+    if not split:
+        return
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    drawn = {0, len(split) - 1, *random.SystemRandom().sample(range(len(split)), min(SPOT_CHECKS, len(split)))}
+    for index in sorted(drawn):
+        if not np.array_equal(
+            stream[offsets[index] : offsets[index + 1]], tokenizer.encode_each([split[index].text])[0]
+        ):
+            raise ValueError(f"its tokens of {split[index].name} are not what the tokenizer makes of it")

@@ -1,0 +1,84 @@
+"""``octlm eval``: a checkpoint's held-out evaluation, or its evaluation on another corpus, with standard errors.
+
+The checkpoint is checked as ``sample`` checks it (experiment, track, fingerprints). Without ``on``, it reads the
+experiment's own validation split: all of it, or ``tokens`` worth from its start (the evaluation training runs
+reads the start of the same split). With ``on`` (paths, globs or builtins, as ``data.sources`` takes them), it
+reads every document of those sources, tokenized with the experiment's tokenizer (kept as a token file in the
+home's ``cache/``), per source when there are several. The figures are those of every evaluation during training
+(``train.evaluation``: mean loss, perplexity, bits per byte, each with its standard error over blocks); the result
+is recorded as a verdict (kind ``eval``), which ``show`` and ``report`` list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from octlm.config import Config, from_dict
+from octlm.core.errors import BadInput
+from octlm.core.home import Home
+from octlm.data import corpus, tokens
+from octlm.data.blocks import TokenBlocks, make_blocks
+from octlm.data.fingerprints import dataset_hash
+from octlm.data.tokenizer import Tokenizer
+from octlm.store.registry import Registry
+from octlm.tasks.sample import load_model
+from octlm.train.evaluation import evaluate
+
+VALIDATION = "validation"  # what ``on`` names when no source is given
+
+
+def run(
+    home: Home,
+    experiment_id: str,
+    *,
+    step: int | None = None,
+    on: list[str] | None = None,
+    tokens_budget: int | None = None,
+    warn: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
+    """Evaluate the newest valid checkpoint (or ``step``'s) and record the verdict; the result (``--json``)."""
+    if tokens_budget is not None and tokens_budget <= 0:
+        raise BadInput(f"--tokens {tokens_budget}: must be positive")
+    loaded, model, tokenizer, device = load_model(home, experiment_id, step, warn)
+    config = from_dict(loaded.record.config, loaded.path.name)
+    blocks = _blocks(home, config, tokenizer, tuple(on or ()))
+    width = config.model.context_length
+    count = min(len(blocks), -(-tokens_budget // width)) if tokens_budget else len(blocks)
+    figures = evaluate(model, blocks.first(count), device, config.training.precision, config.training.batch_size)
+    where = ", ".join(on) if on else f"the {VALIDATION} split"
+    error = figures["eval_loss_se"]
+    shown = f"{figures['eval_loss']:.4f}" + (f" ± {error:.4f}" if error is not None else "")
+    result = {
+        "id": experiment_id,
+        "step": loaded.record.step,
+        "checkpoint": loaded.path.name,
+        "on": list(on) if on else [VALIDATION],
+        "blocks": count,
+        **figures,
+        "summary": f"eval loss {shown} at step {loaded.record.step} on {where} ({count:,} blocks, "
+        f"{figures['eval_tokens']:,} tokens)",
+    }
+    with Registry(home.registry) as registry:
+        registry.add_verification(experiment_id, "eval", shown, result)
+    return result
+
+
+def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...]) -> TokenBlocks:
+    """The blocks to evaluate: the experiment's validation split (``evaluation_size`` with eval_blocks 0: all of
+    it), or every document of ``on``; labelled with their sources when there are several."""
+    data = config.data
+    root = corpus.data_root(home)
+    if on:
+        found = corpus.Corpus(tuple(corpus.documents(on, root)), ())
+        names = on
+    else:
+        found = corpus.load(data.sources, root, data.validation_fraction, data.max_bytes)
+        found, names = corpus.Corpus(found.validation, ()), data.sources
+        if not found.train:
+            raise BadInput(f"{config.id or 'the experiment'} has no validation documents (data.validation_fraction)")
+    streams = tokens.token_streams(found, tokenizer, home.cache, dataset_hash(found, tokenizer))
+    blocks = make_blocks(streams.train, tokenizer, config.model.context_length)
+    if len(names) > 1:
+        blocks = blocks.labelled(streams.lengths[0], [d.source for d in found.train], names)
+    return blocks
