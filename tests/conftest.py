@@ -26,6 +26,22 @@ CORPUS = "\n\n".join(
 )
 
 
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``tests/e2e/`` is slow by where it lives (faults, ranks, hostile input, signals, the browser); its ranks and
+    browser files carry those markers too, so ``-m "not slow"`` runs the fast half and ``-m ranks`` the ranks."""
+    for item in items:
+        parts = Path(str(item.fspath)).resolve().relative_to(TESTS).parts
+        if parts[0] == "e2e":
+            item.add_marker(pytest.mark.slow)
+        if parts[-1] in ("test_ranks.py", "test_world_sizes.py"):
+            item.add_marker(pytest.mark.ranks)
+        if parts[-1] == "test_report_browser.py":
+            item.add_marker(pytest.mark.browser)
+
+
 def tiny_config(**sections: dict) -> dict:
     config = {
         "description": "tiny test experiment",

@@ -20,6 +20,7 @@ def trained(home: Path) -> Path:
     return home
 
 
+@pytest.mark.slow
 def test_load_and_runs_as_the_readme_shows(trained: Path) -> None:
     import torch
 
@@ -36,6 +37,7 @@ def test_load_and_runs_as_the_readme_shows(trained: Path) -> None:
     assert all(set(r) <= set(RUN_RECORD_FIELDS) for r in records)
 
 
+@pytest.mark.slow
 def test_errors_are_octlm_errors_with_one_line(trained: Path) -> None:
     with pytest.raises(octlm.BadInput, match="unknown experiment EXP-404"):
         octlm.load("EXP-404", home=trained)
@@ -51,6 +53,7 @@ def test_importing_octlm_loads_no_torch() -> None:
     assert done.stdout.split(" ", 1)[0] == "False", done.stdout
 
 
+@pytest.mark.slow
 def test_train_reads_the_config_once(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Profile pinning, the rank check, the estimate and the run all use the one config the command loaded."""
     from octlm.store import experiments

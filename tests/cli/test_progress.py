@@ -1,0 +1,126 @@
+"""What a run shows while it runs: named phases, the progress bar on a terminal, timestamped lines elsewhere,
+--restart's question and list, verify-resume's segments.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import cli, octlm, run_on_terminal, write_experiment
+
+from octlm.cli.progress import ConsoleReporter
+from octlm.core.home import Home
+from octlm.data import pipeline as prepare
+from octlm.run import runner
+from octlm.store import experiments
+
+STAMP = r"\d\d:\d\d:\d\d "
+
+
+RUNNER_REPORTS_PHASES = "context.reporter" in inspect.getsource(runner._train_session).split("prepare(")[1][:200]
+
+
+needs_runner = pytest.mark.skipif(
+    not RUNNER_REPORTS_PHASES, reason="runner.py does not pass its reporter to prepare() yet"
+)
+
+
+DEMO = """
+import sys, time
+from pathlib import Path
+from octlm.store import experiments
+from octlm.data import pipeline as prepare
+from octlm.cli.progress import ConsoleReporter
+from octlm.core.home import Home
+
+home = Home(Path(sys.argv[1]))
+reporter = ConsoleReporter()
+try:
+    prepare.prepare(home, experiments.load(home, "EXP-001"), Path(sys.argv[2]), reporter)
+    time.sleep(0.5)
+    reporter.start({"id": "EXP-001", "kind": "train", "start": 0, "until": 5, "parameters": 1,
+                    "device": "cpu", "precision": "fp32"})
+    time.sleep(0.5)
+    for step in range(1, 6):
+        reporter.step(step)
+        time.sleep(0.15)
+    reporter.finish()
+finally:
+    reporter.close()
+"""
+
+
+def on_terminal(args: list[str], term: str = "xterm-256color", answer: tuple[bytes, bytes] | None = None):
+    return run_on_terminal(args, term=term, answer=answer)
+
+
+@pytest.mark.slow
+def test_phases_and_a_moving_bar_on_a_terminal(home: Path) -> None:
+    code, drawn = on_terminal([sys.executable, "-c", DEMO, str(home), str(home / "tokenizer.json")])
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn)
+    assert code == 0, shown
+    assert "\x1b[" in drawn  # drawn, not plain
+    assert "training tokenizer: 300 tokens on" in shown and "Compute merges" in shown  # and the library's own bar
+    assert "✓ reading corpus: 0.0 MB, 10 documents" in shown and "✓ encoding: 0.0 MB with" in shown
+    assert re.search(r"EXP-001 \S+ 0/5 first step \d+ s", shown), shown  # the first step waits in the bar
+    bars = re.findall(r"EXP-001 \S+ (\d)/5", shown)
+    assert bars[0] == "0" and bars[-1] == "5" and len(set(bars)) >= 4  # it moved
+
+
+@pytest.mark.slow
+def test_phases_off_a_terminal_and_with_term_dumb_are_timestamped_lines(home: Path, capsys) -> None:
+    config = experiments.load(Home(home), "EXP-001")
+    prepare.prepare(Home(home), config, home / "tokenizer.json", ConsoleReporter())
+    lines = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(STAMP + r"reading corpus: 0\.0 MB, 10 documents", lines[0]), lines
+    assert re.fullmatch(STAMP + r"training tokenizer: 300 tokens on 8 documents", lines[1]), lines
+    assert re.fullmatch(STAMP + r"encoding: 0\.0 MB with 300 tokens", lines[2]), lines
+    code, shown = on_terminal([sys.executable, "-c", DEMO, str(home), str(home / "again.json")], term="dumb")
+    assert code == 0 and "\x1b[" not in shown, shown
+    assert re.search(STAMP + r"reading corpus: 0\.0 MB, 10 documents\r\n", shown), shown
+    assert re.search(STAMP + r"encoding: 0\.0 MB with 300 tokens\r\n", shown), shown
+
+
+@pytest.mark.slow
+@needs_runner
+def test_a_training_start_shows_its_phases(home: Path) -> None:
+    write_experiment(home, training={"compile": False})
+    result = cli(home, "train", "EXP-001", "--until", "4")
+    assert result.exit_code == 0, result.stderr
+    assert re.search(r"^" + STAMP + r"reading corpus: 0\.0 MB, 10 documents$", result.stderr, re.M), result.stderr
+    assert re.search(r"^" + STAMP + r"training tokenizer: 300 tokens", result.stderr, re.M)
+    code, shown = on_terminal([sys.executable, "-m", "octlm", "--home", str(home), "resume", "EXP-001"])
+    assert code == 0 and "✓ reading corpus" in shown and "EXP-001" in shown, shown
+
+
+@pytest.mark.slow
+def test_restart_says_what_it_discarded(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    result = cli(home, "train", "EXP-001", "--restart", "--until", "4")
+    assert result.exit_code == 0, result.stderr
+    assert "discarded checkpoints/EXP-001/step-000004.pt" in result.stderr
+    assert "discarded runs/EXP-001.jsonl" in result.stderr
+
+
+@pytest.mark.slow
+def test_restart_asks_on_a_terminal_unless_yes(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    command = [sys.executable, "-m", "octlm", "--home", str(home), "train", "EXP-001", "--restart", "--until", "4"]
+    code, shown = on_terminal(command, answer=(b"start over?", b"n\n"))
+    assert code == 3 and "--restart discards:" in shown and "checkpoints/EXP-001/step-000004.pt" in shown, shown
+    assert (home / "checkpoints" / "EXP-001" / "step-000004.pt").exists()
+
+
+@pytest.mark.slow
+def test_verify_resume_streams_each_segment(home: Path) -> None:
+    result = octlm(home, "verify-resume", "EXP-001", "--split-at", "4", "--until", "8")
+    assert result.returncode == 0, result.stderr
+    for label, steps in (("(a)", "0 -> 8"), ("(b1)", "0 -> 4"), ("(b2)", "4 -> 8")):
+        assert re.search(r"^" + STAMP + re.escape(f"{label} steps {steps}") + "$", result.stderr, re.M)
+    assert re.search(r"^\(b2\) step 8: loss", result.stderr, re.M), result.stderr
+    if RUNNER_REPORTS_PHASES:
+        assert re.search(r"^\(a\) " + STAMP + "reading corpus", result.stderr, re.M)

@@ -1,0 +1,189 @@
+"""The portable determinism profile (issue 17): a golden run, the canary, resume on "another" machine.
+
+The profile must be set before torch is imported, so every run of a portable experiment here is a new
+process (``octlm`` in a subprocess). The golden constants below were measured on this project's machine:
+``cat /proc/cpuinfo | grep 'model name' | head -1`` says ``model name : AMD EPYC`` (family 25, model 17, a KVM
+guest with AVX-512), Linux x86-64, glibc 2.36, Python 3.11, torch 2.13.0+cpu, 1 thread. Under the portable
+profile they must come out the same on any x86-64 processor with AVX2 and the same torch release; under
+``local`` they would not (the local canary here is ``4b8640b1b8c3d5b3``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import CORPUS, cli, octlm, write_experiment
+
+GOLDEN_CANARY = "0f605eddc8072b68"  # `octlm canary --threads 1` under portable, on the machine above
+# sha256 of EXP-001's weights and optimizer state at step 8 (``state_digest``; the tiny config of conftest, portable)
+GOLDEN_STATE = "90fd117b3c541a93c12247712a9af3d9b61a186e2b365ea421d8a13120449fd3"
+PORTABLE = {"determinism": "portable", "threads": 1}
+PINNED = {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}  # the profile's variables
+
+
+def state_digest(path: Path) -> str:
+    """sha256 of a checkpoint's weights (by name) and optimizer state (by parameter, then name)."""
+    from octlm.train import checkpoint
+
+    record = checkpoint.read(path)
+    digest = hashlib.sha256()
+    tensors = [record.model[name] for name in sorted(record.model)]
+    for index in sorted(record.optimizer["state"]):
+        values = record.optimizer["state"][index]
+        tensors += [values[name] for name in sorted(values)]
+    for tensor in tensors:
+        digest.update(tensor.contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def make_home(root: Path, **training: object) -> Path:
+    (root / "corpus").mkdir(parents=True)
+    for i in range(10):
+        (root / "corpus" / f"doc{i}.txt").write_text(CORPUS[i * 1000 : (i + 1) * 1000 + 500])
+    write_experiment(root, "EXP-001", training={**PORTABLE, **training})
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home whose portable EXP-001 was trained 0 -> 8 in a new process (checkpoints at 4 and 8)."""
+    root = make_home(tmp_path_factory.mktemp("portable") / "home")
+    result = octlm(root, "train", "EXP-001", "--until", "8", "-q")
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+@pytest.mark.slow
+def test_golden_weights_and_canary(trained: Path) -> None:
+    from octlm.train import checkpoint
+
+    final = trained / "checkpoints" / "EXP-001" / "step-000008.pt"
+    assert state_digest(final) == GOLDEN_STATE
+    environment = checkpoint.read(final).environment
+    assert environment["canary"] == GOLDEN_CANARY and environment["threads"] == 1
+    assert environment["determinism"].startswith("portable (MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=avx2")
+    canary = octlm(trained, "canary", "EXP-001", "--json")
+    assert canary.returncode == 0, canary.stderr
+    assert json.loads(canary.stdout)["digest"] == GOLDEN_CANARY
+
+
+@pytest.mark.slow
+def test_verify_resume_passes_under_portable(trained: Path) -> None:
+    result = octlm(trained, "verify-resume", "EXP-001", "--split-at", "2", "--until", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["identical"]
+
+
+FAKED = (
+    "import sys; from octlm.train import canary; from octlm.runtime import determinism; "
+    "name, digest = sys.argv.pop(1), sys.argv.pop(1); "
+    "determinism.processor = lambda: name; "
+    "canary.digest = (lambda threads: digest) if digest != 'real' else canary.digest; "
+    "sys.argv[0] = 'octlm'; from octlm.cli.app import main; main()"
+)
+
+
+def resume_on(home: Path, processor: str, digest: str, until: int) -> subprocess.CompletedProcess:
+    """``octlm resume`` in a process whose processor name (and, unless 'real', canary digest) is faked."""
+    command = [sys.executable, "-c", FAKED, processor, digest, "--home", str(home), "resume", "EXP-001"]
+    env = {**os.environ, "NO_COLOR": "1", **PINNED}  # pinned before the faking imports torch
+    return subprocess.run([*command, "--until", str(until)], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_another_processor_agrees_by_its_canary(trained: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(trained, home)
+    agreed = resume_on(home, "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "real", 10)
+    assert agreed.returncode == 0, agreed.stderr
+    assert "this machine agrees with the one that wrote step-000008.pt" in agreed.stderr
+    assert "warning" not in agreed.stderr and "different environment" not in agreed.stderr
+    differs = resume_on(home, "AMD EPYC 9654 96-Core Processor", "0123456789abcdef", 12)
+    assert differs.returncode == 0, differs.stderr
+    assert "does not agree with the one that wrote step-000010.pt" in differs.stderr
+    assert "the resume will not be bit-identical" in differs.stderr
+    assert "different environment" not in differs.stderr  # the processor itself is no reason under portable
+
+
+@pytest.mark.slow
+def test_portable_refuses_compile_and_bf16_on_cpu(tmp_path: Path) -> None:
+    home = make_home(tmp_path / "home", compile=True)
+    result = cli(home, "train", "EXP-001")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "training.compile" in result.stderr and "portable" in result.stderr
+    write_experiment(home, "EXP-002", training={**PORTABLE, "precision": "bf16", "device": "cpu"})
+    bf16 = octlm(home, "train", "EXP-002")
+    assert bf16.returncode == 2 and len(bf16.stderr.strip().splitlines()) == 1, bf16.stderr
+    assert "training.precision: bf16 on a CPU is not portable" in bf16.stderr
+
+
+@pytest.mark.slow
+def test_local_is_unchanged(home: Path) -> None:
+    from octlm import config as cfg
+    from octlm.train import checkpoint
+
+    config = cfg.load(home / "experiments" / "EXP-001.yaml")
+    assert not {"training.determinism", "training.threads"} & set(config.trajectory_dict())
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    environment = checkpoint.read(home / "checkpoints" / "EXP-001" / "step-000004.pt").environment
+    assert "canary" not in environment and "determinism" not in environment
+    assert environment["processor"]  # recorded, so that a local resume elsewhere says the processor changed
+
+
+def test_environment_warnings_name_what_the_profile_cannot_pin() -> None:
+    from octlm.runtime.machine import environment_warnings
+
+    here = {"torch": "2.13.0", "device": "cpu", "threads": 2, "processor": "A", "canary": "x", "determinism": "p"}
+    assert environment_warnings({**here, "processor": "B"}, here) == []
+    (line,) = environment_warnings({**here, "torch": "2.12.0"}, here)
+    assert "torch 2.12.0 -> 2.13.0" in line and "each torch release has kernels of its own" in line
+    on_gpu = environment_warnings(here, {**here, "device": "cuda"})
+    assert any("pins CPU kernels only" in line for line in on_gpu)
+    local = {key: value for key, value in here.items() if key not in ("canary", "determinism")}
+    (line,) = environment_warnings({**local, "processor": "B"}, local)
+    assert "processor B -> A" in line and "training.determinism: portable pins them" in line
+
+
+def test_bench_times_each_profile_in_processes_of_its_own(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from octlm.tasks.bench import plan as bench_plan
+
+    started: list[list[str]] = []
+    speeds = {"local": iter([100.0, 120.0]), "portable": iter([90.0, 96.0])}
+
+    def child(argv: list[str]) -> dict:  # each profile's process, as `octlm bench ... --determinism P --json` prints
+        started.append(argv)
+        profile = argv[argv.index("--determinism") + 1]
+        return {"results": [{"precision": "fp32", "tokens_per_second": next(speeds[profile])}]}
+
+    monkeypatch.setattr(bench_plan, "_child", child)
+    result = cli(home, "bench", "EXP-001", "--determinism", "local,portable", "--steps", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [argv[argv.index("--determinism") + 1] for argv in started] == ["local", "portable", "portable", "local"]
+    assert all("--no-compile" in argv and "--json" in argv for argv in started)  # eager alike: portable refuses compile
+    assert report["median_tokens_per_second"] == {"local": {"fp32": 110.0}, "portable": {"fp32": 93.0}}
+    assert report["ratio"]["portable"]["fp32"] == round(93 / 110, 3)
+    assert cli(home, "bench", "EXP-001", "--determinism", "portable,nope").exit_code == 2
+
+
+def test_threads_are_the_key_else_under_portable_the_first_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from octlm import config as cfg
+    from octlm.runtime import machine as runtime
+
+    asked: list[int] = []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(torch, "set_num_threads", asked.append)
+    portable, local = cfg.Config().with_keys({"training.determinism": "portable"}), cfg.Config()
+    runtime.set_threads(portable, recorded=4)  # a resume: the count the first start recorded
+    runtime.set_threads(local, recorded=4)  # local: torch's own count, as before
+    runtime.set_threads(local.with_keys({"training.threads": 3}), recorded=4)  # the key wins
+    assert asked == [4, 3]

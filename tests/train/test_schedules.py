@@ -1,0 +1,64 @@
+"""Learning-rate schedules: their edges, and a wsd run forked in its stable phase with more steps equal to a run
+started with them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import assert_same_training_state, cli, json_out, write_experiment
+
+from octlm.core import layout
+from octlm.store import runfile
+from octlm.train import checkpoint
+
+
+def final(home: Path, step: int, experiment: str = "EXP-001") -> checkpoint.Record:
+    return checkpoint.read(layout.checkpoint_path(home / "checkpoints" / experiment, step))
+
+
+@pytest.mark.slow
+def test_a_wsd_run_forked_in_its_stable_phase_with_more_steps_equals_a_run_started_with_them(home: Path) -> None:
+    wsd = {"schedule": "wsd", "decay_fraction": 0.25, "steps": 24, "warmup_steps": 2, "eval_interval": 4}
+    kept = {"interval": 4, "keep": 20}
+    write_experiment(
+        home, "EXP-001", data={"sampling": "epochs"}, model={"dropout": 0.1}, training=wsd, checkpoint=kept
+    )
+    write_experiment(
+        home,
+        "EXP-002",
+        data={"sampling": "epochs"},
+        model={"dropout": 0.1},
+        training={**wsd, "steps": 40},
+        checkpoint=kept,
+    )
+    for experiment in ("EXP-001", "EXP-002"):
+        assert cli(home, "train", experiment, "-q").exit_code == 0
+    made = cli(home, "new", "--init-from", "EXP-001@8", "--with-optimizer", "--set", "training.steps=40", "--json")
+    assert made.exit_code == 0, made.stderr
+    fork = json_out(made)["id"]
+    assert json_out(made)["config"]["init"]["step"] == 8
+    assert cli(home, "train", fork, "-q").exit_code == 0
+    for step in (12, 16, 20, 24, 28, 32, 36, 40):  # every checkpoint both keep, step for step
+        assert_same_training_state(final(home, step, fork), final(home, step, "EXP-002"))
+    assert final(home, 40, fork).receipt == final(home, 40, "EXP-002").receipt
+    records = [runfile.without_timings(runfile.read(home / "runs" / f"{e}.jsonl")) for e in (fork, "EXP-002")]
+    assert records[0] == records[1]
+
+
+def test_the_schedules_at_their_edges() -> None:
+    from octlm.train.schedule import constant, linear, wsd
+
+    assert wsd(0, peak=1.0, floor=0.1, warmup_steps=10, total_steps=100, decay_fraction=0.2) == pytest.approx(0.1)
+    assert wsd(79, peak=1.0, floor=0.1, warmup_steps=10, total_steps=100, decay_fraction=0.2) == 1.0
+    assert wsd(100, peak=1.0, floor=0.1, warmup_steps=10, total_steps=100, decay_fraction=0.2) == pytest.approx(0.1)
+    longer = [wsd(s, peak=1.0, floor=0.1, warmup_steps=10, total_steps=500, decay_fraction=0.2) for s in range(80)]
+    assert longer == [
+        wsd(s, peak=1.0, floor=0.1, warmup_steps=10, total_steps=100, decay_fraction=0.2) for s in range(80)
+    ]
+    assert linear(10, peak=1.0, floor=0.0, warmup_steps=10, total_steps=110) == 1.0
+    assert linear(60, peak=1.0, floor=0.0, warmup_steps=10, total_steps=110) == pytest.approx(0.5)
+    assert (
+        constant(5, peak=2.0, warmup_steps=10) == pytest.approx(1.2) and constant(50, peak=2.0, warmup_steps=10) == 2.0
+    )
