@@ -10,12 +10,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from octlm.cli.app import app
+from octlm.core.home import Home
+from octlm.core.records import METRIC_FIELDS, TIMING_FIELDS
+from octlm.store import runfile
+from octlm.store.experiments import load, register
+from octlm.store.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -169,3 +175,64 @@ def run_on_terminal(
             answer = None
     os.close(master)
     return process.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------- run files and the registry's metrics
+
+METRIC_KEYS = set(METRIC_FIELDS) - set(TIMING_FIELDS)
+
+
+def records(home: Path, experiment: str = "EXP-001") -> list[dict[str, Any]]:
+    return runfile.without_timings(runfile.read(home / "runs" / f"{experiment}.jsonl"))
+
+
+def metrics_rows(home: Path, experiment: str = "EXP-001", track: str = "train") -> list[dict[str, Any]]:
+    with Registry(home / "registry.db") as registry:
+        return registry.metrics(experiment, track)
+
+
+def assert_metrics_match_run_file(home: Path, experiment: str = "EXP-001") -> None:
+    """The registry's metrics table holds the run file's records: same steps, same values."""
+    rows, kept = metrics_rows(home, experiment), records(home, experiment)
+    assert [row["step"] for row in rows] == [record["step"] for record in kept]
+    for row, record in zip(rows, kept, strict=True):
+        values = {k: v for k, v in row.items() if k in METRIC_KEYS and v is not None}
+        assert values == {k: v for k, v in record.items() if v is not None}
+
+
+# ---------------------------------------------------------------- five experiments as octlm writes them
+
+IDS = [f"EXP-00{n}" for n in range(1, 6)]
+
+
+@pytest.fixture(scope="module")
+def five(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Five experiments with runs, verdicts and run files as octlm writes them, without training."""
+    home = tmp_path_factory.mktemp("daily")
+    for n, experiment_id in enumerate(IDS, 1):
+        write_experiment(home, experiment_id, training={"learning_rate": 0.001 * n}, data={"sources": ["builtin:docs"]})
+        records = [
+            {
+                "step": s,
+                "tokens": s * 64,
+                "train_loss": 5.9629 + n / 10,
+                "eval_loss": 5.96291234,
+                "perplexity": 357.8,
+                "bits_per_byte": 2.123456,
+                "lr": 0.001,
+                "gradient_norm": 1.5,
+                "elapsed_seconds": 18.7,
+                "tokens_per_second": 17537.3,
+            }
+            for s in (4, 8, 12)
+        ]
+        (home / "runs").mkdir(exist_ok=True)
+        (home / "runs" / f"{experiment_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        with Registry(home / "registry.db") as registry:
+            register(Home(home), registry, load(Home(home), experiment_id))
+            argv = ["octlm", "train", experiment_id, "--until", "12", "--home", str(home / "a" / "long" / "path")]
+            run = registry.start_run(experiment_id, "train", start_step=0, argv=argv, pid=17537, threads=2)
+            status = {3: "interrupted", 4: "stopped"}.get(n, "completed")
+            registry.finish_run(run, status, end_step=12, latest_metrics=records[-1], final_metrics=records[-1])
+            registry.add_verification(experiment_id, "verify-resume", "pass", {"summary": "identical " * 12}, run)
+    return home

@@ -5,59 +5,20 @@ out, numbers formatted by their kind, notes never wrapped.
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli, write_experiment
+from conftest import IDS, cli
 
 from octlm.cli import render, show_view
 from octlm.cli.commands import tools as commands_tools
 from octlm.core.home import Home
-from octlm.store.experiments import load, register
-from octlm.store.registry import Registry
 from octlm.views import show as shows
 
-IDS = [f"EXP-00{n}" for n in range(1, 6)]
-
-
 BOX = set("─│━┃┌┐└┘├┤┬┴┼═║╭╮╰╯")
-
-
-@pytest.fixture(scope="module")
-def five(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Five experiments with runs, verdicts and run files as octlm writes them, without training."""
-    home = tmp_path_factory.mktemp("daily")
-    for n, experiment_id in enumerate(IDS, 1):
-        write_experiment(home, experiment_id, training={"learning_rate": 0.001 * n}, data={"sources": ["builtin:docs"]})
-        records = [
-            {
-                "step": s,
-                "tokens": s * 64,
-                "train_loss": 5.9629 + n / 10,
-                "eval_loss": 5.96291234,
-                "perplexity": 357.8,
-                "bits_per_byte": 2.123456,
-                "lr": 0.001,
-                "gradient_norm": 1.5,
-                "elapsed_seconds": 18.7,
-                "tokens_per_second": 17537.3,
-            }
-            for s in (4, 8, 12)
-        ]
-        (home / "runs").mkdir(exist_ok=True)
-        (home / "runs" / f"{experiment_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-        with Registry(home / "registry.db") as registry:
-            register(Home(home), registry, load(Home(home), experiment_id))
-            argv = ["octlm", "train", experiment_id, "--until", "12", "--home", str(home / "a" / "long" / "path")]
-            run = registry.start_run(experiment_id, "train", start_step=0, argv=argv, pid=17537, threads=2)
-            status = {3: "interrupted", 4: "stopped"}.get(n, "completed")
-            registry.finish_run(run, status, end_step=12, latest_metrics=records[-1], final_metrics=records[-1])
-            registry.add_verification(experiment_id, "verify-resume", "pass", {"summary": "identical " * 12}, run)
-    return home
 
 
 def terminal(monkeypatch: pytest.MonkeyPatch, width: int) -> io.StringIO:

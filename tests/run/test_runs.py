@@ -9,34 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cli, json_out, write_experiment
+from conftest import assert_metrics_match_run_file, cli, json_out, metrics_rows, records, write_experiment
 
 from octlm.core.errors import Refused
 from octlm.core.home import Home
-from octlm.core.records import METRIC_FIELDS, TIMING_FIELDS
 from octlm.run import runner
-from octlm.store import runfile
 from octlm.store.registry import Registry
-
-METRIC_KEYS = set(METRIC_FIELDS) - set(TIMING_FIELDS)
-
-
-def records(home: Path, experiment: str = "EXP-001") -> list[dict[str, Any]]:
-    return runfile.without_timings(runfile.read(home / "runs" / f"{experiment}.jsonl"))
-
-
-def metrics_rows(home: Path, experiment: str = "EXP-001", track: str = "train") -> list[dict[str, Any]]:
-    with Registry(home / "registry.db") as registry:
-        return registry.metrics(experiment, track)
-
-
-def assert_metrics_match_run_file(home: Path, experiment: str = "EXP-001") -> None:
-    """The registry's metrics table holds the run file's records: same steps, same values."""
-    rows, kept = metrics_rows(home, experiment), records(home, experiment)
-    assert [row["step"] for row in rows] == [record["step"] for record in kept]
-    for row, record in zip(rows, kept, strict=True):
-        values = {k: v for k, v in row.items() if k in METRIC_KEYS and v is not None}
-        assert values == {k: v for k, v in record.items() if v is not None}
 
 
 def sibling(tmp_path: Path, home: Path, name: str, **training: Any) -> Path:
