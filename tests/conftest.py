@@ -6,6 +6,7 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -78,6 +79,13 @@ def write_experiment(home: Path, experiment_id: str = "EXP-001", **sections: dic
 
 
 @pytest.fixture(scope="session", autouse=True)
+def no_load_warnings() -> None:
+    """The suite keeps the box busy: a run's warning about a busy box (``runtime.oversubscribed``) would be noise in
+    every test that checks stderr; the test of that warning turns it back on."""
+    os.environ["OCTLM_NO_LOAD_CHECK"] = "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
 def compile_cache(tmp_path_factory: pytest.TempPathFactory):
     """torch.compile's graphs for the whole session in one temporary folder, never in ~/.cache."""
     previous = os.environ.get("OCTLM_COMPILE_CACHE")
@@ -140,6 +148,13 @@ def assert_same_training_state(a, b) -> None:
         assert ra["python"] == rb["python"]
 
 
+def default_signals() -> None:
+    """For a child a test will signal: SIGHUP, SIGINT and SIGTERM as a shell's job gets them, whatever the test
+    runner inherited (under ``nohup`` SIGHUP is ignored, and a child would inherit that and rightly go on)."""
+    for number in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
 def run_on_terminal(
     args: list[str],
     *,
@@ -154,7 +169,7 @@ def run_on_terminal(
     env = {**os.environ, "COLUMNS": str(columns), "TERM": term}
     if not keep_no_color:
         env.pop("NO_COLOR", None)
-    process = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env)
+    process = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env, preexec_fn=default_signals)
     os.close(slave)
     chunks: list[bytes] = []
     deadline = time.monotonic() + 120

@@ -106,7 +106,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm verify-resume EXP-008 --split-at 50 --until 100",
         "octlm verify-resume EXP-008 --split-at 100 --nproc 4",
     ),
-    "overfit": ("octlm overfit EXP-008", "octlm overfit EXP-008 --steps 300 --max-loss 0.5"),
+    "overfit": (
+        "octlm overfit EXP-008",
+        "octlm overfit EXP-008 --steps 300 --max-loss 0.5",
+        "octlm overfit EXP-008 --nproc 2",
+    ),
     "sample": (
         "octlm sample EXP-008 --prompt 'def '",
         "octlm sample EXP-008 --prompt 'import ' --temperature 0",

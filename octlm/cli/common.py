@@ -18,6 +18,7 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
 
 import typer
@@ -27,6 +28,7 @@ from octlm.cli import render
 from octlm.config.validation import shown
 from octlm.core.errors import BAD_INPUT, REFUSED, BadInput, OctlmError, Relayed
 from octlm.core.home import Home
+from octlm.core.mounts import unfamiliar
 
 F = TypeVar("F", bound=Callable[..., Any])
 OUT_OF_MEMORY = "out of memory{}: lower training.batch_size, model.context_length or the model's size"
@@ -96,8 +98,18 @@ IdArgument = Annotated[
 
 
 def home_of(ctx: typer.Context) -> Home:
-    """The home folder: the root ``--home`` option (kept in ``ctx.obj`` by the root callback), else located."""
-    return Home.locate((ctx.obj or {}).get("home"))
+    """The home folder: the root ``--home`` option (kept in ``ctx.obj`` by the root callback), else located. A home
+    on a filesystem octlm does not know is said once per process (``mounts.unfamiliar``)."""
+    home = Home.locate((ctx.obj or {}).get("home"))
+    if home.root not in _TOLD:
+        _TOLD.add(home.root)
+        warning = unfamiliar(home.root)
+        if warning:
+            render.warn(warning)
+    return home
+
+
+_TOLD: set[Path] = set()  # the homes whose filesystem was looked at in this process
 
 
 # ---------------------------------------------------------------- strict options

@@ -16,6 +16,7 @@ from octlm.views.show import Request, Shown
 LIST_HEADERS = (
     "ID",
     "description",
+    "tags",
     "status",
     "step",
     "train loss",
@@ -26,7 +27,7 @@ LIST_HEADERS = (
     "verdict",
     "updated (UTC)",
 )
-LIST_DROPPABLE = ("updated (UTC)", "ppl", "train loss", "tokens", "verdict", "bpb")
+LIST_DROPPABLE = ("updated (UTC)", "ppl", "train loss", "tokens", "verdict", "bpb", "tags")
 RUN_HEADERS = (
     "#",
     "kind",
@@ -50,9 +51,11 @@ PROVENANCE_HEADERS = (
     "dirty",
     "versions (octlm/python/torch)",
     "duration s",
+    "load",
+    "peak MB",
     "resumed from",
 )
-PROVENANCE_DROPPABLE = ("versions (octlm/python/torch)", "dirty", "resumed from", "git commit")
+PROVENANCE_DROPPABLE = ("versions (octlm/python/torch)", "dirty", "resumed from", "git commit", "load", "peak MB")
 LIFECYCLE = ("tags", "notes", "archived", "parent")  # shown in the detail when the document has them
 
 
@@ -70,8 +73,12 @@ def write(shown: Shown, request: Request) -> None:
     elif shown.mode == "compare":
         title = " vs ".join(request.ids) + ("" if request.all_keys else "  (config: only keys that differ)")
         print_compare(list(request.ids), shown.rows, title)
-        for line in compare.sentences(cast(compare.Comparison, shown.document)):
+        document = cast(compare.Comparison, shown.document)
+        for line in compare.sentences(document):
             print(render.plain(line))
+        for experiment in document["experiments"]:  # below the table, so a long one never widens it
+            if experiment["description"]:
+                print(f"{experiment['id']}: {render.plain(experiment['description'])}")
     else:
         print_detail(shown.document)
 
@@ -134,9 +141,12 @@ def _list(shown: Shown, request: Request) -> None:
 def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
     step = f"{r['step'] or 0}/{r['steps']}" if r["steps"] else "-"
     updated = _cut(r["updated"], 16).replace("T", " ")
+    tags = " ".join(r.get("tags") or [])
+    marks = "archived" + (f" {tags}" if tags else "") if r.get("archived") else tags
     return (
         r["id"],
         r["description"],
+        marks or "-",
         r["status"],
         step,
         r["train_loss"],
@@ -258,7 +268,19 @@ def _provenance_row(r: dict[str, Any]) -> tuple[Any, ...]:
     command = " ".join(map(str, r["argv"])) if isinstance(r["argv"], list) else r["argv"]
     versions = f"{r['octlm_version']}/{r['python_version']}/{r['torch_version']}"
     dirty = {1: "yes", 0: "no"}.get(r["git_dirty"])
-    return (r["id"], command, _cut(r["git_commit"], 12), dirty, versions, _duration(r), r["resumed_from"])
+    peak = r.get("peak_rss")
+    memory = round(peak / 1e6) if isinstance(peak, int) else None
+    return (
+        r["id"],
+        command,
+        _cut(r["git_commit"], 12),
+        dirty,
+        versions,
+        _duration(r),
+        r.get("load_average"),
+        memory,
+        r["resumed_from"],
+    )
 
 
 def _cut(value: Any, length: int) -> str:

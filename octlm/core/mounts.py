@@ -48,6 +48,52 @@ NETWORK_FILESYSTEMS = frozenset(
         "fuse.juicefs",
         "fuse.davfs",
         "davfs",
+        "fuse.mountpoint-s3",  # object stores and shared cloud filesystems
+        "fuse.blobfuse2",
+        "wekafs",
+        "fuse.gvfsd-fuse",  # a desktop's remote folders
+        "fuse.sshfs#",  # old sshfs: type "fuse", source "sshfs#user@host:" (see filesystem_of)
+        "virtiofs",  # a virtual machine's folder shared from its host
+        "vboxsf",
+        "fuse.vmhgfs-fuse",
+    }
+)
+# Filesystems of one machine's own disks and memory, where WAL and flock work: a home on any type in neither set
+# is used, with a warning (``unfamiliar``), since a type octlm does not know may be shared over a network.
+LOCAL_FILESYSTEMS = frozenset(
+    {
+        "ext2",
+        "ext3",
+        "ext4",
+        "xfs",
+        "btrfs",
+        "zfs",
+        "bcachefs",
+        "f2fs",
+        "jfs",
+        "reiserfs",
+        "nilfs2",
+        "tmpfs",
+        "ramfs",
+        "overlay",  # containers' roots
+        "aufs",
+        "shiftfs",
+        "squashfs",
+        "erofs",
+        "iso9660",
+        "udf",
+        "vfat",
+        "msdos",
+        "exfat",
+        "ntfs",
+        "ntfs3",
+        "fuseblk",  # ntfs-3g and other FUSE filesystems on a local block device
+        "hfs",
+        "hfsplus",
+        "apfs",
+        "ufs",
+        "ecryptfs",
+        "devtmpfs",
     }
 )
 
@@ -62,13 +108,20 @@ def unescape(field: str) -> str:
 
 def parse(text: str) -> list[tuple[str, str]]:
     """``(mount point, filesystem type)`` per line of a mountinfo table, in its order; malformed lines are
-    skipped. The type is the first field after the lone ``-`` that ends the optional fields."""
+    skipped. The type is the first field after the lone ``-`` that ends the optional fields; a plain ``fuse``
+    mount whose source says which program serves it (``sshfs#user@host:``) reads as ``fuse.sshfs#``."""
     table = []
     for line in text.splitlines():
         fields = line.split(" ")
         try:
             separator = fields.index("-", 6)
-            table.append((unescape(fields[4]), fields[separator + 1]))
+            fstype, source = (
+                fields[separator + 1],
+                unescape(fields[separator + 2]) if len(fields) > separator + 2 else "",
+            )
+            if fstype == "fuse" and "#" in source:
+                fstype = f"fuse.{source.split('#', 1)[0]}#"
+            table.append((unescape(fields[4]), fstype))
         except (ValueError, IndexError):
             continue
     return table
@@ -105,6 +158,20 @@ def filesystem_of(path: str | os.PathLike[str], table: str | None = None) -> str
 
 def is_network(fstype: str | None) -> bool:
     return fstype is not None and fstype.lower() in NETWORK_FILESYSTEMS
+
+
+def unfamiliar(root: str | os.PathLike[str], table: str | None = None) -> str | None:
+    """A one-line warning when the home at ``root`` lies on a filesystem octlm knows neither as local nor as a
+    network one (None otherwise, and always with ``OCTLM_ALLOW_NETWORK_FS=1`` or no readable mount table)."""
+    if os.environ.get(ALLOW_VARIABLE, "").strip() == "1":
+        return None
+    fstype = filesystem_of(root, table)
+    if fstype is None or is_network(fstype) or fstype.lower() in LOCAL_FILESYSTEMS:
+        return None
+    return (
+        f"home {root} is on a filesystem octlm does not know ({fstype}): if it is shared over a network, the "
+        f"registry can be corrupted there; keep the home on local disk (set {ALLOW_VARIABLE}=1 to silence this)"
+    )
 
 
 def refuse_network_home(root: str | os.PathLike[str], table: str | None = None) -> None:

@@ -1,6 +1,7 @@
-"""From sources to batches: documents (``corpus``, with the frozen ``corpora/``), the BPE tokenizer
-(``tokenizer``), blocks, the token file and the sampler (``blocks``), the fingerprints of what a run trains on
-(``fingerprints``) and the pipeline that prepares it all for a run (``pipeline``, with ``apart`` for work done
+"""From sources to batches: where documents come from (``sources``), the documents themselves (``corpus``, with the
+frozen ``corpora/``), the byte-level BPE (``tokenizer``), the token file (``tokens``), blocks of tokens (``blocks``),
+the order training reads them in and its receipt (``sampler``), the fingerprints of what a run trains on
+(``fingerprints``), and the pipeline that prepares it all for a run (``pipeline``, with ``apart`` for the work done
 in a short-lived child).
 May import: ``core``, ``config``, ``runtime``.
 """

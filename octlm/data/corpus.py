@@ -14,7 +14,6 @@ The split is by a hash of each document's name, so it never depends on file orde
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import json
 import os
@@ -24,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from octlm.core.errors import BadInput, Refused
-from octlm.core.fsutil import UnsafeFile, check_regular, open_regular, read_regular
-from octlm.core.home import Home
+from octlm.core.fsutil import UnsafeFile, open_regular, read_regular
+from octlm.data import sources as sources_module
 
-SUFFIXES = (".txt", ".md", ".jsonl")
 DEFAULT_MAX_BYTES = 4 << 30  # the most bytes of data files read in all when data.max_bytes is 0 (4 GiB)
 PACKAGE = Path(__file__).resolve().parent
 
@@ -215,59 +213,6 @@ def _name(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _data_file(path: Path) -> bool:
-    return path.suffix in SUFFIXES and not path.is_dir()
-
-
-def _files(source: str, home: Path) -> list[Path]:
-    try:
-        pattern = Path(source).expanduser()
-    except RuntimeError as error:  # "~nosuchuser/x"
-        raise BadInput(f"data.sources: {source!r}: {error}") from None
-    if not pattern.is_absolute():
-        pattern = home / pattern
-    if glob.has_magic(str(pattern)):
-        matches = [Path(p) for p in sorted(glob.glob(str(pattern), recursive=True))]
-        matches = [p for p in matches if _data_file(p)]
-        if not matches:
-            raise BadInput(f"data.sources: {source!r} matches no .txt, .md or .jsonl file")
-        return matches
-    if pattern.is_dir():
-        matches = sorted(p for p in pattern.rglob("*") if _data_file(p))
-        if not matches:
-            raise BadInput(f"data.sources: folder {pattern} holds no .txt, .md or .jsonl file")
-        return matches
-    if not os.path.lexists(pattern):
-        raise BadInput(f"data.sources: {pattern} does not exist")
-    if pattern.suffix not in SUFFIXES:
-        raise BadInput(f"data.sources: {pattern}: unsupported file type {pattern.suffix!r}; use .txt, .md or .jsonl")
-    return [pattern]
-
-
-def _checked(path: Path) -> tuple[Path, int]:
-    """A data file and its size, if it is a regular file (checked without opening it)."""
-    try:
-        return path, check_regular(path).st_size
-    except FileNotFoundError:
-        raise BadInput(f"data.sources: {path} does not exist (a link to nothing?)") from None
-    except OSError as error:
-        raise BadInput(f"data.sources: {path}: {error.strerror}; data sources must be regular files") from None
-
-
-def _plan(sources: tuple[str, ...], home: Path) -> list[tuple[int, str | tuple[Path, int]]]:
-    """Every source resolved and checked before anything is read: builtins by name, files with their sizes,
-    each with the index of the source it comes from."""
-    plan: list[tuple[int, str | tuple[Path, int]]] = []
-    for index, source in enumerate(sources):
-        if source in ("builtin:docs", "builtin:stdlib"):
-            plan.append((index, source))
-        elif source.startswith("builtin:"):
-            raise BadInput(f"data.sources: unknown builtin {source!r}; use builtin:docs or builtin:stdlib")
-        else:
-            plan += [(index, _checked(path)) for path in _files(source, home)]
-    return plan
-
-
 def _read(item: str | tuple[Path, int], home: Path, reader: _Reader) -> Iterator[Document]:
     if item == "builtin:docs":
         yield from builtin_docs()
@@ -282,19 +227,13 @@ def _read(item: str | tuple[Path, int], home: Path, reader: _Reader) -> Iterator
             yield Document(name, file=file, size=len(text.encode("utf-8", "surrogatepass")))
 
 
-def data_root(home: Home) -> Path:
-    """Relative ``data.sources`` resolve here: ``OCTLM_DATA_ROOT`` if set, else the home."""
-    root = os.environ.get("OCTLM_DATA_ROOT")
-    return Path(root).resolve() if root else home.root
-
-
 def documents(sources: tuple[str, ...], home: Path, max_bytes: int = 0) -> list[Document]:
     """The documents of ``sources`` in order; with ``max_bytes``, those up to that many bytes of text
     (at least one). Files are read lazily, so nothing past the cap is read, and never more than
     ``max(max_bytes, DEFAULT_MAX_BYTES)`` bytes in all."""
     found: list[Document] = []
     total, reader = 0, _Reader(max(max_bytes, DEFAULT_MAX_BYTES))
-    for source, item in _plan(sources, home):
+    for source, item in sources_module.plan(sources, home):
         if max_bytes and found and isinstance(item, tuple) and item[0].suffix != ".jsonl":
             if total + item[1] > max_bytes:
                 break  # a .txt or .md file holds as many bytes of text as its size: it would not fit

@@ -13,7 +13,7 @@ from pathlib import Path
 from octlm.config import Config
 from octlm.core.errors import Refused
 from octlm.core.home import Home
-from octlm.data import corpus
+from octlm.data import corpus, sources
 from octlm.data.corpus import Corpus
 from octlm.data.tokenizer import Tokenizer
 
@@ -36,8 +36,8 @@ def now(home: Home, config: Config, tokenizer_path: Path) -> Fingerprints:
             f"restore it, or start over with `octlm train {config.id} --restart`"
         )
     tokenizer = Tokenizer.load(tokenizer_path)
-    sources, fraction = config.data.sources, config.data.validation_fraction
-    found = corpus.load(sources, corpus.data_root(home), fraction, config.data.max_bytes)
+    data = config.data
+    found = corpus.load(data.sources, sources.data_root(home), data.validation_fraction, data.max_bytes)
     return Fingerprints(config.fingerprint, dataset_hash(found, tokenizer), tokenizer.fingerprint)
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 import torch
 
 from octlm.config import Config, TrainingConfig
+from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, Reporter
 from octlm.data import apart as apart_process
 from octlm.data import blocks as data
-from octlm.data import corpus, tokens
+from octlm.data import corpus, sources, tokens
 from octlm.data.fingerprints import Fingerprints, dataset_hash
 from octlm.data.tokenizer import Tokenizer, cache_path, from_cache, load_or_train, to_cache
 from octlm.runtime import machine as runtime
@@ -165,10 +166,15 @@ def _megabytes(found: corpus.Corpus) -> str:
 
 
 def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
+    """The corpus; a source that is wrong is one line naming the experiment's file first."""
     report.phase("reading corpus")
-    found = corpus.load(
-        config.data.sources, corpus.data_root(home), config.data.validation_fraction, config.data.max_bytes
-    )
+    data = config.data
+    try:
+        found = corpus.load(data.sources, sources.data_root(home), data.validation_fraction, data.max_bytes)
+    except BadInput as error:
+        if not config.id or str(error).startswith("experiments/"):
+            raise
+        raise BadInput(f"experiments/{config.id}.yaml: {error}") from None
     count = len(found.train) + len(found.validation)
     report.phase("reading corpus", f"{_megabytes(found)} MB, {count:,} documents")
     return found

@@ -26,7 +26,7 @@ from octlm.core.home import Home, validate_id
 from octlm.store import runfile
 from octlm.store.base import METRIC_FIELDS
 from octlm.store.merge import ExchangeRegistry
-from octlm.store.migrations import METRICS_V1, TABLE_COLUMNS, CheckpointRow
+from octlm.store.migrations import ADDED, TABLE_COLUMNS, CheckpointRow
 
 SCHEMA_VERSION = 1
 TRACKS = {"train": "", "overfit": "-overfit"}  # a track's run file: runs/<ID><suffix>.jsonl
@@ -122,6 +122,8 @@ class ExportedRun(_Envelope):
     nnodes: NotRequired[Scalar]
     backend: NotRequired[Scalar]
     resharded_from: NotRequired[Scalar]
+    load_average: NotRequired[Scalar]
+    peak_rss: NotRequired[Scalar]
 
 
 class ExportedCheckpoint(_Envelope):
@@ -276,13 +278,16 @@ def _run_files(
 
 
 def _metric_fields(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A metrics row's fields: those of the first metrics table always (null or not, as exports always wrote
-    them), and those added later only where they hold a value, so a home's export changes only where it has more
-    to say."""
-    first = [name for name in METRIC_FIELDS if name in METRICS_V1]
-    return {**_pick(row, first), **{k: row[k] for k in METRIC_FIELDS if k not in METRICS_V1 and row.get(k) is not None}}
+    """A metrics row's fields (``_pick``'s rule: the newer ones only where they hold a value)."""
+    return _pick(row, METRIC_FIELDS)
+
+
+# Columns added by migrations after m006, when this export's schema (version 1) was frozen: an export writes them
+# only where they hold a value, so an older home's export stays what it was, byte for byte.
+NEWER = frozenset(entry[1] for name, entries in ADDED.items() if int(name[1:4]) > 6 for entry in entries)
 
 
 def _pick(row: Mapping[str, object], keys: Iterable[str]) -> dict[str, object]:
-    """``row``'s values of ``keys``, in their order (None for one it lacks: its place is kept for a later value)."""
-    return {key: row.get(key) for key in keys}
+    """``row``'s values of ``keys``, in their order (None for one it lacks: its place is kept for a later value),
+    but a column newer than the export's schema only where it holds a value."""
+    return {key: row.get(key) for key in keys if key not in NEWER or row.get(key) is not None}

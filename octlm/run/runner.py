@@ -283,6 +283,8 @@ def _discard(context: Context, fresh: Path, confirm: Callable[[list[str]], bool]
     files.discard(context.registry)
     fresh.replace(files.tokenizer)
     out.extend(listed)
+    for item in listed or ["--restart: nothing to discard"]:  # said now, before the new run's first checkpoint
+        context.reporter.note(f"discarded {item}" if listed else item)
 
 
 # ---------------------------------------------------------------- resume

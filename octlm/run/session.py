@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from octlm.config import Config
 from octlm.core import provenance
 from octlm.core.errors import Diverged, Interrupted, Relayed
@@ -210,6 +212,9 @@ class Session(_Steps):
                 "ranks": self.ranks.world_size,
             }
         )
+        busy = runtime.oversubscribed(torch.get_num_threads())
+        if busy:
+            self.reporter.warn(busy)
 
     def _run_fields(
         self, state: TrainState, until: int, resumed_from: Path | None, forked_from: Path | None
@@ -231,6 +236,7 @@ class Session(_Steps):
             "tokenizer_hash": self.fingerprints.tokenizer,
             **provenance.run_fields(self.home_root),
             "resumed_from": origin,
+            "load_average": runtime.load_average(),
             "world_size": self.ranks.world_size,
             "nnodes": self.ranks.nnodes,
             "backend": self.ranks.backend(state.device),
@@ -307,7 +313,12 @@ class Session(_Steps):
             if self.run_id is not None:
                 message = str(error) or type(error).__name__
                 self.registry.finish_run(
-                    self.run_id, status, end_step=end, error=message, final_metrics=self.latest or None
+                    self.run_id,
+                    status,
+                    end_step=end,
+                    error=message,
+                    final_metrics=self.latest or None,
+                    peak_rss=runtime.peak_rss(),
                 )
             self.registry.settle(BOOKKEEPING_TIMEOUT_S)
         except Exception:
@@ -318,7 +329,14 @@ class Session(_Steps):
         """The registry first (the run is over whatever the terminal does), then the reporter."""
         status, name = (self.status(state), "") if received is None else ("interrupted", signal.Signals(received).name)
         error = {"error": f"stopped by {name}"} if name else {}
-        self.registry.finish_run(self._row(), status, end_step=state.step, final_metrics=self.latest or None, **error)
+        self.registry.finish_run(
+            self._row(),
+            status,
+            end_step=state.step,
+            final_metrics=self.latest or None,
+            peak_rss=runtime.peak_rss(),
+            **error,
+        )
         self.registry.settle(SETTLE_TIMEOUT_S if received is None else BOOKKEEPING_TIMEOUT_S)
         self.reporter.finish()
         if received is None:

@@ -9,7 +9,9 @@ It is deliberately not under a home's ``cache/``: a home may come from someone e
 copied, on a shared disk), and its tokenizer and token files are data that octlm verifies, but a
 cached graph is code. Torch's own default, ``/tmp/torchinductor_<user>``, is a name in a folder
 every user can write. The folder must be a real folder (not a link) owned by this user and not
-writable by others; octlm creates it with mode 0700. ``TORCHINDUCTOR_CACHE_DIR``, when set, wins.
+writable by others, and so must every folder above it (owned by this user or root, writable by nobody else unless
+sticky, as ssh checks the folders above ``~/.ssh``); octlm creates it with mode 0700.
+``TORCHINDUCTOR_CACHE_DIR``, when set, wins.
 """
 
 from __future__ import annotations
@@ -37,10 +39,24 @@ def directory(environ: os._Environ[str] | dict[str, str] = os.environ) -> Path:
         info = folder.lstat()
     except OSError as error:
         raise BadInput(f"{source} {folder}: cannot be created ({error.strerror}); set {VARIABLE}") from None
-    problem = _unsafe(info)
+    problem = _unsafe(info) or _unsafe_ancestor(folder)
     if problem:
         raise BadInput(f"{source} {folder}: {problem}; fix it or set {VARIABLE} to a folder of your own")
     return folder
+
+
+def _unsafe_ancestor(folder: Path) -> str | None:
+    """As ssh checks the folders above ``~/.ssh``: every folder above the cache (links resolved) must belong to
+    this user or to root, and nobody else may write to it unless it is sticky (``/tmp``: others cannot rename or
+    remove what is ours there), or whoever can write there could swap the cache for their own code."""
+    me = os.getuid() if hasattr(os, "getuid") else None
+    for ancestor in Path(os.path.realpath(folder)).parents:
+        info = ancestor.stat()
+        if me is not None and info.st_uid not in (0, me):
+            return f"{ancestor}, a folder above it, belongs to another user, and compiled code is loaded from it"
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            return f"{ancestor}, a folder above it, is writable by other users, and compiled code is loaded from it"
+    return None
 
 
 def _unsafe(info: os.stat_result) -> str | None:

@@ -187,3 +187,46 @@ def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list
             f"the portable profile pins CPU kernels only: on {current.get('device')} the resume may not be exact"
         )
     return lines
+
+
+def cores() -> int:
+    """The processors this process may run on (its affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the system has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def peak_rss() -> int | None:
+    """This process's peak resident memory, in bytes (None where ``resource`` is missing)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    scale = 1 if platform.system() == "Darwin" else 1024  # ru_maxrss is in bytes on macOS, KiB on Linux
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+
+
+LOAD_CHECK_VARIABLE = "OCTLM_NO_LOAD_CHECK"  # "1": never warn about a busy box (the test suite sets it)
+
+
+def oversubscribed(threads: int) -> str | None:
+    """A one-line warning when the box is already busy enough that a run of ``threads`` threads will wait on its
+    own threads (torch's threads spin and wait for each other: measured 12-15x slower than one thread on 2 busy
+    cores), or None."""
+    load, available = load_average(), cores()
+    if load is None or threads < 2 or os.environ.get(LOAD_CHECK_VARIABLE) == "1" or load + threads <= available + 0.5:
+        return None
+    return (
+        f"this box is busy (load {load:.1f} on {available} cores) and this run uses {threads} threads: it may run "
+        "many times slower than it should; give it fewer (training.threads: 1, or OMP_NUM_THREADS=1), or wait "
+        "until the box is quieter"
+    )

@@ -87,11 +87,23 @@ def build(
         raw["init"] = init
     parent = init["parent"] if init is not None else from_config.id if from_config is not None else None
     if description is None and parent:
-        description = f"from {parent}" + (f": {', '.join(overrides)}" if overrides else "")
+        description = f"{_changes(overrides)} (from {parent})" if overrides else f"from {parent}"
     if description is not None:
         raw["description"] = description
     raw.pop("id", None)
     return cfg.from_dict(raw, "--set" if overrides else "new")
+
+
+def _changes(overrides: list[str]) -> str:
+    """What ``--set`` changed, shortly, first: ``learning_rate=1e-3, min_learning_rate=1e-4`` (the section left out
+    where the key's name alone is unambiguous), so that a listing's cut description still says what differs."""
+    every = [str(key["key"]).rpartition(".")[2] for key in cfg.describe_keys()]
+    shown = []
+    for item in overrides:
+        name, _, value = item.partition("=")
+        short = name.strip().rpartition(".")[2]
+        shown.append(f"{short}={value.strip()}" if every.count(short) == 1 else item.strip())
+    return ", ".join(shown)
 
 
 def _new_defaults() -> dict[str, Any]:

@@ -137,6 +137,7 @@ ADDED: dict[str, tuple[Added, ...]] = {
         ("metrics", "eval_tokens", int, None),
         ("metrics", "eval_seconds", float, None),
     ),
+    "m008_run_resources": (("runs", "load_average", float, None), ("runs", "peak_rss", int, None)),
 }
 
 
@@ -285,6 +286,13 @@ def m007_data_order_evaluation(db: Database) -> None:
     _add_columns(db, "m007_data_order_evaluation")
 
 
+@migration
+def m008_run_resources(db: Database) -> None:
+    # Whether a slow run was the box's fault: the load average when it started (the 1-minute figure, before the run
+    # added its own threads) and the peak resident memory of its process, in bytes, when it ended.
+    _add_columns(db, "m008_run_resources")
+
+
 NAMES = [step.__name__ for step in STEPS]
 CREATED = {  # every table, as the migration that created it created it
     "experiments": EXPERIMENTS_V1,
@@ -365,6 +373,8 @@ class RunRow(TypedDict):
     backend: str | None
     resharded_from: int | None
     uuid: str
+    load_average: float | None
+    peak_rss: int | None
 
 
 class CheckpointRow(TypedDict):

@@ -17,7 +17,7 @@ from typing import Any
 from octlm.config import Config, from_dict
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
-from octlm.data import corpus, tokens
+from octlm.data import corpus, sources, tokens
 from octlm.data.blocks import TokenBlocks, make_blocks
 from octlm.data.fingerprints import dataset_hash
 from octlm.data.tokenizer import Tokenizer
@@ -68,7 +68,7 @@ def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...
     """The blocks to evaluate: the experiment's validation split (``evaluation_size`` with eval_blocks 0: all of
     it), or every document of ``on``; labelled with their sources when there are several."""
     data = config.data
-    root = corpus.data_root(home)
+    root = sources.data_root(home)
     if on:
         found = corpus.Corpus(tuple(corpus.documents(on, root)), ())
         names = on

@@ -92,7 +92,7 @@ def sample(
             seed=seed,
             stop_id=tokenizer.eos_id,
         )
-    new = produced[len(context) :]
+    new, held = _whole_characters(tokenizer, produced[len(context) :])
     completion = tokenizer.decode(new)
     return {
         "id": experiment_id,
@@ -102,9 +102,20 @@ def sample(
         "completion": completion,
         "text": prompt + completion,
         "tokens": len(new),
+        "held_back": held,  # tokens at the end that stopped inside a character
         "special_tokens": _special_counts(tokenizer, new),
         "seed": seed,
     }
+
+
+def _whole_characters(tokenizer: Tokenizer, ids: list[int]) -> tuple[list[int], int]:
+    """``ids`` without the last few tokens when they end inside a character (a byte-level token can hold part of
+    one: decoded, it reads U+FFFD), and how many were held back; at most three (a character has at most 4 bytes)."""
+    for held in range(min(3, len(ids)) + 1):
+        kept = ids[: len(ids) - held]
+        if not tokenizer.decode(kept).endswith("\ufffd"):
+            return kept, held
+    return ids, 0  # a replacement character the model really wrote
 
 
 def _special_counts(tokenizer: Tokenizer, ids: list[int]) -> dict[str, int]:

@@ -34,8 +34,8 @@ from octlm.core.errors import BadInput, Interrupted, OctlmError
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, QuietSegments, Reporter, Segments
 from octlm.core.signals import SIGNAL_EXIT, handled_signals
-from octlm.data.corpus import data_root
 from octlm.data.pipeline import PreparedData, prepare
+from octlm.data.sources import data_root
 from octlm.run.files import ExperimentFiles
 from octlm.run.restore import restore
 from octlm.runtime.launch import octlm_command

@@ -184,8 +184,14 @@ def _data_order(first: Records, other: Records) -> tuple[bool | None, str]:
 
 def sentences(result: Comparison) -> list[str]:
     """What the comparison says in words, one line per experiment after the first (below the table)."""
-    first = result["ids"][0]
-    return [f"{v['id']} against {first}: eval loss {v['noise']}; {v['data_order']}" for v in result["versus"]]
+    first, said = result["ids"][0], []
+    for v in result["versus"]:
+        parts = ([f"eval loss {v['noise']}"] if v["eval_loss_difference"] is not None else []) + (
+            [v["data_order"]] if v["same_data_order"] is not None else []
+        )
+        if parts:
+            said.append(f"{v['id']} against {first}: " + "; ".join(parts))
+    return said
 
 
 def _latest_of(records: Records, key: str) -> Any:
@@ -244,5 +250,5 @@ def table_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
     rows.append(("epochs", [e["epochs"] for e in exps]))
     rows.append(("data_receipt", [e["data_receipt"] for e in exps]))
     for keys in result["config"].values():
-        rows += list(keys.items())
+        rows += [(key, values) for key, values in keys.items() if key != "description"]  # one line each: not here
     return rows

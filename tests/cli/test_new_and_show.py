@@ -151,3 +151,15 @@ def test_show_without_a_registry_lists_the_files_and_creates_nothing(tmp_path: P
     detail = json_out(cli(tmp_path, "show", "EXP-007", "--json"))
     assert detail["status"] == "new" and detail["runs"] == [] and detail["verifications"] == []
     assert not (tmp_path / "registry.db").exists()
+
+
+def test_new_warns_of_a_source_that_is_not_there_and_train_names_the_file(home: Path) -> None:
+    made = cli(home, "new", "--set", "data.sources=[notes/*.md]")
+    assert made.exit_code == 0
+    experiment = made.stdout.strip()
+    warned = [line for line in made.stderr.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "notes/*.md" in warned[0] and f"octlm train {experiment}" in warned[0]
+    trained = cli(home, "train", experiment, "-q")
+    assert trained.exit_code == 2
+    assert trained.stderr.strip() == trained.stderr.strip().splitlines()[0]  # one line
+    assert trained.stderr.startswith(f"octlm: error: experiments/{experiment}.yaml: data.sources")

@@ -104,6 +104,8 @@ def test_restart_says_what_it_discarded(home: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "discarded checkpoints/EXP-001/step-000004.pt" in result.stderr
     assert "discarded runs/EXP-001.jsonl" in result.stderr
+    said = result.stderr.index("discarded checkpoints/EXP-001/step-000004.pt")
+    assert said < result.stderr.index("EXP-001: stopped at step 4/12")  # when it happened, not after the new run
 
 
 @pytest.mark.slow

@@ -150,3 +150,20 @@ def test_stderr_notes_are_never_wrapped_when_piped(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, timeout=60
     )
     assert done.stderr.splitlines() == [message, f"octlm: warning: {message}"]
+
+
+def test_the_readme_s_variant_is_side_by_side_at_120_columns_and_its_listing_says_what_changed(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    changes = ("--set", "training.learning_rate=1e-3", "--set", "training.min_learning_rate=1e-4")
+    made = cli(home, "new", "--from", "EXP-001", *changes)
+    assert made.exit_code == 0, made.stderr
+    variant = made.stdout.strip()
+    for experiment in ("EXP-001", variant):
+        assert cli(home, "train", experiment, "--until", "4", "-q").exit_code == 0
+    text = draw(home, monkeypatch, 120, "EXP-001", variant)
+    assert "(1/2)" not in text and "do not fit side by side" not in capsys.readouterr().err
+    assert max(len(line) for line in text.splitlines()) <= 120
+    listing = draw(home, monkeypatch, 120)
+    row = next(line for line in listing.splitlines() if line.startswith(variant))
+    assert "learning_rate=1e-3" in row  # what changed comes first, so the cut description still says it

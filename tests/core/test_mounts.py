@@ -111,3 +111,25 @@ def test_a_home_with_a_space_under_an_escaped_mount_point(tmp_path: Path, fake_t
     result = cli(spaced, "new")
     assert result.exit_code == 3 and "(cifs)" in result.stderr
     assert not spaced.exists() or not any(spaced.iterdir())
+
+
+def test_the_newer_network_and_shared_filesystems_are_refused(fake_table, home: Path) -> None:
+    for fstype in ("fuse.mountpoint-s3", "fuse.blobfuse2", "wekafs", "fuse.gvfsd-fuse", "virtiofs", "vboxsf"):
+        with pytest.raises(Refused, match=rf"\({fstype}\)"):
+            mounts.refuse_network_home(home, table((str(home), fstype)))
+    old_sshfs = ROOT_LINE + f"\n41 22 0:41 / {home} rw,relatime - fuse sshfs#me@box:/data rw\n"
+    assert mounts.filesystem_of(home, old_sshfs) == "fuse.sshfs#"
+    with pytest.raises(Refused, match=r"\(fuse.sshfs#\)"):
+        mounts.refuse_network_home(home, old_sshfs)
+
+
+def test_an_unknown_filesystem_is_used_with_one_warning(fake_table, home: Path) -> None:
+    fake_table((str(home), "fuse.mysteryfs"))
+    result = octlm(home, "show")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "does not know" in line]
+    assert len(warnings) == 1 and "(fuse.mysteryfs)" in warnings[0]
+    fake_table((str(home), "xfs"))
+    assert "does not know" not in octlm(home, "show").stderr
+    for known in sorted(mounts.LOCAL_FILESYSTEMS):
+        assert mounts.unfamiliar(home, table((str(home), known))) is None, known

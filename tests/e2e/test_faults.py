@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_same_training_state, cli, json_out, octlm, write_experiment
+from conftest import assert_same_training_state, cli, default_signals, json_out, octlm, write_experiment
 
 from octlm.core import layout
 from octlm.store import runfile
@@ -40,6 +40,7 @@ def start(home: Path, *args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "NO_COLOR": "1"},
+        preexec_fn=default_signals,  # the test signals it: as a shell's job, even under nohup
     )
 
 

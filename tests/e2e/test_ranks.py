@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import assert_same_training_state, octlm, write_corpus, write_experiment
+from conftest import assert_same_training_state, default_signals, octlm, write_corpus, write_experiment
 
 from octlm.core import layout
 from octlm.runtime import rng
@@ -58,7 +58,7 @@ def start(home: Path | None, *args: str, env: dict[str, str] | None = None, **kw
         text=True,
         env={**os.environ, "NO_COLOR": "1", **(env or {})},
         start_new_session=True,
-        **kwargs,
+        **{"preexec_fn": default_signals, **kwargs},  # signalled by the test: as a job, even under nohup
     )
 
 
@@ -549,3 +549,11 @@ def test_under_nohup_a_hangup_leaves_the_ranks_training(tmp_path: Path) -> None:
         reap(home, process)
     assert code == 0, stderr
     assert load(checkpoint_path(home, 60))["world_size"] == 2
+
+
+def test_overfit_on_two_ranks_says_its_verdict_once(tmp_path: Path) -> None:
+    home = write_corpus(tmp_path / "home")
+    write_experiment(home, ID, training={"batch_size": 4, "steps": 8, "warmup_steps": 1})
+    code, out, err = finish(start(home, "overfit", ID, "--nproc", "2", "--max-loss", "100", "--json"))
+    assert code == 0, err
+    assert json.loads(out)["verdict"] == "pass" and out.count('"verdict"') == 1  # rank 0 alone speaks

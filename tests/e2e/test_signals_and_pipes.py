@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import cli, json_out, write_experiment
+from conftest import cli, default_signals, json_out, write_experiment
 
 from octlm.core import layout
 
@@ -39,6 +39,7 @@ ENV = {**os.environ, "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}  # one core each: 
 def start(home: Path, *args: str, **options) -> subprocess.Popen:
     options.setdefault("stdout", subprocess.PIPE)
     options.setdefault("stderr", subprocess.PIPE)
+    options.setdefault("preexec_fn", default_signals)  # signalled by the test: as a job, even under nohup
     env = {**ENV, **options.pop("env", {})}
     return subprocess.Popen([str(OCTLM), "--home", str(home), *args], text=True, env=env, **options)
 

@@ -1,4 +1,5 @@
-"""The per-user compile cache: created private, refused when it is a link or others can write to it."""
+"""The per-user compile cache: created private, refused when it is a link or others can write to it or to a
+folder above it."""
 
 from __future__ import annotations
 
@@ -51,6 +52,34 @@ def test_a_folder_of_another_user_is_refused(tmp_path: Path) -> None:
     os.chown(folder, 12345, 12345)
     with pytest.raises(BadInput, match="another user"):
         compile_cache.directory({"OCTLM_COMPILE_CACHE": str(folder)})
+
+
+def test_a_folder_above_that_others_can_write_is_refused_unless_sticky(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # anyone could rename ours away and put their own code in its place
+    with pytest.raises(BadInput, match="shared, a folder above it, is writable by other users"):
+        compile_cache.directory({"OCTLM_COMPILE_CACHE": str(shared / "mine" / "graphs")})
+    shared.chmod(0o1777)  # sticky, as /tmp: others cannot rename or remove what is ours
+    assert compile_cache.directory({"OCTLM_COMPILE_CACHE": str(shared / "mine" / "graphs")}).is_dir()
+
+
+def test_a_linked_folder_above_is_judged_where_it_leads(tmp_path: Path) -> None:
+    open_folder = tmp_path / "open"
+    open_folder.mkdir()
+    open_folder.chmod(0o777)
+    (tmp_path / "home").symlink_to(open_folder)  # a tidy-looking path that leads somewhere anyone can write
+    with pytest.raises(BadInput, match="open, a folder above it, is writable by other users"):
+        compile_cache.directory({"OCTLM_COMPILE_CACHE": str(tmp_path / "home" / "graphs")})
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="changing a folder's owner needs root")
+def test_a_folder_above_of_another_user_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 12345, 12345)
+    with pytest.raises(BadInput, match="theirs, a folder above it, belongs to another user"):
+        compile_cache.directory({"OCTLM_COMPILE_CACHE": str(theirs / "graphs")})
 
 
 def test_torchs_own_default_counts_as_unset(tmp_path: Path) -> None:

@@ -43,3 +43,14 @@ def test_sample_says_when_it_falls_back_to_an_older_checkpoint(home: Path) -> No
     result = cli(home, "sample", "EXP-001", "--max-new-tokens", "4", "--json")
     assert result.exit_code == 0 and json_out(result)["step"] == 8
     assert "warning: skipped an invalid checkpoint: step-000012.pt" in result.stderr
+
+
+def test_a_completion_that_stops_inside_a_character_holds_that_character_back(tmp_path: Path) -> None:
+    from octlm.tasks.sample import _whole_characters
+
+    tokenizer = Tokenizer.train(["plain ascii text only, many times over " * 50], 300)
+    ids = tokenizer.encode("caf\u00e9 \u4e2d", add_special_tokens=False)  # é is 2 bytes, 中 is 3: byte tokens here
+    assert tokenizer.decode(ids[:-1]).endswith("\ufffd")  # what sample printed before: a half character
+    kept, held = _whole_characters(tokenizer, ids[:-1])
+    assert tokenizer.decode(kept) == "caf\u00e9 " and held == 2
+    assert _whole_characters(tokenizer, ids) == (ids, 0)

@@ -16,6 +16,7 @@ from octlm.config.presets import DESCRIPTIONS
 from octlm.core.errors import BadInput, Refused
 from octlm.core.home import DEFAULT_PREFIX, validate_prefix
 from octlm.core.mounts import refuse_network_home
+from octlm.data import sources
 from octlm.store import experiments, lifecycle
 
 PREFIX_VARIABLE = "OCTLM_ID_PREFIX"
@@ -106,6 +107,9 @@ def new(
     created = experiments.create(home, experiment_id, config, prefix)
     if twins:
         render.warn(f"same config fingerprint as {', '.join(twins)}")
+    missing = sources.missing_sources(config.data.sources, sources.data_root(home))
+    if missing:
+        render.warn(f"{created.id}: {missing}: `octlm train {created.id}` fails until it is there")
     path = home.config_path(created.id)
     if as_json:
         render.emit_json(

@@ -193,8 +193,6 @@ def _train(
             reporter.close()
         if not leader or result is None:
             return
-        if options.get("restart"):
-            _say_discarded(result.discarded, quiet)
         _finish(result, as_json)
 
 
@@ -219,16 +217,6 @@ def _asker(reporter: ConsoleReporter) -> Callable[[list[str]], bool]:
             return typer.confirm("Discard them and start over?", default=False, err=True)
 
     return confirm
-
-
-def _say_discarded(items: list[str] | None, quiet: bool) -> None:
-    if items is None or quiet:
-        return
-    with output_may_vanish():
-        if not items:
-            render.info("--restart: nothing to discard")
-        for item in items:
-            render.info(f"discarded {render.plain(item)}")
 
 
 @handled
@@ -298,19 +286,27 @@ def overfit(
     max_loss: MaxLossOption = 1.0,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    nproc: NprocOption = 1,
+    nnodes: NnodesOption = 1,
+    node_rank: NodeRankOption = 0,
+    rdzv_endpoint: EndpointOption = "",
 ) -> None:
     """Memorise one block, then greedy-decode it back; exit 0 when the final loss <= --max-loss."""
     config = pin_experiment(ctx, experiment_id)
+    start_ranks(ctx, experiment_id, launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint), config)
     from octlm.run import overfit as overfit_runs  # imports torch
 
+    leader = launch.rank() == 0  # only rank 0 of several speaks
     with hangup_safe():
-        reporter = ConsoleReporter(quiet)
+        reporter = ConsoleReporter(quiet or not leader)
         try:
             result = overfit_runs.overfit(
                 home_of(ctx), experiment_id, steps=steps, max_loss=max_loss, reporter=reporter, config=config
             )
         finally:
             reporter.close()
+    if not leader:
+        return
     if as_json:
         render.emit_json(result)
     else:

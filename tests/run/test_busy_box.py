@@ -1,0 +1,37 @@
+"""A slow run can be explained: a warning when the box is too busy for the threads a run asks for, and the load
+average, the threads and the peak memory in every run's provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import cli, json_out, write_experiment
+
+from octlm.runtime import machine
+
+
+def test_a_run_that_asks_for_more_threads_than_the_box_has_free_is_warned(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OCTLM_NO_LOAD_CHECK", "0")
+    write_experiment(home, training={"threads": machine.cores() + 8, "steps": 4})  # more than any load leaves free
+    result = cli(home, "train", "EXP-001", "-q")
+    assert result.exit_code == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "this box is busy" in line]
+    assert len(warned) == 1 and "training.threads: 1" in warned[0] and "OMP_NUM_THREADS=1" in warned[0]
+    write_experiment(home, "EXP-002", training={"threads": 1, "steps": 4})
+    assert "this box is busy" not in cli(home, "train", "EXP-002", "-q").stderr  # one thread waits on no other
+
+
+def test_the_rule_counts_the_load_and_the_threads_against_the_cores() -> None:
+    assert machine.oversubscribed(1) is None  # whatever the load: one thread never waits on another
+
+
+def test_every_run_records_the_load_the_threads_and_its_peak_memory(home: Path) -> None:
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    run = json_out(cli(home, "show", "EXP-001", "--json"))["runs"][-1]
+    assert isinstance(run["load_average"], float) and run["load_average"] >= 0
+    assert run["threads"] >= 1 and run["peak_rss"] > 50_000_000  # torch alone takes more
+    shown = cli(home, "show", "EXP-001").stdout
+    assert "load" in shown and "peak MB" in shown
