@@ -23,7 +23,7 @@ from octlm.core.errors import ConfigError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
-DETERMINISMS = ("local", "portable")
+DETERMINISMS = ("local", "vendor", "portable")
 SAMPLINGS = ("replacement", "epochs")
 SCHEDULES = ("cosine", "wsd", "constant", "linear")
 SPIKE_GUARDS = ("off", "stop", "skip")
@@ -144,13 +144,14 @@ class TrainingConfig(_Section):
     device: str = _doc("{choices}", "auto", choices=DEVICES)
     compile: bool = _doc("train through torch.compile (needs a C++ compiler on CPU, Triton on GPU)", False)
     determinism: str = _doc(
-        "{choices}: local is exact on this machine; portable pins the CPU kernels (MKL, ATen, oneDNN) so that "
-        "machines whose `octlm canary` digests agree continue each other's runs bit for bit",
+        "{choices}: local is exact on this machine; vendor and portable pin the CPU kernels (MKL, ATen, "
+        "oneDNN) so that machines whose `octlm canary` digests agree continue each other's runs bit for bit: "
+        "vendor across one vendor's x86-64 processors, portable across Intel and AMD (2-3x slower)",
         "local",
         choices=DETERMINISMS,
     )
     threads: int = _doc(
-        "CPU threads of a training process (0 = torch's default; under portable, the count of the first start)",
+        "CPU threads of a training process (0 = torch's default; under vendor or portable, the first start's)",
         0,
         bound="non-negative",
         maximum=4096,
@@ -211,8 +212,8 @@ class TrainingConfig(_Section):
                 f"wsd decays over the last {self.decay_fraction} of {self.steps} steps, which must be above 0 and "
                 f"begin after the {self.warmup_steps} warmup steps",
             )
-        if self.determinism == "portable" and self.compile:
-            message = "torch.compile generates code for this machine's instruction set, which portable cannot pin"
+        if self.determinism != "local" and self.compile:
+            message = "torch.compile generates code for this machine's instruction set, which no tier can pin"
             self.fail("compile", f"{message}; set training.compile: false or training.determinism: local")
 
     def check_split(self, world_size: int, batch_size: int | None = None) -> None:

@@ -43,7 +43,7 @@ def restore(
     if reshard:
         current = dataclasses.replace(current, config=prepared.config.fingerprint_at(record.world_size))
     checkpoint.check_fingerprints(record, config=prepared.config, current=current, path=loaded.path)
-    runtime.set_threads(prepared.config, record.environment.get("threads"))  # portable: the first start's count
+    runtime.set_threads(prepared.config, record.environment.get("threads"))  # vendor, portable: the first start's count
     state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), ranks=ranks)
     runtime.check_environment(record.environment, canary.environment(state), loaded.path.name, reporter)
     load_record(state, record, reseed=reshard)

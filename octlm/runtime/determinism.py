@@ -1,13 +1,22 @@
-"""The determinism profile of a process (``training.determinism``), torch-free.
+"""The determinism tiers of a process (``training.determinism``), torch-free.
 
-``local`` changes nothing: bit-exact resume on one machine, as always. ``portable`` pins the CPU kernels torch
-dispatches per processor, so that two x86-64 machines with AVX2 and the same torch release compute the same bits:
-Intel MKL's code path (``MKL_CBWR``), ATen's vectorised kernels (``ATEN_CPU_CAPABILITY``) and oneDNN's
-(``ONEDNN_MAX_CPU_ISA``). MKL and ATen read them when torch loads, so ``pin`` sets them before torch is
-imported: the commands call it after loading the config and before importing anything that imports torch,
-and every process they start (``verify-resume``'s segments, the ranks of ``--nproc``) inherits them. A process
-that imported torch under other settings cannot be pinned any more: ``pin`` refuses (exit 3) rather than
-train with kernels other than the profile's; run the command in a new process (``octlm ...``).
+``local`` changes nothing: bit-exact resume on one machine, as always. The other tiers pin the CPU kernels torch
+dispatches per processor: Intel MKL's code path (``MKL_CBWR``), ATen's vectorised kernels
+(``ATEN_CPU_CAPABILITY``) and oneDNN's (``ONEDNN_MAX_CPU_ISA``). Which machines then agree was measured under
+emulation (qemu-user: Intel Haswell and Skylake-Client, AMD EPYC-Rome and EPYC-Milan, and this project's
+Intel Xeon and AMD EPYC natively; docs/performance.md):
+
+* ``portable``: MKL's COMPATIBLE branch, the one branch MKL honours on every vendor's processor (on AMD it
+  ignores every other one and runs its Zen kernels). Any x86-64 processor with AVX2, Intel or AMD, at the
+  same torch release and thread count. It costs 2-3x ``local``'s step on CPU.
+* ``vendor``: MKL's strict AVX2 branch. On Intel it agrees at any thread count; on AMD MKL runs its Zen path,
+  which agrees across Zen generations. Processors of one vendor only, at about 1.2-1.4x ``local``.
+
+MKL and ATen read the variables when torch loads, so ``pin`` sets them before torch is imported: the commands
+call it after loading the config and before importing anything that imports torch, and every process they start
+(``verify-resume``'s segments, the ranks of ``--nproc``) inherits them. A process that imported torch under
+other settings cannot be pinned any more: ``pin`` refuses (exit 3) rather than train with kernels other than
+the tier's; run the command in a new process (``octlm ...``).
 """
 
 from __future__ import annotations
@@ -19,12 +28,16 @@ import sys
 from octlm.config import Config
 from octlm.core.errors import Refused
 
-# Measured on an AMD EPYC (AVX-512) with torch 2.13.0+cpu (docs/performance.md): ATEN_CPU_CAPABILITY changes
-# the bits of softmax, SiLU, norms, fused AdamW and attention; MKL_CBWR=AVX2 pins the matmuls on an Intel
-# processor with AVX-512 (MKL takes its AVX2 path on AMD already); ONEDNN_MAX_CPU_ISA costs nothing in fp32.
-PORTABLE = {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-PROFILES: dict[str, dict[str, str]] = {"local": {}, "portable": PORTABLE}
-CAPABILITY = {"portable": "AVX2"}  # what torch.backends.cpu.get_cpu_capability() says under the profile
+PORTABLE = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+VENDOR = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PROFILES: dict[str, dict[str, str]] = {"local": {}, "vendor": VENDOR, "portable": PORTABLE}
+VARIABLES = tuple(PORTABLE)  # every variable a tier may pin
+CAPABILITY = {"vendor": "AVX2", "portable": "AVX2"}  # what torch.backends.cpu.get_cpu_capability() says
+COVERS = {
+    "local": "this machine only",
+    "vendor": "x86-64 processors with AVX2 on which MKL takes {vendor}, at the same torch release and threads",
+    "portable": "any x86-64 processor with AVX2, Intel or AMD, at the same torch release and thread count",
+}
 
 
 def settings(determinism: str) -> dict[str, str]:
@@ -33,7 +46,7 @@ def settings(determinism: str) -> dict[str, str]:
 
 
 def describe(determinism: str) -> str:
-    """``portable (MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2)``, or ``local``."""
+    """``portable (MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2)``, or ``local``."""
     pinned = " ".join(f"{key}={value}" for key, value in settings(determinism).items())
     return f"{determinism} ({pinned})" if pinned else determinism
 
@@ -51,19 +64,35 @@ def pin(config: Config) -> None:
     if "torch" in sys.modules:
         shown = " ".join(f"{key}={value}" for key, value in missing.items())
         raise Refused(
-            f"{config.id or 'this config'}: training.determinism: portable needs {shown} before torch is imported, "
-            "and this process imported torch without them: run it as its own `octlm` command (a new process)"
+            f"{config.id or 'this config'}: training.determinism: {config.training.determinism} needs {shown} before "
+            "torch is imported, and this process imported torch without them: run it as its own `octlm` command "
+            "(a new process)"
         )
     os.environ.update(missing)
 
 
-def processor() -> str:
-    """The processor's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+def covers(determinism: str, path: str = "") -> str:
+    """Which machines continue each other's runs under the tier (its ``COVERS`` line, MKL's ``path`` named)."""
+    return COVERS[determinism].format(vendor=f"its {path} path (as here)" if path else "this processor's")
+
+
+def vendor() -> str:
+    """The processor's vendor as ``/proc/cpuinfo`` says (``GenuineIntel``, ``AuthenticAMD``; under qemu-user the
+    host's: MKL's own answer, ``canary.mkl_path``, is the emulated one's), else ``unknown``."""
+    return _cpuinfo("vendor_id") or "unknown"
+
+
+def _cpuinfo(key: str) -> str | None:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as file:
             for line in file:
-                if line.startswith("model name") and ":" in line:
+                if line.startswith(key) and ":" in line:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def processor() -> str:
+    """The processor's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()

@@ -64,10 +64,11 @@ def device_for(config: Config) -> torch.device:
         device = torch.device("cuda", torch.cuda.current_device())
     if config.training.compile:
         require_compile(device)
-    if config.training.determinism == "portable" and device.type == "cpu" and config.training.precision != "fp32":
+    tier = config.training.determinism
+    if tier != "local" and device.type == "cpu" and config.training.precision != "fp32":
         raise ConfigError(
-            f"training.precision: {config.training.precision} on a CPU is not portable (its kernels were not "
-            "measured to agree across processors); use fp32, or training.determinism: local"
+            f"training.precision: {config.training.precision} on a CPU is not covered by training.determinism: "
+            f"{tier} (its kernels were not measured to agree across processors); use fp32, or determinism: local"
         )
     return device
 
@@ -96,8 +97,9 @@ def require_profile(config: Config) -> None:
 
 
 def set_threads(config: Config, recorded: int | None = None) -> None:
-    """``training.threads`` when set; else, under portable, the count a resumed checkpoint ``recorded``."""
-    wanted = config.training.threads or (recorded if config.training.determinism == "portable" else None)
+    """``training.threads`` when set; else, under a tier that pins kernels, the count a resumed checkpoint
+    ``recorded``."""
+    wanted = config.training.threads or (recorded if config.training.determinism != "local" else None)
     if wanted and wanted != torch.get_num_threads():
         torch.set_num_threads(wanted)
 
@@ -143,8 +145,9 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
 
 def check_environment(saved: dict[str, Any], current: dict[str, Any], name: str, reporter: Reporter) -> None:
-    """Before loading: under portable, whether this machine agrees with the one that wrote checkpoint ``name``
-    (their canaries); then every difference that may make the resume inexact."""
+    """Before loading: under a tier that pins kernels, whether this machine agrees with the one that wrote
+    checkpoint ``name`` (their canaries, and which tier would have made the move exact); then every difference
+    that may make the resume inexact."""
     if "canary" in current:
         if saved.get("canary") == current["canary"]:
             reporter.note(f"this machine agrees with the one that wrote {name} (canary {current['canary']})")
@@ -152,10 +155,18 @@ def check_environment(saved: dict[str, Any], current: dict[str, Any], name: str,
             there = saved.get("canary") or "none recorded"
             reporter.warn(
                 f"this machine does not agree with the one that wrote {name} (canary {current['canary']} here, "
-                f"{there} there): the resume will not be bit-identical"
+                f"{there} there): the resume will not be bit-identical{_remedy(saved, current)}"
             )
     for message in environment_warnings(saved, current):
         reporter.warn(message)
+
+
+def _remedy(saved: dict[str, Any], current: dict[str, Any]) -> str:
+    """Which tier would have made a move between these machines exact, when one would."""
+    there, here = saved.get("mkl"), current.get("mkl")
+    if there and here and there != here and str(saved.get("determinism", "")).startswith("vendor"):
+        return f" (MKL ran its {there} path there, {here} here: training.determinism: portable covers both vendors)"
+    return ""
 
 
 PINNED = ("torch", "python", "platform", "device", "dtype", "threads", "optimizer", "determinism")
@@ -164,13 +175,15 @@ WHY = {
     "device": "another device runs other kernels",
     "threads": "sums split across threads add up in another order",
     "determinism": "the profiles pin different kernels",
-    "processor": "the local profile's kernels are chosen per processor; training.determinism: portable pins them",
+    "processor": "the local tier's kernels are chosen per processor; training.determinism: vendor pins them for "
+    "one vendor's processors, portable for Intel and AMD alike",
 }
 
 
 def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """The differences between the environment a checkpoint recorded and this one that may change the bits. Under
-    portable (both sides), the processor is not one of them (the canary speaks for it); a GPU always is."""
+    a tier that pins kernels (both sides), the processor is not one of them (the canary speaks for it); a GPU
+    always is."""
     portable = "canary" in current and "canary" in saved
     keys = PINNED if portable or "processor" not in saved else (*PINNED, "processor")
     changed = [key for key in keys if saved.get(key) != current.get(key)]
@@ -184,7 +197,7 @@ def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list
         )
     if portable and current.get("device") != "cpu":
         lines.append(
-            f"the portable profile pins CPU kernels only: on {current.get('device')} the resume may not be exact"
+            f"the determinism tiers pin CPU kernels only: on {current.get('device')} the resume may not be exact"
         )
     return lines
 

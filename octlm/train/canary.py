@@ -1,19 +1,25 @@
-"""The canary: a tiny fixed training run whose digest says whether two machines compute the same bits.
+"""The canary: two tiny fixed training runs whose digest says whether two machines compute the same bits.
 
-It is octlm's own step (``loop.TrainState``, ``loop.train_step``) on a fixed tiny config: embedding, rotary,
+It is octlm's own step (``loop.TrainState``, ``loop.train_step``) on two fixed configs: embedding, rotary,
 RMSNorm, causal attention (SDPA), SwiGLU, dropout, the masked cross-entropy, backward, gradient clipping, fused
 AdamW and the batch sampler, on the CPU, in fp32, at the process's thread count. So it cannot drift from
-the step: whatever kernel the step uses, the canary uses too. Two machines that print the same digest under
-the same profile and thread count continue each other's runs bit for bit; each checkpoint of a portable run
-records it, and ``resume`` compares it with this machine's before loading. It runs in a fraction of a second
-and leaves the process's random generators as it found them.
+the step: whatever kernel the step uses, the canary uses too. Whether two processors' matmuls agree depends on
+the matrices' shapes (MKL picks kernels and blocking per shape: Intel's strict AVX2 branch and AMD's Zen path
+agree at 128 rows and differ at 256, measured under emulation), so the canary runs a tiny config for three steps
+and a wider one (256-token weight gradients, a 1,024-token vocabulary) for one. Two machines that print the
+same digest under the same tier and thread count continue each other's runs bit for bit; each checkpoint of a
+run under ``vendor`` or ``portable`` records it (and which of MKL's paths ran), and ``resume`` compares it with
+this machine's before loading. It runs in well under a second (a minute under emulation) and leaves the
+process's random generators as it found them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import time
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,15 +33,38 @@ from octlm.train.loop import train_step
 from octlm.train.state import TrainState
 
 STEPS = 3
+TRAINING = {"steps": 10, "warmup_steps": 1, "batch_size": 4, "grad_clip": 0.5, "seed": 7, "device": "cpu"}
 RAW = {
     "tokenizer": {"vocab_size": 320},
     "model": {"context_length": 32, "d_model": 64, "n_layers": 2, "n_heads": 4, "dropout": 0.1},
-    "training": {"steps": 10, "warmup_steps": 1, "batch_size": 4, "grad_clip": 0.5, "seed": 7, "device": "cpu"},
+    "training": TRAINING,
 }
+WIDE = {
+    "tokenizer": {"vocab_size": 1024},
+    "model": {"context_length": 64, "d_model": 128, "n_layers": 1, "n_heads": 4, "dropout": 0.1},
+    "training": TRAINING,
+}
+PARTS = ((RAW, STEPS), (WIDE, 1))  # (config, steps): the tiny run, then one step at wider shapes
+MKL_PATHS = {"mkl_serv_intel_cpu_true": "Intel", "mkl_serv_cpuiszen": "AMD Zen"}
 
 
-def canary_config() -> Config:
-    return from_dict(RAW, "canary")
+def canary_config(raw: dict[str, Any] = RAW) -> Config:
+    return from_dict(raw, "canary")
+
+
+def mkl_path() -> str:
+    """Which of MKL's code paths this processor gets (``Intel``, ``AMD Zen``, ``generic``), asked of MKL itself
+    (its CPUID vendor checks, exported by torch's CPU library); ``unknown`` where this torch has none."""
+    try:
+        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        for symbol, name in MKL_PATHS.items():
+            check = getattr(library, symbol)
+            check.restype = ctypes.c_int
+            if check():
+                return name
+    except (OSError, AttributeError):
+        return "unknown"
+    return "generic"
 
 
 def _blocks(config: Config) -> TokenBlocks:
@@ -56,19 +85,23 @@ def _digest(state: TrainState, losses: list[torch.Tensor]) -> str:
     return digest.hexdigest()[:16]
 
 
+def _run(config: Config, steps: int) -> str:
+    blocks = _blocks(config)
+    state = TrainState.fresh(config, torch.device("cpu"), len(blocks))
+    outputs: list[torch.Tensor] = []
+    for step in range(steps):
+        outputs += train_step(state, blocks, 1e-3 * (step + 1))
+    return _digest(state, outputs)
+
+
 @lru_cache(maxsize=4)
 def digest(threads: int) -> str:
     """The canary's digest at ``threads`` threads (once per process and thread count)."""
     previous, streams = torch.get_num_threads(), rng.capture()  # every generator, a GPU's too (seeded below)
     torch.set_num_threads(threads)
     try:
-        config = canary_config()
-        blocks = _blocks(config)
-        state = TrainState.fresh(config, torch.device("cpu"), len(blocks))
-        outputs: list[torch.Tensor] = []
-        for step in range(STEPS):
-            outputs += train_step(state, blocks, 1e-3 * (step + 1))
-        return _digest(state, outputs)
+        digests = [_run(canary_config(raw), steps) for raw, steps in PARTS]
+        return hashlib.sha256("".join(digests).encode()).hexdigest()[:16]
     finally:
         rng.restore(streams)
         torch.set_num_threads(previous)
@@ -81,10 +114,12 @@ def run(config: Config) -> dict[str, Any]:
     runtime.set_threads(config)
     runtime.configure_determinism(torch.device("cpu"))
     started = time.perf_counter()
-    found = digest(torch.get_num_threads())
+    found, path = digest(torch.get_num_threads()), mkl_path()
     return {
         "digest": found,
         "profile": determinism.describe(profile),
+        "covers": determinism.covers(profile, path),
+        "mkl": path,
         "threads": torch.get_num_threads(),
         "capability": torch.backends.cpu.get_cpu_capability(),
         "torch": str(torch.__version__),
@@ -97,11 +132,13 @@ def environment(state: TrainState) -> dict[str, Any]:
     """The environment record of ``state``'s process (``runtime.environment``), with the canary's digest under a
     profile that pins kernels (computed once per process and thread count)."""
     training = state.config.training
-    portable = training.determinism != "local"
-    return runtime.environment(
+    if training.determinism == "local":
+        return runtime.environment(state.device, training.precision, state.optimizer_impl)
+    record = runtime.environment(
         state.device,
         training.precision,
         state.optimizer_impl,
         profile=training.determinism,
-        canary=digest(torch.get_num_threads()) if portable else None,
+        canary=digest(torch.get_num_threads()),
     )
+    return {**record, "mkl": mkl_path()}

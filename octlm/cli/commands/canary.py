@@ -1,7 +1,7 @@
-"""``octlm canary`` and ``bench --determinism local,portable``: the determinism profile's two commands.
+"""``octlm canary`` and ``bench --determinism local,vendor,portable``: the determinism tiers' two commands.
 
-The canary pins its profile (``determinism.pin``) before importing torch, as the training commands do; the
-bench of several profiles imports no torch at all: it times each profile in processes of its own.
+The canary pins its tier (``determinism.pin``) before importing torch, as the training commands do; the
+bench of several tiers imports no torch at all: it times each tier in processes of its own.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ CanaryDeterminismOption = Annotated[
     typer.Option(
         "--determinism",
         metavar="D",
-        help="local or portable (default: the experiment's, else portable).",
+        help="local, vendor or portable (default: the experiment's, else portable).",
         show_default=False,
     ),
 ]
@@ -52,13 +52,13 @@ def bench_profiles(
     spec: launch.Launch,
     as_json: bool,
 ) -> None:
-    """``bench --determinism local,portable``: each profile in processes of its own (``bench_plan.by_profile``)."""
+    """``bench --determinism local,vendor,portable``: each tier in processes of its own (``bench_plan.by_profile``)."""
     from octlm.tasks.bench import plan as bench_plan
 
     if spec.wanted:
         raise BadInput("--determinism with several profiles times one process each: leave out --nproc")
-    if compile is None and "portable" in profiles:
-        compile = False  # portable refuses compile: every profile eager, so that the ratio is the profile's alone
+    if compile is None and set(profiles) - {"local"}:
+        compile = False  # the pinning tiers refuse compile: every tier eager, so that the ratio is the tier's alone
     home = (ctx.obj or {}).get("home")
     argv = [*(["--home", str(home)] if home else []), "bench", *model, "--steps", str(steps)]
     argv += [
@@ -71,8 +71,9 @@ def bench_profiles(
         render.emit_json(report)
         return
     first = report["runs"][0]
+    cpu, costs = report["median_cpu_ms_per_step"], report["cpu_cost"]
     rows = [
-        (profile, name, rate, report["ratio"][profile][name])
+        (profile, name, rate, report["ratio"][profile][name], cpu[profile][name], costs[profile][name])
         for profile, rates in report["median_tokens_per_second"].items()
         for name, rate in rates.items()
     ]
@@ -81,7 +82,8 @@ def bench_profiles(
         f"{rounds} processes per profile, alternating, {first['machine']['threads']} threads, "
         f"{first['machine']['device']}"
     )
-    render.print_table(("determinism", "precision", "tokens/s (median)", f"vs {profiles[0]}"), rows, title=title)
+    columns = ("determinism", "precision", "tokens/s (median)", f"vs {profiles[0]}", "CPU ms/step", "CPU cost")
+    render.print_table(columns, rows, title=title)
 
 
 @handled
@@ -92,8 +94,9 @@ def canary(
     threads: ThreadsOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Run the canary, a tiny fixed training run of octlm's own step, and print its digest: two machines that
-    print the same digest (same profile, threads and torch) continue each other's runs bit for bit."""
+    """Run the canary, two tiny fixed training runs of octlm's own step, and print its digest and which machines
+    the tier covers: two machines that print the same digest (same tier, threads and torch) continue each other's
+    runs bit for bit."""
     from octlm.config import Config
     from octlm.store import experiments
 
@@ -111,5 +114,6 @@ def canary(
         return
     print(
         f"canary {found['digest']}: {found['profile']}, {found['threads']} threads, {found['capability']} kernels, "
-        f"torch {found['torch']}, {render.plain(found['processor'])}, {found['seconds']:.2f} s"
+        f"torch {found['torch']}, {render.plain(found['processor'])} (MKL: {found['mkl']}), {found['seconds']:.2f} s"
     )
+    print(f"agrees with: {found['covers']}")

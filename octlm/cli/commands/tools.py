@@ -77,8 +77,8 @@ DeterminismOption = Annotated[
     typer.Option(
         "--determinism",
         metavar="D[,D2]",
-        help="local, portable, or local,portable: each profile in processes of its own, alternating "
-        "(default: the config's).",
+        help="local, vendor, portable, or several (local,vendor,portable): each tier in processes of its own, "
+        "alternating (default: the config's).",
         show_default=False,
     ),
 ]

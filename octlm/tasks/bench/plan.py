@@ -1,6 +1,6 @@
 """What ``octlm bench`` times, decided before torch loads (torch-free): the config (an experiment's, a preset's or
 EXP-008's), the precisions, ``--compile``, and ``--determinism``. A profile is fixed when torch loads, so
-``--determinism local,portable`` times each profile in a process of its own (``by_profile``): the processes
+``--determinism local,vendor,portable`` times each tier in a process of its own (``by_profile``): the processes
 alternate, local, portable, portable, local, ..., so that a machine whose speed drifts moves both alike, and each
 profile's figure is the median of its processes."""
 
@@ -58,30 +58,45 @@ def with_choices(config: Config, compile: bool | None, determinism: str | None =
     keys: dict[str, Any] = {} if compile is None else {"training.compile": compile}
     if determinism is not None:
         keys["training.determinism"] = determinism
-        if determinism == "portable" and compile is None:
-            keys["training.compile"] = False  # portable refuses compile: time it eager unless told otherwise
+        if determinism != "local" and compile is None:
+            keys["training.compile"] = False  # the pinning tiers refuse compile: time it eager unless told otherwise
     return config.with_keys(keys, "--compile" if compile is not None else "--determinism") if keys else config
 
 
 def by_profile(argv: list[str], profiles: list[str], rounds: int) -> dict[str, Any]:
     """Run ``octlm argv --determinism P --json`` for each profile, alternating, ``rounds`` times each; the report
-    of each process, and per profile and precision the median tokens/s and its ratio to the first profile's."""
+    of each process, and per profile and precision the median tokens/s and its ratio to the first profile's, and
+    the median CPU time of a step and its ratio to the first profile's (``cpu_cost``: above 1 costs more)."""
     order = [p for r in range(rounds) for p in (profiles if r % 2 == 0 else profiles[::-1])]
     runs = [{"determinism": profile, **_child([*argv, "--determinism", profile, "--json"])} for profile in order]
+    rates, cpu = _medians(runs, profiles, "tokens_per_second"), _medians(runs, profiles, "cpu_ms_per_step")
+    ratios = {p: {k: round(v / rates[profiles[0]][k], 3) for k, v in m.items()} for p, m in rates.items()}
+    costs = {p: {k: round(v / cpu[profiles[0]][k], 3) for k, v in m.items()} for p, m in cpu.items()}
+    return {
+        "profiles": profiles,
+        "rounds": rounds,
+        "median_tokens_per_second": rates,
+        "ratio": ratios,
+        "median_cpu_ms_per_step": cpu,
+        "cpu_cost": costs,
+        "runs": runs,
+    }
+
+
+def _medians(runs: list[dict[str, Any]], profiles: list[str], key: str) -> dict[str, dict[str, float]]:
+    """Per profile and precision, the median of ``key`` over that profile's processes."""
     medians: dict[str, dict[str, float]] = {}
     for profile in profiles:
         mine = [r for r in runs if r["determinism"] == profile]
         for row in mine[0]["results"]:
-            rates = [x["tokens_per_second"] for r in mine for x in r["results"] if x["precision"] == row["precision"]]
-            medians.setdefault(profile, {})[row["precision"]] = statistics.median(rates)
-    base = medians[profiles[0]]
-    ratios = {p: {k: round(v / base[k], 3) for k, v in m.items()} for p, m in medians.items()}
-    return {"profiles": profiles, "rounds": rounds, "median_tokens_per_second": medians, "ratio": ratios, "runs": runs}
+            values = [x[key] for r in mine for x in r["results"] if x["precision"] == row["precision"]]
+            medians.setdefault(profile, {})[row["precision"]] = statistics.median(values)
+    return medians
 
 
 def _child(argv: list[str]) -> dict[str, Any]:
     """One process of ``by_profile``, without any profile's settings of this one (each pins its own)."""
-    env = {key: value for key, value in os.environ.items() if key not in determinism.PORTABLE}
+    env = {key: value for key, value in os.environ.items() if key not in determinism.VARIABLES}
     done = subprocess.run(octlm_command(argv), capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
     if done.returncode:
         said = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
