@@ -185,6 +185,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm work --until-empty --json",
         "octlm work lr --workers 4 --threads 4",
     ),
+    "watch": ("octlm watch", "octlm watch lr", "octlm watch EXP-008 EXP-009 --interval 5", "octlm watch lr --once"),
     "config": ("octlm config keys", "octlm config keys --json"),
     "config keys": ("octlm config keys", "octlm config keys --json"),
 }

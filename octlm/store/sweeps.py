@@ -228,7 +228,7 @@ class SweepRows(RegistryBase):
                 fields = {**fields, "target_step": row["target_step"], "claimed": now(), **worker}
                 claim_id = _insert(conn, "sweep_claims", fields)
                 conn.execute("update sweep_trials set status = 'running', updated = ? where id = ?", (now(), row["id"]))
-                return {**row, "status": "running", "claim_id": claim_id, **worker}
+                return {**row, **fields, "id": row["id"], "status": "running", "claim_id": claim_id}
         return None
 
     @staticmethod

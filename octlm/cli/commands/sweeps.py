@@ -245,5 +245,30 @@ def _pin(home: Home, names: tuple[str, ...]) -> None:
         determinism.pin(config)
 
 
-COMMANDS: dict[str, Callable[..., Any]] = {"work": work}
+WatchArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[ID | SWEEP]...",
+        help="Experiments and sweeps to watch (default: every running experiment and busy sweep).",
+        show_default=False,
+    ),
+]
+IntervalOption = Annotated[float, typer.Option("--interval", metavar="SECONDS", help="How often to look again.")]
+OnceOption = Annotated[bool, typer.Option("--once", help="Print what it sees once, then exit.")]
+
+
+@handled
+def watch(
+    ctx: typer.Context, targets: WatchArgument = None, interval: IntervalOption = 1.0, once: OnceOption = False
+) -> None:
+    """Watch experiments and sweeps live: step, loss, tokens/s, ETA and a sparkline each; each sweep's queue.
+    Read-only, never takes a lock; off a terminal one line per change; Ctrl-C leaves (exit 0)."""
+    from octlm.cli import live
+
+    if not 0.05 <= interval <= 3600:
+        raise BadInput(f"--interval {interval}: give 0.05 to 3600 seconds")
+    raise typer.Exit(live.watch(home_of(ctx), tuple(targets or ()), interval, once))
+
+
+COMMANDS: dict[str, Callable[..., Any]] = {"work": work, "watch": watch}
 SWEEP_COMMANDS: dict[str, Callable[..., Any]] = {"new": sweep_new, "status": sweep_status}

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.store.registry import Registry
 
@@ -28,7 +29,10 @@ def ask(
     and what is ``pending``."""
     if count <= 0:
         return []
-    import optuna
+    try:
+        import optuna
+    except ImportError:
+        raise BadInput(f"--sampler {spec['sampler']} needs Optuna: pip install 'octlm[sweeps]'") from None
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     state = optuna.trial.TrialState
