@@ -179,6 +179,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm sweep new tpe --from EXP-008 --sampler tpe --trials 20 --range training.learning_rate=1e-4:1e-2:log",
     ),
     "sweep status": ("octlm sweep status lr", "octlm sweep status lr --json"),
+    "sweep pack": ("octlm sweep pack lr -o /shared/lr --shards 4", "octlm sweep pack lr -o /shared/lr/shard-0 --json"),
+    "sweep unpack": (
+        "octlm sweep unpack /shared/lr/shard-0",
+        "for s in /shared/lr/shard-*; do octlm sweep unpack $s; done",
+    ),
     "work": (
         "octlm work lr",
         "octlm work lr --workers 2 --until-empty",
@@ -247,7 +252,9 @@ app.add_typer(config_app)
 registry_app = _typer("registry", help="Move registry records between homes (export, import).", add_completion=False)
 register(registry_app, commands_boxes.REGISTRY_COMMANDS, prefix="registry ")
 app.add_typer(registry_app)
-sweep_app = _typer("sweep", help="Many experiments: a sweep's trials in a queue (new, status).", add_completion=False)
+sweep_app = _typer(
+    "sweep", help="Many experiments: a sweep's trials in a queue (new, status, pack, unpack).", add_completion=False
+)
 register(sweep_app, commands_sweeps.SWEEP_COMMANDS, prefix="sweep ")
 app.add_typer(sweep_app)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from octlm.core.errors import BadInput
+from octlm.core.errors import BadInput, Refused
 from octlm.store.base import EXPERIMENT_COLUMNS, RegistryBase, checked, decoded, now, writable
 from octlm.store.liveness import effective_status
 from octlm.store.migrations import Json
@@ -103,6 +103,11 @@ def claim_is_dead(row: dict[str, Any]) -> bool:
     return bool(effective_status(probe)["status"] == "crashed")
 
 
+def _progress(trial: dict[str, Any]) -> tuple[int, bool]:
+    """How far a trial got: its rung, then whether it ended there (done, failed or stopped)."""
+    return int(trial.get("rung") or 0), trial.get("status") in ("done", "failed", "stopped")
+
+
 def _insert(conn: sqlite3.Connection, table: str, fields: dict[str, Any]) -> int:
     row = checked(table, fields, writable(table))
     columns, marks = ", ".join(row), ", ".join("?" for _ in row)
@@ -162,6 +167,38 @@ class SweepRows(RegistryBase):
         fields = checked("experiments", {k: v for k, v in row.items() if k != "id"}, EXPERIMENT_COLUMNS)
         columns, marks = ", ".join(fields), ", ".join("?" for _ in fields)
         conn.execute(f"insert into experiments (id, {columns}) values (?, {marks})", (row["id"], *fields.values()))
+
+    def merge_sweep(self, sweep: dict[str, Any], trials: Sequence[dict[str, Any]]) -> dict[str, str]:
+        """A sweep shipped from another home (``sweep unpack``), matched by its UUID, in one transaction: its row
+        when new here, and each trial's row where the shipped one got further (a later rung, or ended where this
+        one waits); a trial shipped running arrives queued (claims stay where they were). {trial ID: new |
+        further | kept}. Refused when the name is another sweep's here; the trials' experiments must be here."""
+        merged: dict[str, str] = {}
+        with self._transaction() as conn:
+            found = conn.execute(
+                "select id, uuid from sweeps where name = ? or uuid = ?", (sweep["name"], sweep["uuid"])
+            )
+            row = found.fetchone()
+            if row is not None and row["uuid"] != sweep["uuid"]:
+                raise Refused(f"sweep {sweep['name']} is another sweep here (another UUID): nothing was changed")
+            sweep_id = row["id"] if row is not None else _insert(conn, "sweeps", {**sweep, "updated": now()})
+            for trial in trials:
+                fields = {**trial, "status": "queued" if trial["status"] == "running" else trial["status"]}
+                here = conn.execute(
+                    "select id, rung, status from sweep_trials where sweep_id = ? and experiment_id = ?",
+                    (sweep_id, trial["experiment_id"]),
+                ).fetchone()
+                if here is None:
+                    _insert(conn, "sweep_trials", {**fields, "sweep_id": sweep_id, "updated": now()})
+                    merged[trial["experiment_id"]] = "new"
+                elif _progress(fields) > _progress(dict(here)):
+                    row = checked("sweep_trials", {**fields, "updated": now()}, writable("sweep_trials"))
+                    sets = ", ".join(f"{key} = ?" for key in row)
+                    conn.execute(f"update sweep_trials set {sets} where id = ?", (*row.values(), here["id"]))
+                    merged[trial["experiment_id"]] = "further"
+                else:
+                    merged[trial["experiment_id"]] = "kept"
+        return merged
 
     # ------------------------------------------------------------------ reads
 

@@ -245,6 +245,47 @@ def _pin(home: Home, names: tuple[str, ...]) -> None:
         determinism.pin(config)
 
 
+FolderOption = Annotated[
+    str, typer.Option("--output", "-o", metavar="DIR", help="The folder to write the sweep to (created).")
+]
+ShardsOption = Annotated[
+    int, typer.Option("--shards", metavar="N", help="Split the trials into N folders shard-0 ... (trial i in i mod N).")
+]
+FolderArgument = Annotated[str, typer.Argument(metavar="DIR", help="A folder written by `octlm sweep pack`.")]
+
+
+@handled
+def sweep_pack(
+    ctx: typer.Context, name: NameArgument, output: FolderOption, shards: ShardsOption = 1, as_json: JsonOption = False
+) -> None:
+    """Write a sweep (its rows and each trial's pack) to a folder, in N shards, for node-local homes."""
+    from pathlib import Path
+
+    from octlm.tasks.sweeps import shipping
+
+    result = shipping.pack(home_of(ctx), name, Path(output), shards)
+    if as_json:
+        render.emit_json(result)
+    else:
+        render.info(f"sweep {name}: {len(result['trials'])} trials packed into {', '.join(result['folders'])}")
+
+
+@handled
+def sweep_unpack(ctx: typer.Context, folder: FolderArgument, as_json: JsonOption = False) -> None:
+    """Add a packed sweep (or one shard of it) to this home: every trial's pack, then its rows (again: nothing)."""
+    from pathlib import Path
+
+    from octlm.tasks.sweeps import shipping
+
+    result = shipping.unpack(home_of(ctx), Path(folder))
+    if as_json:
+        render.emit_json(result)
+        return
+    counts = {state: sum(1 for v in result["trials"].values() if v == state) for state in ("new", "further", "kept")}
+    said = ", ".join(f"{n} {state}" for state, n in counts.items() if n) or "no trials"
+    render.info(f"sweep {result['sweep']}: {said}" + ("" if result["changed"] else "; nothing changed"))
+
+
 WatchArgument = Annotated[
     list[str] | None,
     typer.Argument(
@@ -271,4 +312,9 @@ def watch(
 
 
 COMMANDS: dict[str, Callable[..., Any]] = {"work": work, "watch": watch}
-SWEEP_COMMANDS: dict[str, Callable[..., Any]] = {"new": sweep_new, "status": sweep_status}
+SWEEP_COMMANDS: dict[str, Callable[..., Any]] = {
+    "new": sweep_new,
+    "status": sweep_status,
+    "pack": sweep_pack,
+    "unpack": sweep_unpack,
+}

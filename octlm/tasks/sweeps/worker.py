@@ -119,6 +119,7 @@ def stoppable() -> Iterator[None]:
     stops the worker at once (``Interrupted``)."""
 
     def stop(signum: int, frame: Any) -> None:
+        hold()
         name = signal.Signals(signum).name
         raise Interrupted(f"stopped by {name}", SIGNAL_EXIT[signal.Signals(signum)])
 
@@ -128,6 +129,13 @@ def stoppable() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def hold() -> None:
+    """Once stopping, the same signal again (a kill that reached the process twice: a scheduler's and its batch
+    shell's) must not cut short the claim's release: the signals are ignored until the worker has left."""
+    for signum in handled_signals():
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def work(home: Home, options: Options, say: Say) -> Tally:
@@ -198,6 +206,7 @@ def _run(home: Home, trial: dict[str, Any], say: Say, tally: Tally, busy: set[in
     try:
         value = train_trial(home, trial, log)
     except Interrupted:
+        hold()
         _settle(home, trial, "queued")
         say(f"{experiment_id}: stopped; its claim is released and it resumes from its checkpoint later")
         raise
