@@ -17,6 +17,7 @@ from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.views.sweeps import live
 
+IDLE = "nothing to watch: no experiment is training and no sweep has a trial queued or running"
 COLUMNS = ("ID", "status", "step", "train loss", "eval loss", "tokens/s", "ETA", "train loss, recent")
 
 
@@ -73,10 +74,8 @@ def _metric(value: float | None) -> str:
 def _lines(home: Home, targets: tuple[str, ...], interval: float, screen: live.Screen, once: bool) -> None:
     said: dict[str, str] = {}
     while True:
-        for key, line in [
-            *((e.id, e.line()) for e in screen.experiments),
-            *((q.name, q.line()) for q in screen.sweeps),
-        ]:
+        lines = [*((e.id, e.line()) for e in screen.experiments), *((q.name, q.line()) for q in screen.sweeps)]
+        for key, line in lines or [("", IDLE)]:
             if said.get(key) != line:
                 sys.stdout.write(f"{time.strftime('%H:%M:%S')} {render.plain(line)}\n")
                 said[key] = line

@@ -47,6 +47,8 @@ def busy_home(home: Path) -> Path:
 
 
 def test_watch_off_a_terminal_prints_a_line_per_experiment_and_sweep(home: Path) -> None:
+    idle = octlm(home, "watch", "--once")
+    assert idle.returncode == 0 and "nothing to watch: no experiment is training" in idle.stdout
     busy_home(home)
     shown = octlm(home, "watch", "EXP-001", "pair", "--once")
     assert shown.returncode == 0, shown.stderr

@@ -181,6 +181,8 @@ def test_successive_halving_promotes_the_best_and_a_promoted_trial_equals_a_stra
         4,
         6,
     ]
+    shown = cli(home, "sweep", "status", "sh").stdout
+    assert f"rung 1 (step 4): promoted {winner} (" in shown and "rung 0 (step 2): promoted " in shown
     assert_same_training_state(final(home, winner), straight(home, winner))  # three resumes, one trajectory
 
 

@@ -172,12 +172,24 @@ def sweep_status(ctx: typer.Context, name: NameArgument, as_json: JsonOption = F
         for t in found["trials"]
     ]
     render.print_table(("ID", "status", "step", "rung", "value", "params", "seed", "where"), rows)
+    for decision in found["decisions"]:
+        print(render.plain(_decision(decision)))
     for trial in found["trials"]:
         if trial["status"] == "failed" and trial["error"]:
             tail = "\n".join(f"  {line}" for line in trial["error"].splitlines()[-5:])
             print(
                 render.plain(f"{trial['id']} failed; the last lines of runs/{trial['id']}.log:\n{tail}", multiline=True)
             )
+
+
+def _decision(decision: dict[str, Any]) -> str:
+    """Successive halving's decision at a rung, in words: who went on, who stopped, by their metric."""
+    said: dict[bool, list[str]] = {True: [], False: []}
+    for group in decision["ranking"]:
+        value = "-" if group["value"] is None else f"{group['value']:.4f}"
+        said[bool(group["promoted"])].append(f"{', '.join(group['trials'])} ({value})")
+    promoted, stopped = ("; ".join(said[flag]) or "none" for flag in (True, False))
+    return f"rung {decision['rung']} (step {decision['step']}): promoted {promoted}; stopped {stopped}"
 
 
 def _steps(trial: Any) -> str:
