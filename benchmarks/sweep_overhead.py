@@ -27,7 +27,7 @@ CONFIG = {
     "data": {"sources": ["builtin:docs"], "validation_fraction": 0.1, "max_bytes": 200_000},
     "tokenizer": {"vocab_size": 300},
     "model": {"context_length": 16, "d_model": 32, "n_layers": 2, "n_heads": 2},
-    "training": {"warmup_steps": 1, "batch_size": 4, "eval_blocks": 4},
+    "training": {"warmup_steps": 1, "batch_size": 4, "eval_blocks": 4, "learning_rate": 0.003},
 }
 
 
@@ -66,10 +66,10 @@ def main() -> None:
     for index in range(args.rounds):
         (twin,) = made(home, "new", "--from", "EXP-001")
         times["train"].append(octlm(home, "train", twin, "-q"))
-        made(home, "sweep", "new", f"one-{index}", "--from", "EXP-001")
-        times["work 1"].append(octlm(home, "work", f"one-{index}", "--threads", "1", "--until-empty", "-q"))
-        made(home, "sweep", "new", f"many-{index}", "--from", "EXP-001", "--seeds", str(args.batch))
-        took = octlm(home, "work", f"many-{index}", "--threads", "1", "--until-empty", "-q")
+        made(home, "sweep", "new", f"r{index}-one", "--from", "EXP-001", "--grid", "training.learning_rate=0.003")
+        times["work 1"].append(octlm(home, "work", f"r{index}-one", "--threads", "1", "--until-empty", "-q"))
+        made(home, "sweep", "new", f"r{index}-many", "--from", "EXP-001", "--seeds", str(args.batch))
+        took = octlm(home, "work", f"r{index}-many", "--threads", "1", "--until-empty", "-q")
         times[f"work {args.batch}, per trial"].append(took / args.batch)
     base = statistics.median(times["train"])
     print(f"{args.rounds} alternating rounds, {args.steps} steps a run; loadavg {Path('/proc/loadavg').read_text()}")
