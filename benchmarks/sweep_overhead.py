@@ -31,15 +31,15 @@ CONFIG = {
 }
 
 
-def octlm(home: Path, *args: str) -> float:
-    """Run one octlm process; its wall time in seconds."""
+def octlm(home: Path, *args: str) -> tuple[float, bytes]:
+    """Run one octlm process; its wall time in seconds and its stdout."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "octlm", "--home", str(home), *args], env=env, capture_output=True)
     took = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"octlm {' '.join(args)}: exit {done.returncode}: {done.stderr.decode()[-500:]}")
-    return took
+    return took, done.stdout
 
 
 def made(home: Path, *args: str) -> list[str]:
@@ -63,19 +63,25 @@ def main() -> None:
     (home / "experiments" / "EXP-001.yaml").write_text(yaml.safe_dump({"id": "EXP-001", **config}))
     octlm(home, "train", "EXP-001", "-q")  # warms the tokenizer's cache and the token file for everyone
     times: dict[str, list[float]] = {"train": [], "work 1": [], f"work {args.batch}, per trial": []}
+    said: list[float] = []  # the worker's own count: claiming, recording and topping up, per trial
+    work = ("--threads", "1", "--until-empty", "--json")
     for index in range(args.rounds):
         (twin,) = made(home, "new", "--from", "EXP-001")
-        times["train"].append(octlm(home, "train", twin, "-q"))
+        times["train"].append(octlm(home, "train", twin, "-q")[0])
         made(home, "sweep", "new", f"r{index}-one", "--from", "EXP-001", "--grid", "training.learning_rate=0.003")
-        times["work 1"].append(octlm(home, "work", f"r{index}-one", "--threads", "1", "--until-empty", "-q"))
+        took, out = octlm(home, "work", f"r{index}-one", *work)
+        times["work 1"].append(took)
+        said.append(json.loads(out)["overhead_s"])
         made(home, "sweep", "new", f"r{index}-many", "--from", "EXP-001", "--seeds", str(args.batch))
-        took = octlm(home, "work", f"r{index}-many", "--threads", "1", "--until-empty", "-q")
+        took, out = octlm(home, "work", f"r{index}-many", *work)
         times[f"work {args.batch}, per trial"].append(took / args.batch)
+        said.append(json.loads(out)["overhead_s"] / args.batch)
     base = statistics.median(times["train"])
     print(f"{args.rounds} alternating rounds, {args.steps} steps a run; loadavg {Path('/proc/loadavg').read_text()}")
     for name, values in times.items():
         middle = statistics.median(values)
         print(f"{name:>20}: median {middle:.3f} s ({middle / base:.2f}x train), all {[round(v, 3) for v in values]}")
+    print(f"the workers' own claim + record + top-up, per trial: median {statistics.median(said) * 1000:.1f} ms")
 
 
 if __name__ == "__main__":
