@@ -212,6 +212,23 @@ def test_sigterm_checkpoints_the_running_trial_releases_its_claim_and_exits_143(
     assert rows(home, "select count(*) from sweep_claims") == [(1,)]
 
 
+def test_sigterm_to_a_pool_reaches_each_worker_once_and_releases_every_claim(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path, every=100, steps=400, eval_interval=100, log_interval=50)
+    assert cli(home, "sweep", "new", "pool", "--from", "EXP-001", "--seeds", "3").exit_code == 0
+    pool = start(home, "pool", "--workers", "2")
+    deadline = time.monotonic() + 120
+    while len(rows(home, "select 1 from runs where status = 'running'")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    pool.send_signal(signal.SIGTERM)
+    _, err = pool.communicate(timeout=120)
+    assert pool.returncode == 143, err
+    assert err.count("its claim is released") == 2
+    assert rows(home, "select outcome from sweep_claims") == [("released",), ("released",)]
+    assert rows(home, "select status from sweep_trials") == [("queued",)] * 3
+    assert {r[0] for r in rows(home, "select status from runs")} == {"interrupted"}
+
+
 def test_tpe_asks_for_new_trials_as_earlier_ones_finish(tmp_path: Path) -> None:
     home = sweep_home(tmp_path, steps=2, eval_interval=2)
     made = cli(
