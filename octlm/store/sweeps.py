@@ -231,6 +231,11 @@ class SweepRows(RegistryBase):
         """Every claim of a sweep's trials, open and released, oldest first."""
         return self._rows("select * from sweep_claims where sweep_id = ? order by id", (sweep_id,))
 
+    def open_claims(self, host: str, pid: int) -> list[int]:
+        """The ids of the claims a process (host, pid) holds open."""
+        sql = "select id from sweep_claims where released is null and host = ? and pid = ? order by id"
+        return [int(row["id"]) for row in self._rows(sql, (host, pid))]
+
     def decisions(self, sweep_id: int) -> list[dict[str, Any]]:
         return self._rows("select * from sweep_decisions where sweep_id = ? order by rung", (sweep_id,))
 

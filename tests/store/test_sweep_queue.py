@@ -110,8 +110,14 @@ from pathlib import Path
 from octlm.store.liveness import start_time
 from octlm.store.registry import Registry
 worker = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": start_time(os.getpid()), "threads": 1}
-with Registry(Path(sys.argv[1])) as registry:
+path = Path(sys.argv[1])
+(path.parent / f"ready-{os.getpid()}").touch()  # all 16 start claiming together, however slow their start
+deadline = time.monotonic() + 120
+while len(list(path.parent.glob("ready-*"))) < 16 and time.monotonic() < deadline:
+    time.sleep(0.01)
+with Registry(path) as registry:
     while (trial := registry.claim(None, worker)) is not None:
+        time.sleep(0.005)  # a trial takes a while
         registry.settle_claim(trial["claim_id"], "done", value=float(trial["position"]))
 """
 
@@ -196,3 +202,23 @@ def test_removing_a_trial_takes_its_trial_and_claim_rows(home: Path) -> None:
     with Registry(home / "registry.db") as registry:
         assert [t["experiment_id"] for t in registry.trials(sweep["id"])] == ["EXP-003"]
         assert registry.claims(sweep["id"]) == []
+
+
+def test_a_signal_between_a_claim_and_its_trial_releases_only_that_workers_claim(tmp_path: Path) -> None:
+    from octlm.core.errors import Interrupted
+    from octlm.core.home import Home
+    from octlm.store.liveness import start_time
+    from octlm.tasks.sweeps.worker import releasing
+
+    path = tmp_path / "registry.db"
+    sweep_id, me = queue(path, 2), worker()
+    with Registry(path) as registry:
+        other = registry.claim([sweep_id], worker(pid=1, pid_start=start_time(1)))  # another live process's
+    assert other is not None
+    with pytest.raises(Interrupted), releasing(Home(tmp_path), me):
+        with Registry(path) as registry:
+            assert registry.claim([sweep_id], me) is not None
+        raise Interrupted("stopped by SIGTERM", 143)  # before the trial's session took the signals over
+    with Registry(path) as registry:
+        assert [(c["pid"], c["outcome"]) for c in registry.claims(sweep_id)] == [(1, None), (me["pid"], "released")]
+        assert [t["status"] for t in registry.trials(sweep_id)] == ["running", "queued"]

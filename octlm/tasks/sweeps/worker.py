@@ -146,7 +146,7 @@ def work(home: Home, options: Options, say: Say) -> Tally:
 
         torch.set_num_threads(options.threads)
     tally, busy, idle = Tally(), set[int](), False
-    with stoppable():
+    with stoppable(), releasing(home, identity):
         while True:
             began = time.perf_counter()
             trial = _claim(home, options, identity, busy)
@@ -162,6 +162,19 @@ def work(home: Home, options: Options, say: Say) -> Tally:
             idle = False
             tally.overhead_s += time.perf_counter() - began
             _run(home, trial, say, tally, busy)
+
+
+@contextlib.contextmanager
+def releasing(home: Home, identity: dict[str, Any]) -> Iterator[None]:
+    """A signal between a claim's commit and its trial's start: the claims this worker still holds are released
+    (its trial queued again) before it leaves, as a trial's own stop releases its claim."""
+    try:
+        yield
+    except Interrupted:
+        with Registry(home.registry) as registry:
+            for claim_id in registry.open_claims(identity["host"], identity["pid"]):
+                registry.settle_claim(claim_id, "queued")
+        raise
 
 
 def _identity(options: Options) -> dict[str, Any]:
