@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"core", "config", "runtime", "data"},
     "store": {"core", "config"},
     "run": {"core", "config", "runtime", "data", "train", "store"},
-    "tasks": {"core", "config", "runtime", "data", "train", "store", "run"},
+    "tasks": {"core", "config", "runtime", "data", "train", "store", "run", "exchange"},  # sweeps ship trials as packs
     "exchange": {"core", "config", "store"},
     "views": {"core", "config", "store"},
     "cli": {"core", "config", "runtime", "data", "train", "store", "run", "tasks", "exchange", "views"},

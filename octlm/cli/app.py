@@ -24,6 +24,7 @@ from octlm.cli.commands import evaluation as commands_evaluation
 from octlm.cli.commands import experiments as commands_experiments
 from octlm.cli.commands import lifecycle as commands_lifecycle
 from octlm.cli.commands import report as commands_report
+from octlm.cli.commands import sweeps as commands_sweeps
 from octlm.cli.commands import tools as commands_tools
 from octlm.cli.commands import training as commands_training
 from octlm.cli.common import OctlmGroup, StrictCommand
@@ -76,6 +77,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm new --from EXP-008 --set training.learning_rate=1e-3",
         "octlm new --from EXP-008 --init-from EXP-008@200 --set training.steps=400",
         "octlm new --id-prefix BOX-",
+        "octlm new --from EXP-008 --set training.learning_rate=1e-3 --seeds 3",
     ),
     "show": (
         "octlm show",
@@ -87,6 +89,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm show EXP-008 EXP-009 --all-keys",
         "octlm show EXP-008 EXP-009 --plot",
         "octlm show EXP-008 --json",
+        "octlm show lr",
     ),
     "train": (
         "octlm train EXP-008",
@@ -168,6 +171,30 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm registry import box-b.jsonl --prefix B-",
         "octlm registry import box-b.jsonl --prefix B- --json",
     ),
+    "sweep": (
+        "octlm sweep new lr --from EXP-008 --grid training.learning_rate=1e-3,3e-3 --seeds 2",
+        "octlm work lr --workers 2 --until-empty",
+        "octlm sweep status lr",
+    ),
+    "sweep new": (
+        "octlm sweep new lr --from EXP-008 --grid training.learning_rate=1e-3,3e-3 --seeds 2",
+        "octlm sweep new lr2 --from EXP-008 --random 8 --range training.learning_rate=1e-4:1e-2:log",
+        "octlm sweep new sh --from EXP-008 --grid model.n_layers=2,4 --halving 100,200 --keep 0.5",
+        "octlm sweep new tpe --from EXP-008 --sampler tpe --trials 20 --range training.learning_rate=1e-4:1e-2:log",
+    ),
+    "sweep status": ("octlm sweep status lr", "octlm sweep status lr --json"),
+    "sweep pack": ("octlm sweep pack lr -o /shared/lr --shards 4", "octlm sweep pack lr -o /shared/lr/shard-0 --json"),
+    "sweep unpack": (
+        "octlm sweep unpack /shared/lr/shard-0",
+        "for s in /shared/lr/shard-*; do octlm sweep unpack $s; done",
+    ),
+    "work": (
+        "octlm work lr",
+        "octlm work lr --workers 2 --until-empty",
+        "octlm work --until-empty --json",
+        "octlm work lr --workers 4 --threads 4",
+    ),
+    "watch": ("octlm watch", "octlm watch lr", "octlm watch EXP-008 EXP-009 --interval 5", "octlm watch lr --once"),
     "config": ("octlm config keys", "octlm config keys --json"),
     "config keys": ("octlm config keys", "octlm config keys --json"),
 }
@@ -216,6 +243,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists
     "export": commands_report.export,
     **commands_lifecycle.COMMANDS,
     **commands_boxes.COMMANDS,
+    **commands_sweeps.COMMANDS,
 }
 CONFIG_COMMANDS: dict[str, Callable[..., Any]] = {"keys": commands_config.keys}
 
@@ -228,6 +256,11 @@ app.add_typer(config_app)
 registry_app = _typer("registry", help="Move registry records between homes (export, import).", add_completion=False)
 register(registry_app, commands_boxes.REGISTRY_COMMANDS, prefix="registry ")
 app.add_typer(registry_app)
+sweep_app = _typer(
+    "sweep", help="Many experiments: a sweep's trials in a queue (new, status, pack, unpack).", add_completion=False
+)
+register(sweep_app, commands_sweeps.SWEEP_COMMANDS, prefix="sweep ")
+app.add_typer(sweep_app)
 
 
 def main() -> None:

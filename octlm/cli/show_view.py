@@ -12,6 +12,7 @@ from octlm.cli import render
 from octlm.config import flatten
 from octlm.views import compare
 from octlm.views.show import Request, Shown
+from octlm.views.sweeps import replicates
 
 LIST_HEADERS = (
     "ID",
@@ -56,6 +57,7 @@ PROVENANCE_HEADERS = (
     "resumed from",
 )
 PROVENANCE_DROPPABLE = ("versions (octlm/python/torch)", "dirty", "resumed from", "git commit", "load", "peak MB")
+SPREAD = (("eval_loss", "eval loss"), ("train_loss", "train loss"))  # a replicate group's line under the list
 LIFECYCLE = ("tags", "notes", "archived", "parent")  # shown in the detail when the document has them
 
 
@@ -70,6 +72,8 @@ def write(shown: Shown, request: Request) -> None:
         write_csv(shown.header, shown.rows)
     elif shown.mode == "list":
         _list(shown, request)
+    elif shown.mode == "sweep":
+        print_sweep(shown)
     elif shown.mode == "compare":
         title = " vs ".join(request.ids) + ("" if request.all_keys else "  (config: only keys that differ)")
         print_compare(list(request.ids), shown.rows, title)
@@ -136,6 +140,30 @@ def _list(shown: Shown, request: Request) -> None:
         render.print_table(shown.header, shown.rows)
     else:
         render.print_table(LIST_HEADERS, (_list_row(row) for row in rows), droppable=LIST_DROPPABLE)
+        for group in [g for g in shown.document.get("replicates") or [] if len(g["counted"]) > 1 and g["step"]]:
+            spread = ", ".join(f"{name} {replicates.shown(group['metrics'][key])}" for key, name in SPREAD)
+            at = f" at step {group['step']}" if group["step"] else ""
+            print(render.plain(f"replicates {', '.join(group['counted'])}{at}: {spread}"))
+
+
+def print_sweep(shown: Shown) -> None:
+    """A sweep's configurations, ranked, with the seeds' spread; the verdict and the best so far in words."""
+    found = shown.document
+    metric = found["metric"]
+    rows = [
+        (c["rank"], _pairs(c["params"]), len(c["trials"]), c["step"], replicates.shown(c["value"]), c["eval_loss_se"])
+        for c in found["configurations"]
+    ]
+    title = f"sweep {found['name']}: configurations by {metric} (mean ± sd over the seeds), the furthest step first"
+    render.print_table(("rank", "params", "trials", "step", metric, "eval loss se"), rows, title=title)
+    print(render.plain(found["verdict"]))
+    if found["best_so_far"]:
+        best = found["best_so_far"][-1]
+        print(render.plain(f"best so far: {best['best']:.4f} after {len(found['best_so_far'])} finished trials"))
+
+
+def _pairs(params: dict[str, Any]) -> str:
+    return " ".join(f"{key}={render.yaml_value(value)}" for key, value in params.items()) or "-"
 
 
 def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:

@@ -45,8 +45,19 @@ METRIC_COLUMNS = writable("metrics")
 # The fields of a run-file record that the metrics table holds: core.records.METRIC_FIELDS (a test checks).
 METRIC_FIELDS = tuple(column for column in METRIC_COLUMNS if column not in ("experiment_id", "run_id", "track"))
 METRIC_TRACKS = ("train", "overfit")
-# Every table holding rows of an experiment, children first (the order a removal deletes them in).
-EXPERIMENT_TABLES = ("metrics", "notes", "checkpoints", "verifications", "runs", "experiments")
+# Every table holding rows of an experiment, children first (the order a removal deletes them in): a removed
+# trial leaves its sweep. The sweeps and their decisions belong to no one experiment (``SWEEP_TABLES``).
+EXPERIMENT_TABLES = (
+    "metrics",
+    "notes",
+    "checkpoints",
+    "verifications",
+    "sweep_claims",
+    "sweep_trials",
+    "runs",
+    "experiments",
+)
+SWEEP_TABLES = ("sweep_decisions", "sweeps")
 JSON_CELLS = (  # (table, column) of every JSON cell, config_json included
     ("experiments", "config_json"),
     ("experiments", "tags"),
@@ -56,6 +67,10 @@ JSON_CELLS = (  # (table, column) of every JSON cell, config_json included
     ("checkpoints", "metrics"),
     ("verifications", "details"),
     ("experiments", "former_ids"),
+    ("sweeps", "spec"),
+    ("sweep_trials", "params"),
+    ("sweep_decisions", "ranking"),
+    ("sweep_decisions", "promoted"),
 )
 JSON_COLUMNS = frozenset(column for _, column in JSON_CELLS)
 TRAINING_KINDS = ("train", "resume")

@@ -53,14 +53,18 @@ def load(home: Home, experiment_id: str) -> cfg.Config:
 
 
 def register(home: Home, registry: Registry, config: cfg.Config) -> None:
-    registry.sync_experiment(
-        config.id,
-        description=config.description,
-        preset=config.preset,
-        yaml_path=str(home.config_path(config.id).relative_to(home.root)),
-        config_json=config.canonical_json(),
-        config_hash=config.fingerprint,
-    )
+    registry.sync_experiment(config.id, **row_fields(home, config))
+
+
+def row_fields(home: Home, config: cfg.Config) -> dict[str, str]:
+    """The registry's fields of an experiment, from its config (``register``; a sweep's trials in one go)."""
+    return {
+        "description": config.description,
+        "preset": config.preset,
+        "yaml_path": str(home.config_path(config.id).relative_to(home.root)),
+        "config_json": config.canonical_json(),
+        "config_hash": config.fingerprint,
+    }
 
 
 def build(
@@ -206,14 +210,20 @@ def create(home: Home, experiment_id: str | None, config: cfg.Config, prefix: st
     home.ensure_writable()
     home.experiments.mkdir(exist_ok=True)
     with Registry(home.registry) as registry:
-        candidates = _candidates(home, registry, experiment_id, validate_prefix(prefix))
-        final = _publish_first(home, candidates, config, experiment_id, prefix)
+        final = publish(home, registry, experiment_id, config, prefix)
         try:
             register(home, registry, final)
         except BaseException:
             home.config_path(final.id).unlink(missing_ok=True)
             raise
         return final
+
+
+def publish(home: Home, registry: Registry, experiment_id: str | None, config: cfg.Config, prefix: str) -> cfg.Config:
+    """Write ``experiments/<ID>.yaml`` (atomically, never over another's) under ``experiment_id`` or the next free
+    ``<prefix>NNN``, unregistered: ``create`` registers it, a sweep registers its trials in one transaction."""
+    candidates = _candidates(home, registry, experiment_id, validate_prefix(prefix))
+    return _publish_first(home, candidates, config, experiment_id, prefix)
 
 
 def _candidates(home: Home, registry: Registry, experiment_id: str | None, prefix: str) -> Iterator[str]:

@@ -293,6 +293,79 @@ def m008_run_resources(db: Database) -> None:
     _add_columns(db, "m008_run_resources")
 
 
+# The tables of m009 as created then.
+SWEEPS_V1: dict[str, type] = {
+    "id": int,
+    "name": str,  # unique in the home; never an experiment ID
+    "uuid": str,
+    "base": str,  # the experiment its trials were made from
+    "description": str,
+    "spec": str,  # JSON: grid, ranges, random draws, seeds, sampler, budget, metric, halving rungs, keep
+    "created": str,
+    "updated": str,
+}
+SWEEP_TRIALS_V1: dict[str, type] = {
+    "id": int,
+    "sweep_id": int,
+    "experiment_id": str,
+    "position": int,  # the queue's order
+    "params": str,  # JSON: {dotted key: value} the trial varies, the seed left out
+    "group_key": str,  # its configuration (the params, canonical): replicates share it
+    "replicate": int,  # 0 ... seeds - 1
+    "seed": int,  # training.seed
+    "status": str,  # queued | running | done | failed | stopped (not promoted)
+    "rung": int,  # the halving rung it trains to (0 without halving)
+    "target_step": int,  # the step it trains to now
+    "value": float,  # the metric at target_step, once done
+    "error": str,  # a failed trial's message and the last lines of its log
+    "updated": str,
+}
+SWEEP_CLAIMS_V1: dict[str, type] = {
+    "id": int,
+    "trial_id": int,
+    "sweep_id": int,
+    "experiment_id": str,
+    "target_step": int,
+    "host": str,
+    "pid": int,
+    "pid_start": int,  # liveness.start_time: a reused pid is not the claimant
+    "threads": int,  # the worker's share of the cores
+    "device": str,  # the GPU it was given ("cuda:0"), else "cpu"
+    "claimed": str,
+    "released": str,  # null while held
+    "outcome": str,  # done | failed | released (a signal) | lost (its worker died) | busy
+}
+SWEEP_DECISIONS_V1: dict[str, type] = {
+    "id": int,
+    "sweep_id": int,
+    "rung": int,
+    "step": int,
+    "ranking": str,  # JSON: the configurations by their metric at the rung, best first
+    "promoted": str,  # JSON: the experiment IDs that go on to the next rung
+    "created": str,
+}
+
+
+@migration
+def m009_sweeps(db: Database) -> None:
+    # Many experiments, not one: a sweep and its trials (ordinary experiments, in a queue), the queue's claims
+    # (who trains a trial: host, pid and its start time, so a dead worker's claim is taken over; released ones
+    # stay as the history), and successive halving's decisions. At most one open claim per trial.
+    db.table("sweeps").create(SWEEPS_V1, pk="id")
+    db.table("sweeps").create_index(["name"], unique=True)
+    db.table("sweeps").create_index(["uuid"], unique=True)
+    trial_keys = [("sweep_id", "sweeps", "id"), ("experiment_id", "experiments", "id")]
+    db.table("sweep_trials").create(SWEEP_TRIALS_V1, pk="id", foreign_keys=trial_keys)
+    db.table("sweep_trials").create_index(["sweep_id", "experiment_id"], unique=True)
+    db.table("sweep_trials").create_index(["experiment_id"])
+    claim_keys = [("trial_id", "sweep_trials", "id"), ("experiment_id", "experiments", "id")]
+    db.table("sweep_claims").create(SWEEP_CLAIMS_V1, pk="id", foreign_keys=claim_keys)
+    db.table("sweep_claims").create_index(["experiment_id"])
+    db.execute("create unique index sweep_claims_open on sweep_claims (trial_id) where released is null")
+    db.table("sweep_decisions").create(SWEEP_DECISIONS_V1, pk="id", foreign_keys=[("sweep_id", "sweeps", "id")])
+    db.table("sweep_decisions").create_index(["sweep_id", "rung"], unique=True)
+
+
 NAMES = [step.__name__ for step in STEPS]
 CREATED = {  # every table, as the migration that created it created it
     "experiments": EXPERIMENTS_V1,
@@ -301,6 +374,10 @@ CREATED = {  # every table, as the migration that created it created it
     "verifications": VERIFICATIONS_V1,
     "notes": NOTES_V1,
     "metrics": METRICS_V1,
+    "sweeps": SWEEPS_V1,
+    "sweep_trials": SWEEP_TRIALS_V1,
+    "sweep_claims": SWEEP_CLAIMS_V1,
+    "sweep_decisions": SWEEP_DECISIONS_V1,
 }
 
 

@@ -1,6 +1,7 @@
-"""The SQLite run registry: experiments, runs, checkpoints, verdicts, metrics, tags and notes. All of
-octlm's SQL lives here and in ``base.py`` (the connection and its columns; the schema, the columns' source
-and the rows' types are in ``migrations.py``).
+"""The SQLite run registry: experiments, runs, checkpoints, verdicts, metrics, tags and notes, and (inherited from
+``sweeps.py``) sweeps, their trials, the queue's claims and halving's decisions. All of octlm's SQL lives here,
+in ``sweeps.py`` and in ``base.py`` (the connection and its columns; the schema, the columns' source and the rows'
+types are in ``migrations.py``).
 
 Reads and writes go through the standard ``sqlite3`` module with WAL and a busy
 timeout, writes inside ``BEGIN IMMEDIATE`` transactions, so many octlm processes
@@ -40,7 +41,6 @@ from octlm.store.base import (
     RUN_COLUMNS,
     TRAINING_KINDS,
     VERIFICATION_COLUMNS,
-    RegistryBase,
     checked,
     now,
 )
@@ -54,6 +54,7 @@ from octlm.store.migrations import (
     RunRow,
     VerificationRow,
 )
+from octlm.store.sweeps import SweepRows
 
 __all__ = [
     "BUSY_TIMEOUT_S",
@@ -88,7 +89,7 @@ SYNC_EXPERIMENT = (  # keeps ``updated`` when neither the config nor the descrip
 MAX_TAGS, MAX_NOTE_CHARS = 100, 10_000
 
 
-class Registry(RegistryBase):
+class Registry(SweepRows):
     # ------------------------------------------------------------------ experiments
 
     def add_experiment(self, experiment_id: str, **fields: str) -> None:

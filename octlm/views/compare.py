@@ -1,7 +1,9 @@
 """Side-by-side comparison of experiments (``octlm show ID ID ...``). Torch-free.
 
 Run files are the source of the "final", "best" and "at equal tokens" figures; the
-registry supplies verdicts; configs supply the keys that differ.
+registry supplies verdicts; configs supply the keys that differ. An experiment with seed replicates (the same
+config but for ``training.seed``) is also compared as its group: mean ± sd over the seeds, and whether the
+groups differ beyond the seeds' spread (``sweeps.replicates``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from typing import Any, Literal, TypedDict, cast, get_args
 from octlm.config import flatten
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
+from octlm.store.registry import Registry
 from octlm.views.details import SCHEMA_VERSION, Detail, RegistryRow, detail, run_records
+from octlm.views.sweeps import replicates
+from octlm.views.sweeps.replicates import Group
 
 Metric = Literal["train_loss", "eval_loss", "perplexity", "bits_per_byte"]
 Records = Sequence[RunRecord]
@@ -56,7 +61,14 @@ class Figures(TypedDict):
     data_receipt: str | None
 
 
-class Versus(TypedDict):
+class SeedNoise(TypedDict):
+    """Two experiments' replicate groups: whether their means differ within the seeds' spread, and that in words."""
+
+    within_seed_noise: bool | None
+    seed_noise: str
+
+
+class Versus(SeedNoise):
     """An experiment against the first one: its final eval loss beside the combined standard error, and whether
     the two read the same blocks in the same order (their receipts, at the most blocks both logged)."""
 
@@ -79,6 +91,7 @@ class Comparison(TypedDict):
     config: Differing
     all_keys: bool
     versus: list[Versus]  # every experiment after the first, against the first
+    replicates: list[Group | None]  # each experiment's replicate group (its configuration's seeds), if any
 
 
 METRICS: tuple[Metric, ...] = get_args(Metric)  # Metrics' keys, in their order
@@ -89,6 +102,7 @@ def compare(home: Home, ids: list[str], all_keys: bool = False) -> Comparison:
     details = [detail(home, experiment_id) for experiment_id in ids]
     records = {d["id"]: run_records(home, d["id"]) for d in details}
     common = min((max((r.get("tokens") or 0 for r in recs), default=0) for recs in records.values()), default=0)
+    groups = replicate_groups(home, ids)
     return {
         "schema_version": SCHEMA_VERSION,
         "ids": ids,
@@ -96,8 +110,54 @@ def compare(home: Home, ids: list[str], all_keys: bool = False) -> Comparison:
         "experiments": [_figures(item, records[item["id"]], common) for item in details],
         "config": differing_keys([d["config"] for d in details], all_keys),
         "all_keys": all_keys,
-        "versus": [versus(records[ids[0]], records[other], other) for other in ids[1:]],
+        "versus": [
+            versus(records[ids[0]], records[other], other, seed_noise(ids[0], other, groups[0], groups[index]))
+            for index, other in enumerate(ids[1:], 1)
+        ],
+        "replicates": groups,
     }
+
+
+def replicate_groups(home: Home, ids: list[str]) -> list[Group | None]:
+    """Each experiment's replicate group among the registered experiments (None: it has no replicate), each
+    member's final figures from its run file."""
+    with Registry(home.registry, create=False) as registry:
+        configs = registry.configs()
+    found: list[Group | None] = []
+    for experiment_id in ids:
+        members = replicates.group_of(experiment_id, configs)
+        finals = {member: final_values(run_records(home, member)) for member in members}
+        found.append(replicates.summarize(members, configs, finals) if members else None)
+    return found
+
+
+def final_values(records: Records) -> dict[str, Any]:
+    """The newest value of each field of a run file."""
+    merged: dict[str, Any] = {}
+    for record in records:
+        merged.update({key: value for key, value in record.items() if value is not None})
+    return merged
+
+
+def seed_noise(first: str, other: str, a: Group | None, b: Group | None) -> SeedNoise:
+    """``within_seed_noise`` and ``seed_noise`` of ``other`` against ``first``, by their replicate groups."""
+    if a is not None and b is not None and other in a["ids"]:
+        spread = replicates.shown(a["metrics"]["eval_loss"])
+        return {
+            "within_seed_noise": True,
+            "seed_noise": f"{other} is a replicate of {first} (only training.seed differs): their difference is seed "
+            f"noise; the eval loss of their configuration's replicates is {spread}",
+        }
+    if a is None or b is None:
+        missing = first if a is None else other
+        return {
+            "within_seed_noise": None,
+            "seed_noise": f"{missing} has no replicates to judge seed noise by "
+            f"(`octlm new --from {missing} --seeds 3` makes some)",
+        }
+    within, words = replicates.difference(a["metrics"]["eval_loss"], b["metrics"]["eval_loss"], b["eval_loss_se"])
+    sizes = f"{len(b['counted'])} seeds against {len(a['counted'])}"
+    return {"within_seed_noise": within, "seed_noise": f"mean eval loss over the seeds ({sizes}) {words}"}
 
 
 def _metrics(value: Callable[[Metric], float | None]) -> Metrics:
@@ -138,7 +198,7 @@ def _figures(item: Detail, records: Records, common: int) -> Figures:
 NOISE = 2.0  # a difference within twice the combined standard error is within evaluation noise
 
 
-def versus(first: Records, other: Records, other_id: str) -> Versus:
+def versus(first: Records, other: Records, other_id: str, seeds: SeedNoise | None = None) -> Versus:
     """``other`` against ``first``: the final eval losses' difference and its combined standard error (the two
     evaluations taken as independent: an upper bound when they read the same blocks), and the data order."""
     loss_a, loss_b = _latest(first, "eval_loss"), _latest(other, "eval_loss")
@@ -155,6 +215,8 @@ def versus(first: Records, other: Records, other_id: str) -> Versus:
         "noise": _noise_words(difference, combined),
         "same_data_order": same,
         "data_order": order,
+        "within_seed_noise": seeds["within_seed_noise"] if seeds else None,
+        "seed_noise": seeds["seed_noise"] if seeds else "no replicates compared",
     }
 
 
@@ -191,7 +253,7 @@ def sentences(result: Comparison) -> list[str]:
         )
         if parts:
             said.append(f"{v['id']} against {first}: " + "; ".join(parts))
-    return said
+    return said + [f"{v['id']} against {first}, replicates: {v['seed_noise']}" for v in result["versus"]]
 
 
 def _latest_of(records: Records, key: str) -> Any:
@@ -220,6 +282,11 @@ def _at_tokens(records: Records, tokens: int) -> RunRecord | None:
     return reached[-1] if reached else None
 
 
+def _spread(group: Group | None) -> str | None:
+    """A group's eval loss as ``mean ± sd (n seeds)``, for the table."""
+    return replicates.shown(group["metrics"]["eval_loss"]) if group is not None else None
+
+
 def differing_keys(configs: list[dict[str, Any]], all_keys: bool) -> Differing:
     """{section: {dotted key: [value per config]}} for the keys that differ (every key with ``all_keys``)."""
     flat = [flatten(config) for config in configs]
@@ -243,6 +310,7 @@ def table_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
             rows.append(("final eval_loss_se", [e["eval_loss_se"] for e in exps]))
             rows.append((f"eval_loss - {first}", [None, *(v["eval_loss_difference"] for v in result["versus"])]))
             rows.append(("combined se", [None, *(v["combined_se"] for v in result["versus"])]))
+            rows.append(("replicates eval_loss", [_spread(g) for g in result["replicates"]]))
     rows.append((f"{at}: step tokens", [e["at_equal_tokens"]["tokens"] for e in exps]))
     rows += [(f"{at}: {metric}", [e["at_equal_tokens"][metric] for e in exps]) for metric in METRICS]
     for key in ("tokens", "tokens_per_second", "wall_seconds", "verify_resume", "overfit"):

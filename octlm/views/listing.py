@@ -1,4 +1,5 @@
-"""The experiment list of ``octlm show``: its rows, ``--where`` filters, ``--sort``, ``--limit`` and ``--columns``.
+"""The experiment list of ``octlm show``: its rows, ``--where`` filters, ``--sort``, ``--limit`` and ``--columns``,
+and the seed replicates among them (mean ± sd of each metric).
 
 Torch-free. Filters are Python predicates over the rows, never SQL.
 """
@@ -16,6 +17,8 @@ from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import Home, id_sort_key
 from octlm.store import experiments
 from octlm.store.registry import Registry
+from octlm.views.sweeps import replicates
+from octlm.views.sweeps.replicates import Group
 
 
 class ListingRow(TypedDict):
@@ -46,6 +49,7 @@ class Listing(TypedDict):
     schema_version: int
     home: str
     experiments: list[dict[str, Any]]  # the rows cut to the columns chosen (config keys among them)
+    replicates: list[Group]  # the seed replicates among them: mean ± sd of their latest metrics
 
 
 NUMERIC_COLUMNS = frozenset({"step", "steps", "train_loss", "eval_loss", "perplexity", "bits_per_byte", "tokens"})
@@ -152,6 +156,16 @@ def select(
         found = with_config(home, found)
     found = filter_rows([row for row in found if all(test(row) for test in tests)], [], sort, limit)
     return project(found, columns)
+
+
+def replicate_groups(home: Home, found: list[Row]) -> list[Group]:
+    """The seed replicates among the listed experiments (the same config but for ``training.seed``), each group
+    with the mean ± sd of its members' latest metrics."""
+    ids = {row["id"] for row in found}
+    with Registry(home.registry, create=False) as registry:
+        configs = {i: config for i, config in registry.configs().items() if i in ids}
+        latest = {row["id"]: row for row in registry.summary_rows() if row["id"] in ids}
+    return [replicates.summarize(group, configs, latest) for group in replicates.groups(configs)]
 
 
 def parse_columns(text: str | None) -> list[str] | None:

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from octlm.core.errors import BadInput
-from octlm.core.home import Home
+from octlm.core.home import ID_PATTERN, Home
 from octlm.store.registry import Registry
 from octlm.views import compare, listing, plots
 from octlm.views.details import SCHEMA_VERSION, detail, flat
+from octlm.views.sweeps import status
 
 __all__ = ["SCHEMA_VERSION", "Request", "Shown", "detail", "run"]
-Mode = Literal["list", "plot", "detail", "compare"]
+Mode = Literal["list", "plot", "detail", "compare", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Request:
             return "list"
         if self.plot:
             return "plot"
+        if len(self.ids) == 1 and not is_id(self.ids[0]):
+            return "sweep"
         return "compare" if len(self.ids) > 1 else "detail"
 
 
@@ -50,8 +53,8 @@ class Shown:
     (and for the text tables); ``text``, when set, as it is; ``warnings`` on stderr first.
 
     ``document`` is one of the views' typed documents (``listing.Listing``, ``details.Detail``,
-    ``compare.Comparison``, ``plots.PlotData``; ``{}`` for the text of ``--plot``) as the plain mapping the
-    CLI writes and reads by key."""
+    ``compare.Comparison``, ``plots.PlotData``, ``sweeps.status.SweepRanking``; ``{}`` for the text of
+    ``--plot``) as the plain mapping the CLI writes and reads by key."""
 
     mode: Mode
     document: dict[str, Any]
@@ -102,7 +105,12 @@ def _list(home: Home, request: Request) -> Shown:
         include_archived=request.include_archived,
     )
     header = listing.header(columns)
-    document: listing.Listing = {"schema_version": SCHEMA_VERSION, "home": str(home.root), "experiments": found}
+    document: listing.Listing = {
+        "schema_version": SCHEMA_VERSION,
+        "home": str(home.root),
+        "experiments": found,
+        "replicates": listing.replicate_groups(home, found),
+    }
     return Shown("list", _plain(document), header, [[row.get(column) for column in header] for row in found])
 
 
@@ -115,6 +123,34 @@ def _compare(home: Home, request: Request) -> Shown:
     result = compare.compare(home, list(request.ids), request.all_keys)
     rows = [[name, *values] for name, values in compare.table_rows(result)]
     return Shown("compare", _plain(result), ["field", *request.ids], rows)
+
+
+def _sweep(home: Home, request: Request) -> Shown:
+    """A sweep's configurations, ranked; a name that is no sweep is taken as an experiment ID (and refused)."""
+    with Registry(home.registry, create=False) as registry:
+        if registry.sweep(request.ids[0]) is None:
+            return _detail(home, request)
+    found = status.ranking(home, request.ids[0])
+    header = ["rank", "params", "trials", "step", found["metric"], "sd", "seeds", "eval_loss_se"]
+    rows = [
+        [
+            c["rank"],
+            c["params"],
+            c["trials"],
+            c["step"],
+            c["value"]["mean"],
+            c["value"]["sd"],
+            c["value"]["n"],
+            c["eval_loss_se"],
+        ]
+        for c in found["configurations"]
+    ]
+    return Shown("sweep", _plain(found), header, rows)
+
+
+def is_id(text: str) -> bool:
+    """Whether ``text`` is an experiment ID (else it may name a sweep)."""
+    return ID_PATTERN.fullmatch(text) is not None
 
 
 def _plot(home: Home, request: Request) -> Shown:
@@ -133,4 +169,5 @@ VIEWS: dict[Mode, Callable[[Home, Request], Shown]] = {
     "detail": _detail,
     "compare": _compare,
     "plot": _plot,
+    "sweep": _sweep,
 }

@@ -375,7 +375,7 @@ def test_init_from_errors_are_one_line(home: Path, args: list[str], code: int, m
 
 
 def test_lifecycle_commands_never_import_torch() -> None:
-    code = "import sys, octlm.store.lifecycle, octlm.cli.commands.lifecycle; print('torch' in sys.modules)"
+    code = "import sys, octlm.tasks.lifecycle, octlm.cli.commands.lifecycle; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

@@ -13,7 +13,7 @@ from sqlite_utils import Database
 
 from octlm.core.errors import Refused
 from octlm.core.records import METRIC_FIELDS
-from octlm.store import migrations
+from octlm.store import base, migrations
 from octlm.store import registry as registry_module
 from octlm.store.registry import KNOWN_MIGRATIONS, Registry
 
@@ -167,7 +167,8 @@ def test_column_tuples_mirror_the_schema(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         sql = "select name from sqlite_master where type = 'table' and name != '_sqlite_migrations'"
         tables = {name for (name,) in conn.execute(sql)}
-    assert set(migrations.TABLE_COLUMNS) == tables == set(registry_module.EXPERIMENT_TABLES)
+    experiment_tables, sweep_tables = set(registry_module.EXPERIMENT_TABLES), set(base.SWEEP_TABLES)  # m009's
+    assert set(migrations.TABLE_COLUMNS) == tables == experiment_tables | sweep_tables
     for table, writable, row in (
         ("experiments", registry_module.EXPERIMENT_COLUMNS, registry_module.ExperimentRow),
         ("runs", registry_module.RUN_COLUMNS, registry_module.RunRow),

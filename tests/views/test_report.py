@@ -173,8 +173,9 @@ def test_an_experiment_never_trained_has_a_page(home: Path) -> None:
 
 
 def test_every_template_is_used_and_escapes(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pages of one experiment, of several and of one never trained load every file under templates/; the
-    environment escapes in every template and refuses a missing variable; no template marks a value safe."""
+    """The pages of one experiment, of several, of one never trained and of a sweep load every file under
+    templates/; the environment escapes in every template and refuses a missing variable; no template marks a
+    value safe."""
     loaded: set[str] = set()
 
     class Recording(jinja2.FileSystemLoader):
@@ -185,7 +186,8 @@ def test_every_template_is_used_and_escapes(filled: Path, monkeypatch: pytest.Mo
     env = reports.environment(Recording(reports.TEMPLATES))
     monkeypatch.setattr(reports, "templates", lambda: env)
     assert cli(filled, "new", "EXP-003", "--from", "EXP-001").exit_code == 0  # never trained
-    for ids in (["EXP-002"], ["EXP-001", "EXP-002"], ["EXP-003"]):
+    assert cli(filled, "sweep", "new", "seeds", "--from", "EXP-001", "--seeds", "2").exit_code == 0
+    for ids in (["EXP-002"], ["EXP-001", "EXP-002"], ["EXP-003"], ["seeds"]):
         assert report(filled, *ids).exit_code == 0
     files = sorted(path.name for path in reports.TEMPLATES.iterdir())
     assert sorted(loaded) == files == sorted(env.list_templates())
@@ -198,3 +200,38 @@ def test_every_template_is_used_and_escapes(filled: Path, monkeypatch: pytest.Mo
 def test_report_is_torch_free_at_import() -> None:
     code = "import sys, octlm.cli.app, octlm.views.report; assert 'torch' not in sys.modules, 'torch loaded'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_sweeps_page_draws_its_metric_against_each_key_with_error_bars(home: Path) -> None:
+    """``octlm report SWEEP``: one point per configuration with an error bar over its seeds and a dot per replicate,
+    the best so far, the ranking; the values written here as a worker records them (no training)."""
+    made = cli(
+        home,
+        "sweep",
+        "new",
+        "lr",
+        "--from",
+        "EXP-001",
+        "--grid",
+        "training.learning_rate=1e-3,4e-3",
+        "--seeds",
+        "2",
+        "--json",
+    )
+    trials = json.loads(made.stdout)["trials"]
+    with Registry(home / "registry.db") as registry:
+        sweep = registry.sweep("lr")
+        assert sweep is not None
+        for n, trial in enumerate(trials):
+            claim = registry.claim([sweep["id"]], {"host": "box", "pid": 1, "threads": 1, "device": "cpu"})
+            assert claim is not None and claim["experiment_id"] == trial["id"]
+            registry.settle_claim(claim["claim_id"], "done", value=5.0 - (n // 2) / 10 + (n % 2) / 100)
+    result = report(home, "lr")
+    assert result.exit_code == 0, result.stderr
+    page = result.stdout
+    chart = page[page.index('data-chart="against-training.learning_rate"') :].split("</svg>")[0]
+    assert chart.count('class="error"') == 2 and chart.count('class="replicate"') == 4
+    assert "5.005 ± 0.0071 (2 seeds)" in chart.replace("5.0050", "5.005")
+    assert 'data-chart="best-so-far"' in page and page.count("<polyline") == 1
+    ranking = page[page.index("Configurations, best first") :]
+    assert ranking.index("0.004") < ranking.index("0.001")  # the lower loss first

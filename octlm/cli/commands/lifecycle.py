@@ -12,12 +12,14 @@ import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, SetOption, handled, home_of
+from octlm.config import Config
 from octlm.config.presets import DESCRIPTIONS
 from octlm.core.errors import BadInput, Refused
-from octlm.core.home import DEFAULT_PREFIX, validate_prefix
+from octlm.core.home import DEFAULT_PREFIX, Home, validate_prefix
 from octlm.core.mounts import refuse_network_home
 from octlm.data import sources
-from octlm.store import experiments, lifecycle
+from octlm.store import experiments
+from octlm.tasks import lifecycle
 
 PREFIX_VARIABLE = "OCTLM_ID_PREFIX"
 NewIdArgument = Annotated[
@@ -70,6 +72,14 @@ InitFromOption = Annotated[
 WithOptimizerOption = Annotated[
     bool, typer.Option("--with-optimizer", help="With --init-from: also its optimizer and sampler state.")
 ]
+SeedsOption = Annotated[
+    int,
+    typer.Option(
+        "--seeds",
+        metavar="S",
+        help="Make S replicates differing only in training.seed (the config's seed, +1, ...); prints each ID.",
+    ),
+]
 DescriptionOption = Annotated[
     str | None,
     typer.Option(
@@ -89,10 +99,13 @@ def new(
     init_from: InitFromOption = None,
     with_optimizer: WithOptimizerOption = False,
     id_prefix: IdPrefixOption = None,
+    seeds: SeedsOption = 1,
     as_json: JsonOption = False,
 ) -> None:
     """Write experiments/<ID>.yaml and register it; print the ID on stdout."""
     prefix = _id_prefix(experiment_id, id_prefix)
+    if seeds != 1 and experiment_id is not None:
+        raise BadInput(f"--seeds {seeds} makes several experiments: give no ID (or --id-prefix)")
     home = home_of(ctx)
     refuse_network_home(home.root)  # before a fork keeps its parent's checkpoint
     if with_optimizer and not init_from:
@@ -103,6 +116,8 @@ def new(
     config = experiments.build(
         preset=preset, from_config=base, overrides=overrides or [], description=description, init=init
     )
+    if seeds != 1:
+        return _replicates(home, config, seeds, prefix, as_json)
     twins = experiments.same_fingerprint(home, config)  # before the writer, which folds the WAL back in on closing
     created = experiments.create(home, experiment_id, config, prefix)
     if twins:
@@ -124,6 +139,19 @@ def new(
     else:
         print(created.id)
         render.info(f"wrote {path}")
+
+
+def _replicates(home: Home, config: Config, seeds: int, prefix: str, as_json: bool) -> None:
+    """``new --seeds S``: the replicates, their IDs one a line (``--json``: each with its seed)."""
+    from octlm.tasks.sweeps import plan
+
+    made = plan.replicates(home, config, seeds, prefix)
+    if as_json:
+        render.emit_json({"ids": [c.id for c in made], "seeds": [c.training.seed for c in made]})
+        return
+    for created in made:
+        print(created.id)
+    render.info(f"wrote {seeds} replicates of one config, seeds {made[0].training.seed} to {made[-1].training.seed}")
 
 
 def _id_prefix(experiment_id: str | None, option: str | None) -> str:

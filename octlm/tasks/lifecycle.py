@@ -2,10 +2,11 @@
 tag it, note on it. Torch-free, like ``new`` and ``show``.
 
 Removal holds the experiment's lock (a running ``train`` or ``resume`` makes it refuse, exit 3) and
-touches only what is named for that one experiment: its rows in every table, ``experiments/<ID>.yaml``,
-``checkpoints/<ID>/``, ``runs/<ID>.jsonl`` and ``runs/<ID>-<track>.jsonl`` (never ``runs/<ID>0.jsonl``,
-another experiment's) and ``locks/<ID>.lock``. Files go first, then the rows in one transaction: a
-removal cut short leaves at worst rows without a config, which ``rm`` again or ``doctor --repair`` clears.
+touches only what is named for that one experiment: its rows in every table (a sweep's trial and claims among
+them), ``experiments/<ID>.yaml``, ``checkpoints/<ID>/``, ``runs/<ID>.jsonl``, ``runs/<ID>-<track>.jsonl`` and a
+sweep worker's log ``runs/<ID>.log`` (never ``runs/<ID>0.jsonl``, another experiment's) and ``locks/<ID>.lock``.
+Files go first, then the rows in one transaction: a removal cut short leaves at worst rows without a config, which
+``rm`` again or ``doctor --repair`` clears. (It lived in ``store`` until the sweeps' queue took its room there.)
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _refuse_running(registry: Registry, experiment_id: str) -> None:
 
 def _files(home: Home, experiment_id: str) -> list[Path]:
     """The experiment's own files and folders that exist (a link counts as the link itself)."""
-    pattern = re.compile(rf"{re.escape(experiment_id)}(-[A-Za-z0-9_]+)?\.jsonl")
+    pattern = re.compile(rf"{re.escape(experiment_id)}((-[A-Za-z0-9_]+)?\.jsonl|\.log)")
     candidates = [home.config_path(experiment_id), home.checkpoint_dir(experiment_id)]
     if home.runs.is_dir():
         candidates += sorted(path for path in home.runs.iterdir() if pattern.fullmatch(path.name))

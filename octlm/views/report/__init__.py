@@ -1,6 +1,8 @@
-"""``octlm report``: an experiment's lab-notebook page (or several side by side) as one self-contained HTML
-file, built from the registry and run files through the views (``details``, ``compare``, ``charts``,
-``report_sections``) and written by the Jinja2 templates in ``templates/``. Torch-free.
+"""``octlm report``: an experiment's lab-notebook page (or several side by side, or a sweep's) as one
+self-contained HTML file, built from the registry and run files through the views (``details``, ``compare``,
+``charts``; this package's ``sections``, the page's parts as data, and ``sweep``, a sweep's page: its metric
+against each swept key with the seeds' error bars, and the best so far) and written by the Jinja2 templates in
+``views/templates/``. Torch-free.
 
 The page has no script, no external font, image or link, and works from a file offline. The same
 registry and run files give the same bytes (no time but the runs' own). The templates escape every value
@@ -20,15 +22,18 @@ from octlm.config import from_dict, to_yaml
 from octlm.core.errors import BadInput, ConfigError, Refused
 from octlm.core.fsutil import atomic_write
 from octlm.core.home import Home
-from octlm.views import charts, compare, report_sections
+from octlm.store.registry import Registry
+from octlm.views import charts, compare
 from octlm.views.charts import Drawing
 from octlm.views.details import Detail, detail, run_records
-from octlm.views.report_sections import Cells, SideBySide, Verdict
+from octlm.views.report import sections as report_sections
+from octlm.views.report import sweep as report_sweep
+from octlm.views.report.sections import Cells, SideBySide, Verdict
 
 if TYPE_CHECKING:
     import jinja2
 
-TEMPLATES = Path(__file__).with_name("templates")
+TEMPLATES = Path(__file__).parents[1] / "templates"
 
 
 @dataclass(frozen=True)
@@ -56,10 +61,12 @@ class Page:
 
 
 def report(home: Home, ids: list[str]) -> str:
-    """The page for ``ids`` (one: its notebook page; several: side by side); BadInput for an unknown or
-    repeated ID, before anything is written."""
+    """The page for ``ids`` (one: its notebook page, or a sweep's when it names one; several: side by side);
+    BadInput for an unknown or repeated ID, before anything is written."""
     if not ids:
         raise BadInput("give at least one experiment ID")
+    if len(ids) == 1 and is_sweep(home, ids[0]):
+        return templates().get_template("sweep.html.j2").render(page=report_sweep.page(home, ids[0]))
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
         raise BadInput(f"{', '.join(repeated)} given more than once: name each experiment once")
@@ -75,6 +82,11 @@ def report(home: Home, ids: list[str]) -> str:
         title = f"{items[0]['id']}: {items[0]['description']}" if items[0]["description"] else items[0]["id"]
         page = Page(title, sections, drawn)
     return templates().get_template("several.html.j2" if several else "single.html.j2").render(page=page)
+
+
+def is_sweep(home: Home, name: str) -> bool:
+    with Registry(home.registry, create=False) as registry:
+        return registry.sweep(name) is not None
 
 
 def section(home: Home, item: Detail, charts_too: bool = True) -> Section:

@@ -1,0 +1,86 @@
+"""``octlm watch``'s screen: a rich ``Live`` table of experiments and sweeps on a terminal, redrawn from a fresh
+``views.sweeps.live`` snapshot every interval; off a terminal, one timestamped line per experiment or sweep each
+time what it shows changes. Read-only and lock-free (the snapshot's promise). Ctrl-C ends it cleanly, exit 0."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from octlm.cli import render
+from octlm.core.errors import BadInput
+from octlm.core.home import Home
+from octlm.views.sweeps import live
+
+IDLE = "nothing to watch: no experiment is training and no sweep has a trial queued or running"
+COLUMNS = ("ID", "status", "step", "train loss", "eval loss", "tokens/s", "ETA", "train loss, recent")
+
+
+def watch(home: Home, targets: tuple[str, ...], interval: float, once: bool = False) -> int:
+    """Show the snapshot until Ctrl-C (``once``: one snapshot, then exit); exit code 0."""
+    first = live.snapshot(home, targets)
+    if first.unknown:
+        raise BadInput(f"unknown experiment or sweep {first.unknown[0]}: give an experiment ID or a sweep's name")
+    try:
+        if render.terminal() and not once:
+            _live(home, targets, interval, first)
+        else:
+            _lines(home, targets, interval, first, once)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _live(home: Home, targets: tuple[str, ...], interval: float, screen: live.Screen) -> None:
+    with Live(draw(screen), console=render.out_console(), auto_refresh=False, transient=False) as shown:
+        while True:
+            time.sleep(interval)
+            shown.update(draw(live.snapshot(home, targets)), refresh=True)
+
+
+def draw(screen: live.Screen) -> Group:
+    """The experiments' table and the sweeps' queues."""
+    table = Table(title=Text(f"octlm watch  {time.strftime('%H:%M:%S')}  (Ctrl-C to leave)"), title_justify="left")
+    for name in COLUMNS:
+        table.add_column(
+            Text(name), no_wrap=True, justify="right" if name in ("train loss", "eval loss", "tokens/s") else "left"
+        )
+    for e in screen.experiments:
+        cells = (e.id, e.status, f"{e.step or 0}/{e.steps or '?'}", _metric(e.train_loss), _metric(e.eval_loss))
+        table.add_row(
+            *(
+                Text(render.plain(c))
+                for c in (*cells, render.format_cell("count", e.tokens_per_second), e.eta or "-", e.spark)
+            )
+        )
+    queues = Table(title=Text("sweeps"), title_justify="left")
+    for name in ("sweep", "queued", "running", "done", "failed", "stopped", "where"):
+        queues.add_column(Text(name), no_wrap=name != "where")
+    for q in screen.sweeps:
+        where = "; ".join(f"{trial} on {place}" for trial, place in q.running) or "-"
+        queues.add_row(*(Text(render.plain(str(c))) for c in (q.name, *q.counts.values(), where)))
+    return Group(table, queues) if screen.sweeps else Group(table)
+
+
+def _metric(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _lines(home: Home, targets: tuple[str, ...], interval: float, screen: live.Screen, once: bool) -> None:
+    said: dict[str, str] = {}
+    while True:
+        lines = [*((e.id, e.line()) for e in screen.experiments), *((q.name, q.line()) for q in screen.sweeps)]
+        for key, line in lines or [("", IDLE)]:
+            if said.get(key) != line:
+                sys.stdout.write(f"{time.strftime('%H:%M:%S')} {render.plain(line)}\n")
+                said[key] = line
+        sys.stdout.flush()
+        if once:
+            return
+        time.sleep(interval)
+        screen = live.snapshot(home, targets)

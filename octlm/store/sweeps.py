@@ -1,0 +1,320 @@
+"""The sweeps' SQL (torch-free): a sweep and its trials, the durable queue's claims, and successive halving's
+decisions (the tables of ``m009_sweeps``). ``Registry`` inherits these reads and writes.
+
+A sweep is made in one transaction: every trial's experiment row, the sweep's row and the trial rows. The queue
+lives in the registry: ``claim`` takes, inside one ``BEGIN IMMEDIATE`` transaction, the first trial that is
+queued, or running under a claim whose process is gone (``liveness``: same host, pid and pid start time), and
+writes the claim (host, pid, pid start time, threads, device, time) with the trial ``running``; at most one open
+claim per trial (a unique index), so two workers never take one trial. ``settle_claim`` closes a claim with the
+trial's outcome and, in the same transaction, lets the caller's ``decide`` promote the next rung (successive
+halving), so a rung is decided exactly once. Claims stay as rows once released: the queue's history.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from octlm.core.errors import BadInput, Refused
+from octlm.store.base import EXPERIMENT_COLUMNS, RegistryBase, checked, decoded, now, writable
+from octlm.store.liveness import effective_status
+from octlm.store.migrations import Json
+
+
+class SweepRow(TypedDict):
+    id: int
+    name: str
+    uuid: str
+    base: str | None
+    description: str | None
+    spec: Json  # {"grid": ..., "ranges": ..., "seeds": ..., "sampler": ..., "halving": [...], ...}
+    created: str | None
+    updated: str | None
+
+
+class TrialRow(TypedDict):
+    id: int
+    sweep_id: int
+    experiment_id: str
+    position: int
+    params: Json
+    group_key: str
+    replicate: int
+    seed: int
+    status: str
+    rung: int
+    target_step: int
+    value: float | None
+    error: str | None
+    updated: str | None
+
+
+class ClaimRow(TypedDict):
+    id: int
+    trial_id: int
+    sweep_id: int
+    experiment_id: str
+    target_step: int | None
+    host: str | None
+    pid: int | None
+    pid_start: int | None
+    threads: int | None
+    device: str | None
+    claimed: str | None
+    released: str | None
+    outcome: str | None
+
+
+class DecisionRow(TypedDict):
+    id: int
+    sweep_id: int
+    rung: int
+    step: int
+    ranking: Json
+    promoted: Json
+    created: str | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``decide`` concludes once a rung is complete: the ranking, and who trains on to ``step``."""
+
+    rung: int
+    step: int  # the rung's step
+    ranking: list[dict[str, Any]]
+    promoted: list[str]  # experiment IDs
+    next_step: int  # the step the promoted train to
+
+
+Decide = Callable[[dict[str, Any], list[dict[str, Any]]], Decision | None]  # (sweep, its trials) -> a decision
+OPEN = "select id, trial_id, host, pid, pid_start, threads, device, claimed from sweep_claims where released is null"
+TRIALS = (
+    "select t.*, c.id as claim_id, c.host, c.pid, c.pid_start, c.threads, c.device, c.claimed"
+    f" from sweep_trials t left join ({OPEN}) c on c.trial_id = t.id"
+)
+
+
+def claim_is_dead(row: dict[str, Any]) -> bool:
+    """A claim whose process is gone (on this host, by pid and start time): its trial may be taken over."""
+    probe = {"status": "running", "host": row.get("host"), "pid": row.get("pid"), "pid_start": row.get("pid_start")}
+    return bool(effective_status(probe)["status"] == "crashed")
+
+
+def _progress(trial: dict[str, Any]) -> tuple[int, bool]:
+    """How far a trial got: its rung, then whether it ended there (done, failed or stopped)."""
+    return int(trial.get("rung") or 0), trial.get("status") in ("done", "failed", "stopped")
+
+
+def _insert(conn: sqlite3.Connection, table: str, fields: dict[str, Any]) -> int:
+    row = checked(table, fields, writable(table))
+    columns, marks = ", ".join(row), ", ".join("?" for _ in row)
+    cursor = conn.execute(f"insert into {table} ({columns}) values ({marks})", tuple(row.values()))
+    return int(cursor.lastrowid or 0)
+
+
+class SweepRows(RegistryBase):
+    """The sweeps' reads and writes (``Registry`` inherits them)."""
+
+    def add_sweep(self, sweep: dict[str, Any], members: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> int:
+        """The sweep (``name``, ``base``, ``description``, ``spec``) with its trials, each (experiment row fields
+        with ``id``, trial fields), in one transaction; BadInput when the name is taken. The sweep's id."""
+        stamp = now()
+        with self._transaction() as conn:
+            if conn.execute("select 1 from sweeps where name = ?", (sweep["name"],)).fetchone():
+                raise BadInput(f"sweep {sweep['name']} already exists: choose another name")
+            fields = {"uuid": str(uuid.uuid4()), "created": stamp, "updated": stamp, **sweep}
+            sweep_id = _insert(conn, "sweeps", fields)
+            self._add_members(conn, sweep_id, members, 0)
+            return sweep_id
+
+    def add_trials(
+        self, sweep_id: int, members: Sequence[tuple[dict[str, Any], dict[str, Any]]], expect_groups: int
+    ) -> bool:
+        """More trials for a sweep that asks as it goes, in one transaction, only while the sweep still holds the
+        ``expect_groups`` configurations the ask was made from: False when another worker added some first
+        (nothing is written then)."""
+        with self._transaction() as conn:
+            groups = conn.execute("select count(distinct group_key) from sweep_trials where sweep_id = ?", (sweep_id,))
+            if groups.fetchone()[0] != expect_groups:
+                return False
+            start = conn.execute(
+                "select coalesce(max(position), -1) + 1 from sweep_trials where sweep_id = ?", (sweep_id,)
+            )
+            self._add_members(conn, sweep_id, members, int(start.fetchone()[0]))
+            return True
+
+    def add_experiments(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Experiment rows (fields as ``add_experiment``, with ``id``) in one transaction (``new --seeds``)."""
+        stamp = now()
+        with self._transaction() as conn:
+            for row in rows:
+                self._insert_experiment(conn, {"created": stamp, "updated": stamp, "uuid": str(uuid.uuid4()), **row})
+
+    def _add_members(
+        self, conn: sqlite3.Connection, sweep_id: int, members: Sequence[tuple[dict[str, Any], dict[str, Any]]], at: int
+    ) -> None:
+        stamp = now()
+        for position, (experiment, trial) in enumerate(members, at):
+            self._insert_experiment(conn, {"created": stamp, "updated": stamp, "uuid": str(uuid.uuid4()), **experiment})
+            base = {"sweep_id": sweep_id, "experiment_id": experiment["id"], "position": position, "status": "queued"}
+            _insert(conn, "sweep_trials", {"rung": 0, "replicate": 0, "updated": stamp, **base, **trial})
+
+    @staticmethod
+    def _insert_experiment(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
+        fields = checked("experiments", {k: v for k, v in row.items() if k != "id"}, EXPERIMENT_COLUMNS)
+        columns, marks = ", ".join(fields), ", ".join("?" for _ in fields)
+        conn.execute(f"insert into experiments (id, {columns}) values (?, {marks})", (row["id"], *fields.values()))
+
+    def merge_sweep(self, sweep: dict[str, Any], trials: Sequence[dict[str, Any]]) -> dict[str, str]:
+        """A sweep shipped from another home (``sweep unpack``), matched by its UUID, in one transaction: its row
+        when new here, and each trial's row where the shipped one got further (a later rung, or ended where this
+        one waits); a trial shipped running arrives queued (claims stay where they were). {trial ID: new |
+        further | kept}. Refused when the name is another sweep's here; the trials' experiments must be here."""
+        merged: dict[str, str] = {}
+        with self._transaction() as conn:
+            found = conn.execute(
+                "select id, uuid from sweeps where name = ? or uuid = ?", (sweep["name"], sweep["uuid"])
+            )
+            row = found.fetchone()
+            if row is not None and row["uuid"] != sweep["uuid"]:
+                raise Refused(f"sweep {sweep['name']} is another sweep here (another UUID): nothing was changed")
+            sweep_id = row["id"] if row is not None else _insert(conn, "sweeps", {**sweep, "updated": now()})
+            for trial in trials:
+                fields = {**trial, "status": "queued" if trial["status"] == "running" else trial["status"]}
+                here = conn.execute(
+                    "select id, rung, status from sweep_trials where sweep_id = ? and experiment_id = ?",
+                    (sweep_id, trial["experiment_id"]),
+                ).fetchone()
+                if here is None:
+                    _insert(conn, "sweep_trials", {**fields, "sweep_id": sweep_id, "updated": now()})
+                    merged[trial["experiment_id"]] = "new"
+                elif _progress(fields) > _progress(dict(here)):
+                    row = checked("sweep_trials", {**fields, "updated": now()}, writable("sweep_trials"))
+                    sets = ", ".join(f"{key} = ?" for key in row)
+                    conn.execute(f"update sweep_trials set {sets} where id = ?", (*row.values(), here["id"]))
+                    merged[trial["experiment_id"]] = "further"
+                else:
+                    merged[trial["experiment_id"]] = "kept"
+        return merged
+
+    # ------------------------------------------------------------------ reads
+
+    def sweep(self, name: str) -> dict[str, Any] | None:
+        """The sweep named ``name`` (``spec`` decoded), or None."""
+        rows = self._rows("select * from sweeps where name = ?", (name,)) if self._has_sweeps() else []
+        return rows[0] if rows else None
+
+    def sweeps(self) -> list[dict[str, Any]]:
+        return self._rows("select * from sweeps order by id") if self._has_sweeps() else []
+
+    def _has_sweeps(self) -> bool:
+        """False on a registry a read-only opening left without m009 (every read then answers empty)."""
+        return bool(self._rows("select 1 from sqlite_master where type = 'table' and name = 'sweeps'"))
+
+    def trials(self, sweep_id: int) -> list[dict[str, Any]]:
+        """A sweep's trials in queue order, each with its open claim's ``claim_id``, ``host``, ``pid``, ``threads``,
+        ``device`` and ``claimed`` (None when unclaimed) and ``lost``: the claim's process is gone."""
+        rows = self._rows(f"{TRIALS} where t.sweep_id = ? order by t.position", (sweep_id,))
+        return [{**row, "lost": row["claim_id"] is not None and claim_is_dead(row)} for row in rows]
+
+    def sweeps_of(self, experiment_id: str) -> list[str]:
+        """The names of the sweeps ``experiment_id`` is a trial of."""
+        if not self._has_sweeps():
+            return []
+        sql = "select s.name from sweep_trials t join sweeps s on s.id = t.sweep_id where t.experiment_id = ?"
+        return [row["name"] for row in self._rows(sql, (experiment_id,))]
+
+    def claims(self, sweep_id: int) -> list[dict[str, Any]]:
+        """Every claim of a sweep's trials, open and released, oldest first."""
+        return self._rows("select * from sweep_claims where sweep_id = ? order by id", (sweep_id,))
+
+    def open_claims(self, host: str, pid: int) -> list[int]:
+        """The ids of the claims a process (host, pid) holds open."""
+        sql = "select id from sweep_claims where released is null and host = ? and pid = ? order by id"
+        return [int(row["id"]) for row in self._rows(sql, (host, pid))]
+
+    def decisions(self, sweep_id: int) -> list[dict[str, Any]]:
+        return self._rows("select * from sweep_decisions where sweep_id = ? order by rung", (sweep_id,))
+
+    def rung_value(self, experiment_id: str, step: int, metric: str) -> float | None:
+        """``metric`` (eval_loss, ...) of the experiment's newest metrics row at ``step``."""
+        if metric not in writable("metrics"):
+            raise BadInput(f"--metric {metric}: not a metric octlm records")
+        sql = (
+            f"select {metric} as v from metrics where experiment_id = ? and track = 'train' and step = ?"
+            f" and {metric} is not null order by id desc limit 1"
+        )
+        rows = self._rows(sql, (experiment_id, step))
+        return rows[0]["v"] if rows else None
+
+    # ------------------------------------------------------------------ the queue
+
+    def claim(
+        self, sweep_ids: Collection[int] | None, worker: dict[str, Any], skip: Collection[int] = ()
+    ) -> dict[str, Any] | None:
+        """Take the first trial (of ``sweep_ids``, else of every sweep) that is queued or whose claim's process is
+        gone, for ``worker`` (``host``, ``pid``, ``pid_start``, ``threads``, ``device``); the trial's row with
+        its ``claim_id``, or None when there is none. ``skip``: trial ids not to take now."""
+        where = "t.status in ('queued', 'running')"
+        if sweep_ids is not None:
+            where += f" and t.sweep_id in ({', '.join(str(int(i)) for i in sweep_ids) or 'null'})"
+        with self._transaction() as conn:
+            for found in conn.execute(f"{TRIALS} where {where} order by t.sweep_id, t.position").fetchall():
+                row = decoded(dict(found))
+                if row["id"] in skip or (row["status"] == "running" and not self._lost(conn, row)):
+                    continue
+                fields = {"trial_id": row["id"], "sweep_id": row["sweep_id"], "experiment_id": row["experiment_id"]}
+                fields = {**fields, "target_step": row["target_step"], "claimed": now(), **worker}
+                claim_id = _insert(conn, "sweep_claims", fields)
+                conn.execute("update sweep_trials set status = 'running', updated = ? where id = ?", (now(), row["id"]))
+                return {**row, **fields, "id": row["id"], "status": "running", "claim_id": claim_id}
+        return None
+
+    @staticmethod
+    def _lost(conn: sqlite3.Connection, row: dict[str, Any]) -> bool:
+        """A running trial whose claim's process is gone (or that has no open claim): its claim is closed as lost."""
+        if row["claim_id"] is not None and not claim_is_dead(row):
+            return False
+        if row["claim_id"] is not None:
+            sql = "update sweep_claims set released = ?, outcome = 'lost' where id = ?"
+            conn.execute(sql, (now(), row["claim_id"]))
+        return True
+
+    def settle_claim(self, claim_id: int, status: str, decide: Decide | None = None, **trial: Any) -> list[Decision]:
+        """Close an open claim and set its trial's ``status`` (done, failed, or queued again when it was released
+        by a signal: outcome ``released``; ``busy``: another process held the experiment) with ``trial``'s fields
+        (``value``, ``error``); then, in the same transaction, ``decide`` on the sweep as it now stands, as many
+        rungs as complete. The decisions taken. A claim already closed (taken over) changes nothing."""
+        outcome = {"queued": "released"}.get(status, status)
+        outcome, status = ("busy", "queued") if status == "busy" else (outcome, status)
+        with self._transaction() as conn:
+            row = conn.execute("select trial_id, sweep_id, released from sweep_claims where id = ?", (claim_id,))
+            claim = row.fetchone()
+            if claim is None or claim["released"] is not None:
+                return []
+            conn.execute("update sweep_claims set released = ?, outcome = ? where id = ?", (now(), outcome, claim_id))
+            fields = checked("sweep_trials", {"status": status, "updated": now(), **trial}, writable("sweep_trials"))
+            sets = ", ".join(f"{key} = ?" for key in fields)
+            conn.execute(f"update sweep_trials set {sets} where id = ?", (*fields.values(), claim["trial_id"]))
+            return self._decide(conn, claim["sweep_id"], decide) if decide is not None else []
+
+    def _decide(self, conn: sqlite3.Connection, sweep_id: int, decide: Decide) -> list[Decision]:
+        taken: list[Decision] = []
+        sweep = decoded(dict(conn.execute("select * from sweeps where id = ?", (sweep_id,)).fetchone()))
+        while True:
+            rows = conn.execute("select * from sweep_trials where sweep_id = ? order by position", (sweep_id,))
+            decision = decide(sweep, [decoded(dict(r)) for r in rows.fetchall()])
+            if decision is None:
+                return taken
+            fields = {"sweep_id": sweep_id, "rung": decision.rung, "step": decision.step, "created": now()}
+            _insert(conn, "sweep_decisions", {**fields, "ranking": decision.ranking, "promoted": decision.promoted})
+            at_rung = "sweep_id = ? and rung = ? and status = 'done'"
+            conn.execute(f"update sweep_trials set status = 'stopped' where {at_rung}", (sweep_id, decision.rung))
+            promote = "update sweep_trials set status = 'queued', rung = ?, target_step = ?, updated = ?"
+            for experiment_id in decision.promoted:
+                values = (decision.rung + 1, decision.next_step, now(), sweep_id, experiment_id)
+                conn.execute(f"{promote} where sweep_id = ? and experiment_id = ?", values)
+            taken.append(decision)

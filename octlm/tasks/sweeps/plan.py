@@ -1,0 +1,324 @@
+"""``octlm sweep new`` and ``octlm new --seeds``: what a sweep tries, as trials that are ordinary experiments.
+Torch-free (``sweep new`` and ``new`` start fast); Optuna is imported only by a sweep that asks it (``asking``).
+
+A sweep's configurations are the product of its ``--grid`` keys, crossed with ``--random N`` draws of its
+``--range`` keys (seeded: the same command draws the same values), or, with ``--sampler tpe``, asked of Optuna
+as earlier trials finish. Each configuration has ``--seeds S`` replicates differing only in ``training.seed``
+(the base's seed, then +1, +2, ...). With ``--halving RUNGS`` every trial's ``training.steps`` is the last rung.
+Everything is validated (every trial's config built) before anything is written; then every trial's file is
+written and every row (experiments, sweep, trials) goes in in one transaction: a failure leaves neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import random
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from octlm import config as cfg
+from octlm.config import flatten
+from octlm.config.schema import split_key
+from octlm.core.errors import BadInput, OctlmError
+from octlm.core.home import DEFAULT_PREFIX, Home, validate_id
+from octlm.store import experiments
+from octlm.store.registry import Registry
+from octlm.tasks.sweeps import asking
+
+NAME = re.compile(r"[a-z][a-z0-9_.]*(-[a-z0-9_.]+)*")
+NAME_HELP = "a sweep's name is lowercase letters, digits, '_', '.' and '-', starting with a letter (e.g. lr-2026)"
+SAMPLERS = ("grid", "random", *asking.SAMPLERS)  # grid and random: octlm's own, every trial made at once
+MAX_TRIALS = 10_000
+SEED = "training.seed"
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Request:
+    """The options of ``octlm sweep new``."""
+
+    name: str
+    base: str
+    grid: Sequence[str] = ()  # KEY=V1,V2,...
+    ranges: Sequence[str] = ()  # KEY=LOW:HIGH[:log]
+    random: int = 0
+    seeds: int = 1
+    sampler: str | None = None
+    trials: int | None = None  # Optuna's budget of configurations
+    parallel: int = 2  # Optuna: configurations asked for ahead
+    metric: str = "eval_loss"
+    halving: str | None = None  # RUNG,RUNG,...
+    keep: float = 0.5
+    seed: int = 0  # of the random draws and of Optuna's sampler
+    overrides: Sequence[str] = ()  # --set, for every trial
+    prefix: str = DEFAULT_PREFIX
+
+
+@dataclass
+class Trial:
+    """One trial before it is written: its config (no ID yet) and what it varies."""
+
+    config: cfg.Config
+    params: Params
+    replicate: int
+    seed: int
+    target_step: int
+
+    @property
+    def group_key(self) -> str:
+        return cfg.canonical(self.params)
+
+
+@dataclass
+class Plan:
+    spec: dict[str, Any]
+    trials: list[Trial] = field(default_factory=list)
+
+
+def validate_name(name: str) -> str:
+    if len(name) > 64 or NAME.fullmatch(name) is None:
+        raise BadInput(f"sweep name {name!r}: {NAME_HELP}")
+    try:
+        validate_id(name.upper())
+    except BadInput:
+        return name
+    raise BadInput(f"sweep name {name!r} reads as an experiment ID: choose one that does not end in '-' and digits")
+
+
+def parse_grid(items: Sequence[str], base: cfg.Config) -> dict[str, list[Any]]:
+    """``--grid KEY=V1,V2`` (repeatable) as {key: [values, typed as the config holds them]}; BadInput naming the
+    malformed one or the value the key cannot take."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        values = [value.strip() for value in text.split(",")]
+        if not sep or not key.strip() or not all(values):
+            raise BadInput(f"--grid {item!r}: expected KEY=V1,V2,... e.g. training.learning_rate=1e-3,3e-3")
+        _check_key(key.strip(), "--grid")
+        grid[key.strip()] = [_typed(base, key.strip(), value) for value in values]
+    return grid
+
+
+def _typed(base: cfg.Config, key: str, text: str) -> Any:
+    """``text`` as the config holds it at ``key`` (``1e-3`` -> 0.001)."""
+    try:
+        built = experiments.build(preset=None, from_config=base, overrides=[f"{key}={text}"], description="")
+    except OctlmError as error:
+        raise BadInput(f"--grid {key}={text}: {str(error).removeprefix('--set ')}") from None
+    return flatten(built.to_dict())[key]
+
+
+def parse_ranges(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--range KEY=LOW:HIGH[:log]`` as {key: {low, high, log, int}}; BadInput naming the malformed one."""
+    kinds = {item["key"]: item["type"] for item in cfg.describe_keys()}
+    ranges: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, _, text = item.partition("=")
+        parts, key = text.split(":"), key.strip()
+        _check_key(key, "--range")
+        try:
+            low, high = float(parts[0]), float(parts[1])
+        except (ValueError, IndexError):
+            example = "training.learning_rate=1e-4:1e-2:log"
+            raise BadInput(f"--range {item!r}: expected KEY=LOW:HIGH[:log], e.g. {example}") from None
+        log = parts[2:] == ["log"]
+        if len(parts) > 2 + log or not math.isfinite(low) or not math.isfinite(high) or not low < high:
+            raise BadInput(f"--range {item!r}: expected KEY=LOW:HIGH[:log] with LOW below HIGH")
+        if kinds.get(key) not in ("int", "float") or (log and low <= 0):
+            raise BadInput(f"--range {item!r}: a range needs a numeric key (and LOW above 0 with :log)")
+        ranges[key] = {"low": low, "high": high, "log": log, "int": kinds[key] == "int"}
+    return ranges
+
+
+def _check_key(key: str, option: str) -> None:
+    try:
+        split_key(key, option)
+    except OctlmError as error:
+        raise BadInput(str(error)) from None
+    if key == SEED:
+        raise BadInput(f"{option} {key}: replicates differ in the seed; ask for them with --seeds S")
+
+
+def parse_rungs(text: str | None, config: cfg.Config) -> list[int]:
+    """``--halving 100,400,1600``: increasing steps, each an evaluation step of the trials (a multiple of
+    ``training.eval_interval``), so every rung's loss is measured where it is decided."""
+    if not text:
+        return []
+    try:
+        rungs = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise BadInput(f"--halving {text!r}: expected increasing steps, e.g. 100,400,1600") from None
+    if len(rungs) < 2 or any(b <= a for a, b in zip(rungs, rungs[1:], strict=False)) or rungs[0] <= 0:
+        raise BadInput(f"--halving {text!r}: expected two or more increasing steps, e.g. 100,400,1600")
+    interval = config.training.eval_interval
+    if off := [rung for rung in rungs[:-1] if rung % interval]:
+        raise BadInput(
+            f"--halving {text}: rung {off[0]} is not a multiple of training.eval_interval ({interval}), so no "
+            f"evaluation falls there; choose multiples or --set training.eval_interval=N"
+        )
+    return rungs
+
+
+def configurations(
+    grid: dict[str, list[Any]], ranges: dict[str, dict[str, Any]], draws: int, seed: int
+) -> list[Params]:
+    """The grid's product (keys in the order given), crossed with ``draws`` seeded draws of the ranges."""
+    product = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())] or [{}]
+    if not ranges:
+        return product
+    generator = random.Random(seed)
+    points = [{key: _draw(generator, spec) for key, spec in ranges.items()} for _ in range(max(draws, 1))]
+    return [{**point, **cell} for point in points for cell in product]
+
+
+def _draw(generator: random.Random, spec: dict[str, Any]) -> Any:
+    low, high = spec["low"], spec["high"]
+    value = math.exp(generator.uniform(math.log(low), math.log(high))) if spec["log"] else generator.uniform(low, high)
+    return round(value) if spec["int"] else float(f"{value:.4g}")
+
+
+def build_trials(base: cfg.Config, cells: list[Params], spec: dict[str, Any], name: str) -> list[Trial]:
+    """Every configuration's replicates, each config built and validated (BadInput names the key)."""
+    trials = []
+    rungs, seeds, start = spec["halving"], spec["seeds"], base.training.seed
+    for cell in cells:
+        for replicate in range(seeds):
+            seed = start + replicate
+            keys = {**{k: _text(v) for k, v in cell.items()}, **({SEED: str(seed)} if seeds > 1 else {})}
+            steps = [f"training.steps={rungs[-1]}"] if rungs else []
+            overrides = [*spec["overrides"], *steps, *(f"{k}={v}" for k, v in keys.items())]
+            try:
+                config = experiments.build(
+                    preset=None,
+                    from_config=base,
+                    overrides=overrides,
+                    description=describe(name, keys, replicate, seeds),
+                )
+            except OctlmError as error:
+                raise BadInput(f"{describe(name, keys, replicate, seeds)}: {error}") from None
+            params = {key: flatten(config.to_dict())[key] for key in cell}
+            trials.append(Trial(config, params, replicate, seed, rungs[0] if rungs else config.training.steps))
+    return trials
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+def describe(name: str | None, keys: dict[str, str], replicate: int, seeds: int) -> str:
+    """``sweep lr: training.learning_rate=1e-3, training.seed=1338 (replicate 2 of 3)``."""
+    varies = ", ".join(f"{key}={value}" for key, value in keys.items()) or "the base config"
+    shown = f"sweep {name}: {varies}" if name else varies
+    return shown + (f" (replicate {replicate + 1} of {seeds})" if seeds > 1 else "")
+
+
+def replicates(home: Home, config: cfg.Config, seeds: int, prefix: str) -> list[cfg.Config]:
+    """``octlm new --seeds S``: S experiments of ``config`` differing only in ``training.seed`` (its seed, then +1,
+    ...), their files and rows written as a sweep's are (the rows in one transaction); their configs."""
+    if not 2 <= seeds <= 1000:
+        raise BadInput(f"--seeds {seeds}: give 2 to 1000 replicates")
+    trials = []
+    for replicate in range(seeds):
+        seed = config.training.seed + replicate
+        described = f"{config.description} " if config.description else ""
+        text = f"{described}(seed {seed}, replicate {replicate + 1} of {seeds})"
+        made = config.with_keys({SEED: seed, "description": text})
+        trials.append(Trial(made, {}, replicate, seed, made.training.steps))
+    with write_trials(home, trials, prefix, None) as (registry, members):
+        registry.add_experiments([experiment for experiment, _ in members])
+    return [trial.config for trial in trials]
+
+
+def plan(home: Home, request: Request) -> Plan:
+    """The sweep's spec and its first trials (all of them, but with an Optuna sampler), validated."""
+    validate_name(request.name)
+    base = experiments.load(home, request.base)
+    grid, ranges = parse_grid(request.grid, base), parse_ranges(request.ranges)
+    sampler = request.sampler or ("random" if request.random else "grid")
+    _check_options(request, sampler, grid, ranges)
+    rungs = parse_rungs(request.halving, base)
+    spec = {
+        **{"grid": grid, "ranges": ranges, "random": request.random, "seeds": request.seeds, "sampler": sampler},
+        **{"trials": request.trials, "parallel": request.parallel, "metric": request.metric, "seed": request.seed},
+        **{"halving": rungs, "keep": request.keep, "overrides": list(request.overrides), "prefix": request.prefix},
+    }
+    if sampler in asking.SAMPLERS:
+        cells = asking.ask(spec, [], min(request.parallel, request.trials or 0))
+    else:
+        cells = configurations(grid, ranges, request.random, request.seed)
+    trials = build_trials(base, cells, spec, request.name)
+    if len(trials) > MAX_TRIALS:
+        raise BadInput(f"{len(trials):,} trials: at most {MAX_TRIALS:,} in one sweep; fewer values or seeds")
+    return Plan(spec, trials)
+
+
+def _check_options(request: Request, sampler: str, grid: dict[str, Any], ranges: dict[str, Any]) -> None:
+    if sampler not in SAMPLERS:
+        raise BadInput(f"--sampler {sampler}: choose one of {', '.join(SAMPLERS)}")
+    if not 1 <= request.seeds <= 1000:
+        raise BadInput(f"--seeds {request.seeds}: give 1 to 1000 replicates")
+    if not 0 < request.keep < 1:
+        raise BadInput(f"--keep {request.keep}: the fraction promoted at each rung, above 0 and below 1")
+    if sampler in asking.SAMPLERS:
+        if not ranges and not grid or not request.trials or request.trials < 1 or request.parallel < 1:
+            raise BadInput(f"--sampler {sampler} asks as trials finish: give --trials N, --parallel K and --range keys")
+    elif request.trials is not None or bool(ranges) != bool(request.random):
+        raise BadInput("--trials goes with --sampler tpe; --range with --random N (or --sampler tpe), and back")
+    if not grid and not ranges and request.seeds < 2:
+        raise BadInput("a sweep varies something: give --grid KEY=V1,V2, --random N --range KEY=LOW:HIGH or --seeds S")
+
+
+def create(home: Home, request: Request) -> dict[str, Any]:
+    """``octlm sweep new``: the sweep and its trials, written as the module says; what was made."""
+    made = plan(home, request)
+    sweep = {"name": request.name, "base": request.base, "description": _summary(made), "spec": made.spec}
+    with write_trials(home, made.trials, request.prefix, request.name) as (registry, members):
+        sweep_id = registry.add_sweep(sweep, members)
+    return {"sweep": request.name, "id": sweep_id, "spec": made.spec, "trials": [_shown(t) for t in made.trials]}
+
+
+def _summary(made: Plan) -> str:
+    groups = len({trial.group_key for trial in made.trials})
+    seeds = made.spec["seeds"]
+    return f"{groups} configurations x {seeds} seed{'s' * (seeds != 1)}, {made.spec['sampler']}"
+
+
+def _shown(trial: Trial) -> dict[str, Any]:
+    return {"id": trial.config.id, "params": trial.params, "seed": trial.seed, "description": trial.config.description}
+
+
+@contextlib.contextmanager
+def write_trials(
+    home: Home, trials: list[Trial], prefix: str, sweep: str | None
+) -> Iterator[tuple[Registry, list[tuple[dict[str, Any], dict[str, Any]]]]]:
+    """Write the trials' files (IDs allocated as ``octlm new`` allocates them) and hand the open registry and the
+    rows to insert to the block; when the block fails, the files go again (their rows never went in)."""
+    home.ensure_writable()
+    home.experiments.mkdir(exist_ok=True)
+    written: list[str] = []
+    with Registry(home.registry) as registry:
+        try:
+            members = []
+            for trial in trials:
+                trial.config = experiments.publish(home, registry, None, trial.config, prefix)
+                written.append(trial.config.id)
+                members.append((_experiment_row(home, trial, sweep), _trial_row(trial)))
+            yield registry, members
+        except BaseException:
+            for experiment_id in written:
+                home.config_path(experiment_id).unlink(missing_ok=True)
+            raise
+
+
+def _experiment_row(home: Home, trial: Trial, sweep: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": trial.config.id, **experiments.row_fields(home, trial.config)}
+    return {**row, "tags": [f"sweep:{sweep}"]} if sweep else row
+
+
+def _trial_row(trial: Trial) -> dict[str, Any]:
+    fields = {"params": trial.params, "group_key": trial.group_key, "replicate": trial.replicate}
+    return {**fields, "seed": trial.seed, "target_step": trial.target_step}

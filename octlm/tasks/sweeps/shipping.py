@@ -1,0 +1,101 @@
+"""``octlm sweep pack`` / ``sweep unpack``: a sweep's trials moved to the node-local homes of a job array and back,
+so that no registry is ever on a network filesystem. Torch-free.
+
+A shipped sweep is a folder (a network filesystem is fine for it: plain files, each written whole): ``sweep.json``
+(the format, the sweep's row with its UUID, its trials' rows) and one ``octlm pack`` per trial (``<ID>.tar``, its
+newest checkpoint among its files). ``--shards N`` writes ``shard-0/`` ... ``shard-N-1/``, trial i in shard
+i mod N. ``sweep.json`` is written last, so a folder with it is complete. ``unpack`` unpacks every trial's pack
+(``exchange.packing``: every checksum verified, the same pack twice changes nothing) and merges the sweep's rows
+by UUID (``Registry.merge_sweep``: a trial's row where the shipped one got further). A task packs its home's
+sweep back into its shard's folder when its worker stops; the driver unpacks every shard folder at the end.
+Successive halving and Optuna decide across all of a sweep's trials, so they ship whole (``--shards 1``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from octlm.core.errors import BadInput, Refused
+from octlm.core.fsutil import atomic_write, read_regular
+from octlm.core.home import Home, validate_id
+from octlm.exchange import packing
+from octlm.store.registry import Registry
+from octlm.tasks.sweeps.asking import SAMPLERS
+
+FORMAT, VERSION, MANIFEST = "octlm-sweep", 1, "sweep.json"
+SWEEP_FIELDS = ("name", "uuid", "base", "description", "spec", "created")
+TRIAL_FIELDS = (
+    *("experiment_id", "position", "params", "group_key", "replicate", "seed"),
+    *("status", "rung", "target_step", "value", "error"),
+)
+MAX_MANIFEST = 64 << 20
+
+
+def pack(home: Home, name: str, output: Path, shards: int = 1) -> dict[str, Any]:
+    """Write the sweep ``name`` to the folder ``output`` (in ``shards`` shard folders); what went where."""
+    with Registry(home.registry, create=False) as registry:
+        sweep = registry.sweep(name)
+        if sweep is None:
+            raise BadInput(f"unknown sweep {name}")
+        trials = registry.trials(sweep["id"])
+    spec = sweep["spec"] or {}
+    if shards != 1 and (spec.get("halving") or spec.get("sampler") in SAMPLERS):
+        raise BadInput(
+            f"--shards {shards}: sweep {name} decides across all its trials (halving, Optuna): ship it whole"
+        )
+    if not 1 <= shards <= max(1, len(trials)):
+        raise BadInput(f"--shards {shards}: give 1 to {max(1, len(trials))} (one trial a shard at most)")
+    folders = [output] if shards == 1 else [output / f"shard-{index}" for index in range(shards)]
+    for index, folder in enumerate(folders):
+        folder.mkdir(parents=True, exist_ok=True)
+        mine = trials[index::shards]
+        for trial in mine:
+            packing.pack(home, trial["experiment_id"], folder / f"{trial['experiment_id']}.tar")
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "sweep": {key: sweep[key] for key in SWEEP_FIELDS},
+            "trials": [{key: trial[key] for key in TRIAL_FIELDS} for trial in mine],
+        }
+        atomic_write(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
+    return {"sweep": name, "folders": [str(f) for f in folders], "trials": [t["experiment_id"] for t in trials]}
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """``sweep.json`` of a shipped sweep, checked; BadInput for a folder that is not one, Refused for a newer one."""
+    path = folder / MANIFEST
+    try:
+        manifest = json.loads(read_regular(path, max_bytes=MAX_MANIFEST))
+    except FileNotFoundError:
+        raise BadInput(
+            f"{folder}: no {MANIFEST}: not a sweep written by `octlm sweep pack` (or not yet whole)"
+        ) from None
+    except (OSError, ValueError) as error:
+        raise BadInput(f"{path}: cannot be read as a shipped sweep ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BadInput(f"{path}: not a shipped sweep (format {FORMAT!r} expected)")
+    if not isinstance(manifest.get("version"), int) or manifest["version"] > VERSION:
+        raise Refused(f"{path}: written by a newer octlm (version {manifest.get('version')}); upgrade octlm")
+    sweep, trials = manifest.get("sweep"), manifest.get("trials")
+    if not isinstance(sweep, dict) or not isinstance(trials, list) or not all(isinstance(t, dict) for t in trials):
+        raise BadInput(f"{path}: malformed: expected a sweep and a list of trials")
+    if any(key not in sweep for key in SWEEP_FIELDS) or any(key not in t for t in trials for key in TRIAL_FIELDS):
+        raise BadInput(f"{path}: malformed: a sweep or a trial lacks one of its fields")
+    for trial in trials:
+        validate_id(trial["experiment_id"])
+    return manifest
+
+
+def unpack(home: Home, folder: Path) -> dict[str, Any]:
+    """Unpack a shipped sweep (or one shard of it) into ``home``: every trial's pack, then the sweep's rows."""
+    manifest = read_manifest(folder)
+    unpacked = [packing.unpack(home, folder / f"{t['experiment_id']}.tar") for t in manifest["trials"]]
+    with Registry(home.registry) as registry:
+        merged = registry.merge_sweep(manifest["sweep"], manifest["trials"])
+    return {
+        "sweep": manifest["sweep"]["name"],
+        "trials": merged,
+        "changed": any(u["changed"] for u in unpacked) or any(v != "kept" for v in merged.values()),
+    }

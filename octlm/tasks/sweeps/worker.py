@@ -1,0 +1,285 @@
+"""``octlm work``: one worker of the durable queue. It claims the next trial in the registry, trains it in this
+process as ``resume`` would (``runner.resume``, to the trial's rung with ``--until`` semantics), records how it
+ended, and claims the next. Torch is imported when the first trial trains.
+
+- A killed worker's claim is taken over by the next worker that looks (``Registry.claim``: the claim's pid is
+  gone on this host), and its trial resumes from its newest checkpoint, exactly.
+- A trial that fails (bad data, a diverged run, any error) is marked failed with its message and the last lines
+  of its log (``runs/<ID>.log``); the worker goes on with the next.
+- SIGTERM (SIGINT, SIGHUP): a trial in training checkpoints at its next step and stops, its claim released
+  (queued again, to resume later); an idle worker stops at once. Either way exit 143 (130, 129).
+- ``until_empty``: stop once no trial of its sweeps is queued or running (it waits while other workers' trials
+  run: halving may promote them); otherwise wait for new trials until stopped.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from octlm.core import layout
+from octlm.core.errors import BadInput, Interrupted, Refused
+from octlm.core.home import Home
+from octlm.core.records import RunRecord
+from octlm.core.signals import SIGNAL_EXIT, handled_signals
+from octlm.store import experiments
+from octlm.store.liveness import start_time
+from octlm.store.registry import Registry
+from octlm.tasks.sweeps import asking, halving
+
+POLL_S = 0.5
+TAIL_LINES = 20
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    sweeps: tuple[str, ...] = ()  # names; none: every sweep of the home
+    until_empty: bool = False
+    threads: int = 0  # this worker's share of the cores (0: torch's default)
+    device: str = "cpu"  # what the pool gave it: "cuda:0" (CUDA_VISIBLE_DEVICES holds one GPU) or "cpu"
+    poll: float = POLL_S
+
+
+@dataclass
+class Tally:
+    """What a worker did: trials by outcome, and the seconds spent outside training (claim, start, record)."""
+
+    done: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    overhead_s: float = 0.0
+    trained_s: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "done": self.done,
+            "failed": self.failed,
+            "overhead_s": round(self.overhead_s, 3),
+            "trained_s": round(self.trained_s, 3),
+        }
+
+
+class TrialLog:
+    """The reporter of a trial: timestamped lines to ``runs/<ID>.log`` (appended), the last ones kept for a failure,
+    and each evaluation said on the worker's stderr."""
+
+    interactive = False
+
+    def __init__(self, path: Path, experiment_id: str, say: Say):
+        self.path, self.id, self.say = path, experiment_id, say
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def line(self, text: str) -> None:
+        stamped = f"{time.strftime('%H:%M:%S')} {text}"
+        self.tail.append(stamped)
+        with contextlib.suppress(OSError), open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(stamped + "\n")
+
+    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
+        if detail:
+            self.line(f"{name}: {detail}")
+
+    def start(self, info: dict[str, Any]) -> None:
+        self.line(f"{info['kind']} {info['id']}: steps {info['start']} -> {info['until']} on {info['device']}")
+
+    def step(self, step: int) -> None:
+        pass
+
+    def eval(self, record: RunRecord) -> None:
+        losses = f"train loss {record.get('train_loss', 0):.4f}, eval loss {record.get('eval_loss', 0):.4f}"
+        text = f"step {record.get('step')}: {losses}"
+        self.line(text)
+        self.say(f"{self.id} {text}")
+
+    def checkpoint(self, step: int, path: Path) -> None:
+        self.line(f"checkpoint {path.name}")
+
+    def note(self, message: str) -> None:
+        self.line(message)
+
+    def warn(self, message: str) -> None:
+        self.line(f"warning: {message}")
+
+    def finish(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def stoppable() -> Iterator[None]:
+    """Between trials and before a trial's session takes the signals over: the first SIGTERM (SIGINT, SIGHUP)
+    stops the worker at once (``Interrupted``)."""
+
+    def stop(signum: int, frame: Any) -> None:
+        hold()
+        name = signal.Signals(signum).name
+        raise Interrupted(f"stopped by {name}", SIGNAL_EXIT[signal.Signals(signum)])
+
+    previous = {signum: signal.signal(signum, stop) for signum in handled_signals()}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def hold() -> None:
+    """Once stopping, the same signal again (a kill that reached the process twice: a scheduler's and its batch
+    shell's) must not cut short the claim's release: the signals are ignored until the worker has left."""
+    for signum in handled_signals():
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def work(home: Home, options: Options, say: Say) -> Tally:
+    """Claim and train trials until the queue is empty (``until_empty``) or a signal stops the worker."""
+    identity = _identity(options)
+    if options.threads:
+        import torch
+
+        torch.set_num_threads(options.threads)
+    tally, busy, idle = Tally(), set[int](), False
+    with stoppable(), releasing(home, identity):
+        while True:
+            began = time.perf_counter()
+            trial = _claim(home, options, identity, busy)
+            if trial is None:
+                if options.until_empty and not _waiting(home, options):
+                    return tally
+                if not idle:
+                    say("work: no trial to claim now; waiting for one (SIGTERM or Ctrl-C stops)")
+                idle = True
+                time.sleep(options.poll)
+                busy.clear()
+                continue
+            idle = False
+            tally.overhead_s += time.perf_counter() - began
+            _run(home, trial, say, tally, busy)
+
+
+@contextlib.contextmanager
+def releasing(home: Home, identity: dict[str, Any]) -> Iterator[None]:
+    """A signal between a claim's commit and its trial's start: the claims this worker still holds are released
+    (its trial queued again) before it leaves, as a trial's own stop releases its claim."""
+    try:
+        yield
+    except Interrupted:
+        with Registry(home.registry) as registry:
+            for claim_id in registry.open_claims(identity["host"], identity["pid"]):
+                registry.settle_claim(claim_id, "queued")
+        raise
+
+
+def _identity(options: Options) -> dict[str, Any]:
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "pid_start": start_time(pid),
+        "threads": options.threads or None,
+        "device": options.device,
+    }
+
+
+def sweep_ids(registry: Registry, names: tuple[str, ...]) -> list[int] | None:
+    """The ids of the named sweeps (BadInput for an unknown one); None: every sweep."""
+    if not names:
+        return None
+    found = {name: registry.sweep(name) for name in names}
+    if missing := [name for name, row in found.items() if row is None]:
+        raise BadInput(f"unknown sweep {missing[0]}: create it with `octlm sweep new {missing[0]} --from ID ...`")
+    return [row["id"] for row in found.values() if row is not None]
+
+
+def _claim(home: Home, options: Options, identity: dict[str, Any], busy: set[int]) -> dict[str, Any] | None:
+    with Registry(home.registry) as registry:
+        return registry.claim(sweep_ids(registry, options.sweeps), identity, skip=busy)
+
+
+def _waiting(home: Home, options: Options) -> bool:
+    """Whether a trial of the worker's sweeps is queued or running (somewhere)."""
+    with Registry(home.registry, create=False) as registry:
+        ids = sweep_ids(registry, options.sweeps) or [row["id"] for row in registry.sweeps()]
+        return any(t["status"] in ("queued", "running") for i in ids for t in registry.trials(i))
+
+
+def _run(home: Home, trial: dict[str, Any], say: Say, tally: Tally, busy: set[int]) -> None:
+    """Train one claimed trial and settle its claim: done, failed, released (a signal) or busy (locked)."""
+    experiment_id = trial["experiment_id"]
+    log = TrialLog(home.runs / f"{experiment_id}.log", experiment_id, say)
+    say(f"{experiment_id}: claimed (step {trial['target_step']}, {trial['threads'] or 'default'} threads)")
+    began = time.perf_counter()
+    try:
+        value = train_trial(home, trial, log)
+    except Interrupted:
+        hold()
+        _settle(home, trial, "queued")
+        say(f"{experiment_id}: stopped; its claim is released and it resumes from its checkpoint later")
+        raise
+    except Refused as error:
+        if "already being trained" not in str(error):
+            return _failed(home, trial, error, log, say, tally)
+        busy.add(trial["id"])
+        _settle(home, trial, "busy")
+        return None
+    except Exception as error:  # any failure of one trial: recorded, and the sweep goes on
+        return _failed(home, trial, error, log, say, tally)
+    tally.trained_s += time.perf_counter() - began
+    settled = time.perf_counter()
+    _settle(home, trial, "done", value=value)
+    tally.done.append(experiment_id)
+    say(
+        f"{experiment_id}: done at step {trial['target_step']}"
+        + (f", {_metric(home, trial)} {value:.4f}" if value is not None else "")
+    )
+    asking.top_up(home, _sweep_of(home, trial))
+    tally.overhead_s += time.perf_counter() - settled
+    return None
+
+
+def train_trial(home: Home, trial: dict[str, Any], log: TrialLog) -> float | None:
+    """Resume the trial to its target step (nothing to train when its checkpoint is there already); its metric there."""
+    from octlm.run import runner  # imports torch
+
+    experiment_id, target = trial["experiment_id"], trial["target_step"]
+    config = experiments.load(home, experiment_id)
+    newest = layout.checkpoints(home.checkpoint_dir(experiment_id))
+    summary = None
+    if not newest or newest[-1][0] < target:
+        until = None if target >= config.training.steps else target
+        summary = runner.resume(home, experiment_id, until=until, reporter=log, config=config)
+    metric = _metric(home, trial)
+    if summary is not None and summary.end_step == target and summary.metrics.get(metric) is not None:
+        return float(summary.metrics[metric])  # type: ignore[literal-required]
+    with Registry(home.registry, create=False) as registry:
+        return registry.rung_value(experiment_id, target, metric)
+
+
+def _metric(home: Home, trial: dict[str, Any]) -> str:
+    spec = (_sweep_of(home, trial) or {}).get("spec") or {}
+    return str(spec.get("metric") or "eval_loss")
+
+
+def _sweep_of(home: Home, trial: dict[str, Any]) -> dict[str, Any]:
+    with Registry(home.registry, create=False) as registry:
+        return next((row for row in registry.sweeps() if row["id"] == trial["sweep_id"]), {})
+
+
+def _failed(home: Home, trial: dict[str, Any], error: BaseException, log: TrialLog, say: Say, tally: Tally) -> None:
+    message = str(error) or type(error).__name__
+    log.line(f"failed: {message}")
+    _settle(home, trial, "failed", error="\n".join(log.tail))
+    tally.failed.append(trial["experiment_id"])
+    say(f"{trial['experiment_id']}: failed: {message} (its log: {log.path})")
+
+
+def _settle(home: Home, trial: dict[str, Any], status: str, **fields: Any) -> None:
+    with Registry(home.registry) as registry:
+        registry.settle_claim(trial["claim_id"], status, decide=halving.decide, **fields)

@@ -1,0 +1,118 @@
+"""Seed replicates and their noise (torch-free): experiments whose configs are the same but for ``training.seed``
+(and what does not change what a model learns: the fingerprint's bookkeeping keys) are replicates of one
+configuration, made by ``--seeds S`` or by hand. A group is shown as the mean ± sd of each metric over its
+replicates, and two groups differ beyond seed noise when their means are further apart than twice the standard
+error the seeds' spread gives their difference (sqrt(sd_a^2 / n_a + sd_b^2 / n_b)).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from octlm.config import BOOKKEEPING, canonical, flatten
+
+SEED = "training.seed"
+NOISE = 2.0  # a difference within twice its standard error is within seed noise
+METRICS = ("train_loss", "eval_loss", "perplexity", "bits_per_byte")
+
+
+class Spread(TypedDict):
+    """A metric over a group's replicates."""
+
+    n: int
+    mean: float | None
+    sd: float | None  # None below two values
+    values: list[float]
+
+
+class Group(TypedDict):
+    """One configuration's replicates (``show``'s ``replicates``)."""
+
+    ids: list[str]
+    seeds: list[Any]
+    counted: list[str]  # the replicates the spread is over: those at the furthest step, one per seed
+    step: int | None  # that step
+    metrics: dict[str, Spread]  # METRICS, over the replicates' final values
+    eval_loss_se: float | None  # the mean of their final evaluations' own standard errors
+
+
+def key(config: Mapping[str, Any]) -> str:
+    """What replicates share: the config's fingerprinted keys without the seed (canonical JSON)."""
+    return canonical({k: v for k, v in flatten(dict(config)).items() if k not in BOOKKEEPING and k != SEED})
+
+
+def spread(values: Sequence[float | None]) -> Spread:
+    found = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return {
+        "n": len(found),
+        "mean": statistics.fmean(found) if found else None,
+        "sd": statistics.stdev(found) if len(found) > 1 else None,
+        "values": found,
+    }
+
+
+def groups(configs: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """The replicate groups among ``configs`` ({ID: resolved config}): two IDs or more with two seeds or more,
+    in ID order within a group, groups by their first ID."""
+    by_key: dict[str, list[str]] = {}
+    for experiment_id in sorted(configs):
+        if configs[experiment_id]:
+            by_key.setdefault(key(configs[experiment_id]), []).append(experiment_id)
+    seeds = {i: flatten(dict(configs[i])).get(SEED) for i in configs}
+    found = [ids for ids in by_key.values() if len({seeds[i] for i in ids}) > 1]
+    return sorted(found)
+
+
+def group_of(experiment_id: str, configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The replicate group ``experiment_id`` belongs to ([] when it has no replicate)."""
+    return next((ids for ids in groups(configs) if experiment_id in ids), [])
+
+
+def summarize(
+    ids: list[str], configs: Mapping[str, Mapping[str, Any]], finals: Mapping[str, Mapping[str, Any]]
+) -> Group:
+    """A group from each member's final record (``finals``: {ID: the newest value of each field, ``step`` among
+    them}). Only the members at the group's furthest step count, one per seed (a second experiment with the same
+    seed trains the same bits: no replicate)."""
+    seeds = {i: flatten(dict(configs.get(i, {}))).get(SEED) for i in ids}
+    furthest = max((finals.get(i, {}).get("step") or 0 for i in ids), default=0)
+    counted: dict[Any, str] = {}
+    for experiment_id in ids:
+        if (finals.get(experiment_id, {}).get("step") or 0) == furthest:
+            counted.setdefault(seeds[experiment_id], experiment_id)
+    used = list(counted.values())
+    return {
+        "ids": ids,
+        "seeds": [seeds[i] for i in ids],
+        "counted": used,
+        "step": furthest or None,
+        "metrics": {metric: spread([finals.get(i, {}).get(metric) for i in used]) for metric in METRICS},
+        "eval_loss_se": spread([finals.get(i, {}).get("eval_loss_se") for i in used])["mean"],
+    }
+
+
+def shown(value: Spread, digits: int = 4) -> str:
+    """``5.2310 ± 0.0123 (3 seeds)``; one seed without ``±``."""
+    if value["mean"] is None:
+        return "-"
+    sd = f" ± {value['sd']:.{digits}f}" if value["sd"] is not None else ""
+    return f"{value['mean']:.{digits}f}{sd} ({value['n']} seed{'s' * (value['n'] != 1)})"
+
+
+def difference(a: Spread, b: Spread, eval_se: float | None = None) -> tuple[bool | None, str]:
+    """Whether ``b``'s mean differs from ``a``'s within seed noise, and that in words (``eval_se``: the
+    evaluations' own standard error, said beside it when known)."""
+    if a["mean"] is None or b["mean"] is None:
+        return None, "no metric to compare"
+    delta = b["mean"] - a["mean"]
+    if a["sd"] is None or b["sd"] is None:
+        return None, f"{delta:+.4f}; no seed spread to judge it by (give each configuration --seeds 2 or more)"
+    error = math.sqrt(a["sd"] ** 2 / a["n"] + b["sd"] ** 2 / b["n"])
+    own = f"; the evaluations' own standard error is {eval_se:.4f}" if eval_se is not None else ""
+    if error == 0 or abs(delta) > NOISE * error:
+        ratio = f"{abs(delta) / error:.1f}x" if error else "infinitely many times"
+        return False, f"{delta:+.4f} ± {error:.4f} (seed spread): {ratio} its standard error, beyond seed noise{own}"
+    return True, f"{delta:+.4f} ± {error:.4f} (seed spread): within seed noise{own}"

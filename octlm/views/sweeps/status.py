@@ -1,0 +1,205 @@
+"""What ``octlm sweep status NAME`` and ``octlm show NAME`` say about a sweep, as plain data (torch-free, read-only).
+
+The status: each trial's state in the queue (queued; running, where: host, pid, threads, device, since when;
+``lost`` when its worker is gone, to be taken over; done, failed with its log's tail, stopped by halving), its
+rung, step and metric, and the counts. The ranking: the configurations (a trial's replicates together), the
+furthest rung first, then by the mean of their metric with its spread over the seeds, and in words whether the
+best one's lead over the next exceeds that spread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from octlm.core.errors import BadInput
+from octlm.core.home import Home
+from octlm.store.registry import Registry
+from octlm.views.sweeps import replicates
+from octlm.views.sweeps.replicates import Spread
+
+SCHEMA_VERSION = 1
+STATES = ("queued", "running", "done", "failed", "stopped")
+
+
+class TrialState(TypedDict):
+    id: str
+    status: str  # one of STATES, or "lost" (running, its worker gone)
+    where: str | None  # "host pid 123, 1 thread, cpu" while claimed
+    since: str | None
+    rung: int
+    target_step: int
+    step: int | None  # of its newest run
+    steps: int | None  # training.steps
+    params: dict[str, Any]
+    seed: int
+    replicate: int
+    value: float | None
+    error: str | None
+
+
+class SweepStatus(TypedDict):
+    """The ``octlm sweep status NAME --json`` document."""
+
+    schema_version: int
+    name: str
+    base: str | None
+    description: str | None
+    spec: dict[str, Any]
+    counts: dict[str, int]
+    claims: int  # every claim taken so far, released ones included
+    trials: list[TrialState]
+    decisions: list[dict[str, Any]]
+    complete: bool
+
+
+class Configuration(TypedDict):
+    rank: int
+    params: dict[str, Any]
+    trials: list[str]
+    rung: int  # the furthest rung its trials reached
+    step: int  # at that rung
+    statuses: list[str]
+    value: Spread  # the metric at that step, over the replicates
+    eval_loss_se: float | None
+
+
+class SweepRanking(TypedDict):
+    """The ``octlm show NAME --json`` document of a sweep."""
+
+    schema_version: int
+    name: str
+    metric: str
+    keys: list[str]  # what the sweep varies
+    configurations: list[Configuration]
+    verdict: str  # the best against the next, in words
+    best_so_far: list[dict[str, Any]]  # in the order trials finished: {id, value, best}
+
+
+def load(home: Home, name: str) -> tuple[dict[str, Any], list[dict[str, Any]], Registry]:
+    """The sweep's row and trials (BadInput for an unknown name) and the read-only registry, still open."""
+    registry = Registry(home.registry, create=False)
+    sweep = registry.sweep(name)
+    if sweep is None:
+        registry.close()
+        raise BadInput(f"unknown sweep {name}: `octlm sweep new {name} --from ID ...` creates it")
+    return sweep, registry.trials(sweep["id"]), registry
+
+
+def status(home: Home, name: str) -> SweepStatus:
+    sweep, trials, registry = load(home, name)
+    with registry:
+        summary = {row["id"]: row for row in registry.summary_rows()}
+        decisions, claims = registry.decisions(sweep["id"]), registry.claims(sweep["id"])
+    shown = [_state(trial, summary.get(trial["experiment_id"], {})) for trial in trials]
+    counts = {state: sum(1 for t in shown if t["status"] == state) for state in (*STATES, "lost")}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "name": sweep["name"],
+        "base": sweep["base"],
+        "description": sweep["description"],
+        "spec": sweep["spec"] or {},
+        "counts": counts,
+        "claims": len(claims),
+        "trials": shown,
+        "decisions": decisions,
+        "complete": counts["queued"] + counts["running"] + counts["lost"] == 0,
+    }
+
+
+def _state(trial: dict[str, Any], summary: dict[str, Any]) -> TrialState:
+    where = None
+    if trial["claim_id"] is not None:
+        threads = f", {trial['threads']} thread{'s' * (trial['threads'] != 1)}" if trial["threads"] else ""
+        where = f"{trial['host']} pid {trial['pid']}{threads}, {trial['device'] or 'cpu'}"
+    return {
+        "id": trial["experiment_id"],
+        "status": "lost" if trial["lost"] else trial["status"],
+        "where": where,
+        "since": trial["claimed"],
+        "rung": trial["rung"],
+        "target_step": trial["target_step"],
+        "step": summary.get("step"),
+        "steps": summary.get("steps"),
+        "params": trial["params"] or {},
+        "seed": trial["seed"],
+        "replicate": trial["replicate"],
+        "value": trial["value"],
+        "error": trial["error"],
+    }
+
+
+def ranking(home: Home, name: str) -> SweepRanking:
+    sweep, trials, registry = load(home, name)
+    spec = sweep["spec"] or {}
+    metric = str(spec.get("metric") or "eval_loss")
+    with registry:
+        errors = {
+            t["experiment_id"]: registry.rung_value(t["experiment_id"], t["target_step"], "eval_loss_se")
+            for t in trials
+        }
+        finished = [c for c in registry.claims(sweep["id"]) if c["outcome"] == "done"]
+    configurations = _configurations(trials, errors)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "name": sweep["name"],
+        "metric": metric,
+        "keys": [*spec.get("grid", {}), *spec.get("ranges", {})],
+        "configurations": configurations,
+        "verdict": verdict(configurations, metric),
+        "best_so_far": best_so_far(finished, {t["experiment_id"]: t for t in trials}),
+    }
+
+
+def _configurations(trials: list[dict[str, Any]], errors: dict[str, float | None]) -> list[Configuration]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for trial in trials:
+        groups.setdefault(trial["group_key"], []).append(trial)
+    found: list[Configuration] = []
+    for members in groups.values():
+        rung = max(m["rung"] for m in members)
+        at = [m for m in members if m["rung"] == rung]
+        values = [m["value"] for m in at if m["status"] in ("done", "stopped")]
+        own = replicates.spread([errors.get(m["experiment_id"]) for m in at])["mean"]
+        found.append(
+            {
+                "rank": 0,
+                "params": members[0]["params"] or {},
+                "trials": [m["experiment_id"] for m in members],
+                "rung": rung,
+                "step": max(m["target_step"] for m in members),
+                "statuses": [m["status"] for m in members],
+                "value": replicates.spread(values),
+                "eval_loss_se": own,
+            }
+        )
+    found.sort(key=lambda c: (-c["step"], c["value"]["mean"] is None, c["value"]["mean"] or 0.0))
+    for rank, configuration in enumerate(found, 1):
+        configuration["rank"] = rank
+    return found
+
+
+def verdict(configurations: list[Configuration], metric: str) -> str:
+    """The best configuration against the next at the same step, in words."""
+    ranked = [c for c in configurations if c["value"]["mean"] is not None]
+    if len(ranked) < 2 or ranked[1]["step"] != ranked[0]["step"]:
+        return "fewer than two configurations measured at the same step: nothing to rank yet"
+    best, next_ = ranked[0], ranked[1]
+    _, words = replicates.difference(best["value"], next_["value"], best["eval_loss_se"])
+    return f"the best ({_params(best['params'])}) against the next ({_params(next_['params'])}): {metric} {words}"
+
+
+def _params(params: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in params.items()) or "the base config"
+
+
+def best_so_far(finished: list[dict[str, Any]], trials: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trials' final metric in the order they finished (their last claim's release), with the best so far."""
+    best: float | None = None
+    out = []
+    for claim in sorted(finished, key=lambda c: c["released"] or ""):
+        trial = trials.get(claim["experiment_id"])
+        if trial is None or claim["target_step"] != trial["target_step"] or trial["value"] is None:
+            continue
+        best = trial["value"] if best is None else min(best, trial["value"])
+        out.append({"id": claim["experiment_id"], "value": trial["value"], "best": best})
+    return out

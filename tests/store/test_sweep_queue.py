@@ -1,0 +1,224 @@
+"""The sweeps' queue in the registry (issue 27): m009's tables as their row types say, claims taken atomically
+(16 processes on one registry lose no claim and take no trial twice), a dead claimant's trial taken over by
+liveness, another host's claim left alone, a rung decided once, a removed trial leaving its sweep."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import cli
+
+from octlm.store import migrations, sweeps
+from octlm.store.registry import Registry
+from octlm.tasks.sweeps import halving
+
+WORKER = {"host": None, "pid": None, "pid_start": None, "threads": 1, "device": "cpu"}
+
+
+def queue(path: Path, trials: int, name: str = "q", rungs: list[int] | None = None) -> int:
+    """A sweep of ``trials`` trials whose experiments are rows only (the queue never reads their files)."""
+    spec = {"halving": rungs or [], "keep": 0.5, "metric": "eval_loss"}
+    members = [
+        (
+            {"id": f"EXP-{n:03d}", "description": f"trial {n}"},
+            {"params": {"n": n}, "group_key": str(n), "seed": 1, "target_step": 4},
+        )
+        for n in range(1, trials + 1)
+    ]
+    with Registry(path) as registry:
+        return registry.add_sweep({"name": name, "base": "EXP-000", "spec": spec}, members)
+
+
+def worker(**fields: object) -> dict:
+    import os
+    import socket
+
+    from octlm.store.liveness import start_time
+
+    return {**WORKER, "host": socket.gethostname(), "pid": os.getpid(), "pid_start": start_time(os.getpid()), **fields}
+
+
+def test_the_sweep_tables_are_what_their_row_types_say(tmp_path: Path) -> None:
+    path = tmp_path / "registry.db"
+    queue(path, 1)
+    with sqlite3.connect(path) as conn:
+        for table, row in (
+            ("sweeps", sweeps.SweepRow),
+            ("sweep_trials", sweeps.TrialRow),
+            ("sweep_claims", sweeps.ClaimRow),
+            ("sweep_decisions", sweeps.DecisionRow),
+        ):
+            columns = tuple(r[1] for r in conn.execute(f"pragma table_info({table})"))
+            assert migrations.TABLE_COLUMNS[table] == columns == tuple(row.__annotations__), table
+        assert conn.execute("select name from _sqlite_migrations order by id desc limit 1").fetchone() == (
+            "m009_sweeps",
+        )
+
+
+def test_a_claim_takes_the_first_queued_trial_once_and_settles(tmp_path: Path) -> None:
+    path = tmp_path / "registry.db"
+    sweep_id = queue(path, 2)
+    with Registry(path) as registry:
+        first, second = registry.claim([sweep_id], worker()), registry.claim([sweep_id], worker())
+        assert (first["experiment_id"], second["experiment_id"]) == ("EXP-001", "EXP-002")
+        assert registry.claim([sweep_id], worker()) is None  # both running, their claimant alive
+        with pytest.raises(sqlite3.IntegrityError):  # at most one open claim per trial, whatever the caller does
+            with registry._transaction() as conn:
+                conn.execute(
+                    "insert into sweep_claims (trial_id, sweep_id, experiment_id) values (?, ?, 'EXP-001')",
+                    (first["id"], sweep_id),
+                )
+        registry.settle_claim(first["claim_id"], "done", value=4.5)
+        registry.settle_claim(second["claim_id"], "queued")  # released by a signal: queued again
+        assert registry.settle_claim(first["claim_id"], "failed") == []  # a closed claim changes nothing
+        statuses = [(t["experiment_id"], t["status"], t["value"]) for t in registry.trials(sweep_id)]
+        assert statuses == [("EXP-001", "done", 4.5), ("EXP-002", "queued", None)]
+        assert [c["outcome"] for c in registry.claims(sweep_id)] == ["done", "released"]
+
+
+def test_a_dead_claimants_trial_is_taken_over_and_another_hosts_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "registry.db"
+    sweep_id = queue(path, 2)
+    code = (
+        "import sys, os, socket; from pathlib import Path; from octlm.store.registry import Registry; "
+        "from octlm.store.liveness import start_time; r = Registry(Path(sys.argv[1])); "
+        "w = {'host': socket.gethostname(), 'pid': os.getpid(), 'pid_start': start_time(os.getpid())}; "
+        "print(r.claim(None, w)['experiment_id'])"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "EXP-001"  # claimed, then the process ended without settling
+    with Registry(path) as registry:
+        assert [t["lost"] for t in registry.trials(sweep_id)] == [True, False]
+        taken = registry.claim([sweep_id], worker())
+        assert taken is not None and taken["experiment_id"] == "EXP-001"
+        elsewhere = registry.claim([sweep_id], worker(host="elsewhere", pid=1))  # a claim this box cannot check
+        assert elsewhere is not None and elsewhere["experiment_id"] == "EXP-002"
+        assert [t["lost"] for t in registry.trials(sweep_id)] == [False, False]
+        assert registry.claim([sweep_id], worker()) is None  # neither is taken from its claimant
+        outcomes = [(c["experiment_id"], c["outcome"]) for c in registry.claims(sweep_id)]
+    assert outcomes == [("EXP-001", "lost"), ("EXP-001", None), ("EXP-002", None)]
+
+
+CLAIMER = """
+import os, socket, sys, time
+from pathlib import Path
+from octlm.store.liveness import start_time
+from octlm.store.registry import Registry
+worker = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": start_time(os.getpid()), "threads": 1}
+path = Path(sys.argv[1])
+(path.parent / f"ready-{os.getpid()}").touch()  # all 16 start claiming together, however slow their start
+deadline = time.monotonic() + 120
+while len(list(path.parent.glob("ready-*"))) < 16 and time.monotonic() < deadline:
+    time.sleep(0.01)
+with Registry(path) as registry:
+    while (trial := registry.claim(None, worker)) is not None:
+        time.sleep(0.005)  # a trial takes a while
+        registry.settle_claim(trial["claim_id"], "done", value=float(trial["position"]))
+"""
+
+
+@pytest.mark.slow
+def test_sixteen_processes_on_one_registry_lose_no_claim_and_take_no_trial_twice(tmp_path: Path) -> None:
+    path = tmp_path / "registry.db"
+    sweep_id = queue(path, 96)
+    command = [sys.executable, "-c", CLAIMER, str(path)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(
+            pool.map(lambda _: subprocess.run(command, capture_output=True, text=True, timeout=300), range(16))
+        )
+    assert all(r.returncode == 0 for r in results), [r.stderr for r in results if r.returncode]
+    with Registry(path) as registry:
+        claims = registry.claims(sweep_id)
+        trials = registry.trials(sweep_id)
+    assert sorted(c["experiment_id"] for c in claims) == [f"EXP-{n:03d}" for n in range(1, 97)]  # each once
+    assert {c["outcome"] for c in claims} == {"done"} and all(c["released"] for c in claims)
+    assert all(t["status"] == "done" and t["value"] == t["position"] for t in trials)
+    assert len({c["pid"] for c in claims}) > 1  # the processes shared the work
+
+
+def test_a_rung_is_decided_once_by_whoever_ends_it(tmp_path: Path) -> None:
+    path = tmp_path / "registry.db"
+    sweep_id = queue(path, 4, rungs=[4, 8])
+    values = {"EXP-001": 5.0, "EXP-002": 4.0, "EXP-003": 6.0, "EXP-004": 4.5}
+    with Registry(path) as registry:
+        claims = [registry.claim([sweep_id], worker()) for _ in range(4)]
+        taken = [
+            registry.settle_claim(c["claim_id"], "done", halving.decide, value=values[c["experiment_id"]])
+            for c in claims
+        ]
+        assert [len(t) for t in taken] == [0, 0, 0, 1]  # the last one to end the rung decides it
+        (decision,) = registry.decisions(sweep_id)
+        assert decision["promoted"] == ["EXP-002", "EXP-004"] and decision["step"] == 4
+        assert [g["trials"] for g in decision["ranking"]] == [["EXP-002"], ["EXP-004"], ["EXP-001"], ["EXP-003"]]
+        trials = {t["experiment_id"]: (t["status"], t["rung"], t["target_step"]) for t in registry.trials(sweep_id)}
+    assert trials == {
+        "EXP-001": ("stopped", 0, 4),
+        "EXP-002": ("queued", 1, 8),
+        "EXP-003": ("stopped", 0, 4),
+        "EXP-004": ("queued", 1, 8),
+    }
+
+
+def test_halving_ranks_configurations_by_their_replicates_mean_and_passes_over_a_failed_one() -> None:
+    def trial(experiment_id: str, group: str, value: float | None, status: str = "done") -> dict:
+        return {
+            "experiment_id": experiment_id,
+            "group_key": group,
+            "params": {},
+            "value": value,
+            "status": status,
+            "rung": 0,
+            "position": int(experiment_id[-1]),
+        }
+
+    trials = [
+        trial("EXP-001", "a", 5.0),
+        trial("EXP-002", "a", 4.0),
+        trial("EXP-003", "b", 4.4),
+        trial("EXP-004", "b", 4.4),
+        trial("EXP-005", "c", 3.0),
+        trial("EXP-006", "c", None, "failed"),
+    ]
+    decision = halving.decide({"spec": {"halving": [2, 4], "keep": 0.5}}, trials)
+    assert decision is not None and decision.promoted == ["EXP-003", "EXP-004"]  # 4.4 beats 4.5; c lost a replicate
+    assert [g["value"] for g in decision.ranking] == [4.4, 4.5, None]
+    waiting = [*trials[:5], trial("EXP-006", "c", None, "running")]
+    assert halving.decide({"spec": {"halving": [2, 4], "keep": 0.5}}, waiting) is None  # the rung is not over
+
+
+def test_removing_a_trial_takes_its_trial_and_claim_rows(home: Path) -> None:
+    assert cli(home, "sweep", "new", "s", "--from", "EXP-001", "--seeds", "2").exit_code == 0
+    with Registry(home / "registry.db") as registry:
+        sweep = registry.sweep("s")
+        assert sweep is not None
+        registry.claim([sweep["id"]], worker())
+    removed = cli(home, "rm", "EXP-002", "--yes", "--json")
+    assert removed.exit_code == 0, removed.stderr
+    with Registry(home / "registry.db") as registry:
+        assert [t["experiment_id"] for t in registry.trials(sweep["id"])] == ["EXP-003"]
+        assert registry.claims(sweep["id"]) == []
+
+
+def test_a_signal_between_a_claim_and_its_trial_releases_only_that_workers_claim(tmp_path: Path) -> None:
+    from octlm.core.errors import Interrupted
+    from octlm.core.home import Home
+    from octlm.store.liveness import start_time
+    from octlm.tasks.sweeps.worker import releasing
+
+    path = tmp_path / "registry.db"
+    sweep_id, me = queue(path, 2), worker()
+    with Registry(path) as registry:
+        other = registry.claim([sweep_id], worker(pid=1, pid_start=start_time(1)))  # another live process's
+    assert other is not None
+    with pytest.raises(Interrupted), releasing(Home(tmp_path), me):
+        with Registry(path) as registry:
+            assert registry.claim([sweep_id], me) is not None
+        raise Interrupted("stopped by SIGTERM", 143)  # before the trial's session took the signals over
+    with Registry(path) as registry:
+        assert [(c["pid"], c["outcome"]) for c in registry.claims(sweep_id)] == [(1, None), (me["pid"], "released")]
+        assert [t["status"] for t in registry.trials(sweep_id)] == ["running", "queued"]

@@ -1,0 +1,258 @@
+"""Sweeps over the durable queue (issue 27): trials made as experiments, workers claiming them in the registry,
+a killed worker's trial taken over and ending bit-identical to a straight run, a failing trial recorded with its
+log's tail while the others finish, successive halving promoting exactly the best, SIGTERM releasing a claim,
+Optuna asking as trials finish. Real processes, real signals, a real registry; tiny configs of a few steps."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import assert_same_training_state, cli, json_out, octlm, write_corpus, write_experiment
+
+from octlm.core import layout
+from octlm.train import checkpoint
+
+pytestmark = pytest.mark.slow
+TINY = {"steps": 4, "eval_interval": 2, "log_interval": 2, "warmup_steps": 1}
+
+
+def sweep_home(tmp_path: Path, every: int = 2, **training: object) -> Path:
+    home = write_corpus(tmp_path / "home")
+    write_experiment(home, training={**TINY, **training}, checkpoint={"interval": every, "keep": 10})
+    return home
+
+
+def rows(home: Path, sql: str, *params: object) -> list[tuple]:
+    with sqlite3.connect(home / "registry.db") as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def start(home: Path, *args: str, **env: str) -> subprocess.Popen:
+    """``octlm work ...`` as its own process with the default signal dispositions (the runner may ignore SIGHUP)."""
+
+    def defaults() -> None:
+        for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
+
+    command = [sys.executable, "-m", "octlm", "--home", str(home), "work", *args]
+    environment = {**os.environ, "NO_COLOR": "1", **env}
+    return subprocess.Popen(
+        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=defaults
+    )
+
+
+def final(home: Path, experiment_id: str) -> checkpoint.Record:
+    step, path = layout.checkpoints(home / "checkpoints" / experiment_id)[-1]
+    return checkpoint.read(path)
+
+
+def straight(home: Path, experiment_id: str, threads: str = "1") -> checkpoint.Record:
+    """The same config trained in one go by ``octlm train``, as a twin experiment of its own."""
+    twin = json_out(cli(home, "new", "--from", experiment_id, "--json"))["id"]
+    done = octlm(home, "train", twin, "-q", env={"OMP_NUM_THREADS": threads})
+    assert done.returncode == 0, done.stderr
+    return final(home, twin)
+
+
+def test_a_grid_of_two_keys_with_two_seeds_on_two_workers_runs_every_trial_once(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path)
+    made = cli(
+        home,
+        "sweep",
+        "new",
+        "grid",
+        "--from",
+        "EXP-001",
+        "--grid",
+        "training.learning_rate=1e-3,3e-3",
+        "--grid",
+        "model.n_layers=1,2",
+        "--seeds",
+        "2",
+        "--json",
+    )
+    assert made.exit_code == 0, made.stderr
+    trials = json_out(made)["trials"]
+    assert len(trials) == 8 and len({t["id"] for t in trials}) == 8
+    assert {t["seed"] for t in trials} == {1337, 1338}
+    tagged = rows(home, "select count(*) from experiments where tags like '%sweep:grid%'")
+    assert tagged == [(8,)]
+    done = octlm(home, "work", "grid", "--workers", "2", "--until-empty", "-q")
+    assert done.returncode == 0, done.stderr
+    claims = rows(home, "select experiment_id, outcome, threads, pid from sweep_claims")
+    assert sorted(c[0] for c in claims) == sorted(t["id"] for t in trials)  # each trial claimed once
+    assert {c[1] for c in claims} == {"done"} and {c[2] for c in claims} == {max(1, len(os.sched_getaffinity(0)) // 2)}
+    assert len({c[3] for c in claims}) == 2  # both workers took trials
+    runs = rows(home, "select experiment_id, count(*) from runs where kind = 'resume' group by experiment_id")
+    assert sorted(runs) == sorted((t["id"], 1) for t in trials)  # and trained each once
+    status = json_out(cli(home, "sweep", "status", "grid", "--json"))
+    assert status["counts"]["done"] == 8 and status["complete"]
+    assert all(t["value"] is not None and t["step"] == 4 for t in status["trials"])
+
+
+def test_a_killed_workers_trial_is_taken_over_and_ends_bit_identical(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path, every=10, steps=80, eval_interval=40, log_interval=10)
+    assert cli(home, "sweep", "new", "one", "--from", "EXP-001", "--seeds", "2").exit_code == 0
+    first = start(home, "one", "--threads", "1")
+    folder = home / "checkpoints" / "EXP-002"
+    deadline = time.monotonic() + 120
+    while not layout.checkpoints(folder) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first.kill()  # SIGKILL mid-trial: its claim stays open, its process is gone
+    first.wait(timeout=30)
+    (open_claim,) = rows(home, "select experiment_id, pid from sweep_claims where released is null")
+    assert open_claim == ("EXP-002", first.pid)
+    status = json_out(cli(home, "sweep", "status", "one", "--json"))
+    assert status["trials"][0]["status"] == "lost"
+    second = octlm(home, "work", "one", "--threads", "1", "--until-empty", "-q")
+    assert second.returncode == 0, second.stderr
+    claims = rows(home, "select experiment_id, outcome from sweep_claims order by id")
+    assert claims == [("EXP-002", "lost"), ("EXP-002", "done"), ("EXP-003", "done")]
+    resumed = rows(home, "select resumed_from from runs where experiment_id = 'EXP-002' order by id")
+    assert resumed[-1][0] is not None  # the second worker continued from the first one's checkpoint
+    assert_same_training_state(final(home, "EXP-002"), straight(home, "EXP-002"))
+
+
+def test_a_failing_trial_is_marked_failed_with_its_log_tail_and_the_others_finish(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path)
+    made = cli(
+        home, "sweep", "new", "bad", "--from", "EXP-001", "--grid", "data.sources=corpus/*.txt,missing/*.txt", "--json"
+    )
+    assert made.exit_code == 0, made.stderr
+    good, bad = (t["id"] for t in json_out(made)["trials"])
+    done = octlm(home, "work", "bad", "--until-empty")
+    assert done.returncode == 0, done.stderr
+    assert f"{bad}: failed" in done.stderr
+    status = json_out(cli(home, "sweep", "status", "bad", "--json"))
+    by_id = {t["id"]: t for t in status["trials"]}
+    assert by_id[good]["status"] == "done" and by_id[bad]["status"] == "failed"
+    assert "missing/*.txt" in by_id[bad]["error"] and "failed:" in by_id[bad]["error"]
+    assert (
+        (home / "runs" / f"{bad}.log").read_text().splitlines()[-1].endswith(by_id[bad]["error"].splitlines()[-1][9:])
+    )
+    shown = cli(home, "sweep", "status", "bad")
+    assert f"{bad} failed; the last lines of runs/{bad}.log" in shown.stdout and "missing/*.txt" in shown.stdout
+
+
+def test_successive_halving_promotes_the_best_and_a_promoted_trial_equals_a_straight_run(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path, steps=6)
+    made = cli(
+        home,
+        "sweep",
+        "new",
+        "sh",
+        "--from",
+        "EXP-001",
+        "--grid",
+        "training.learning_rate=1e-3,3e-3,1e-2,2e-2",
+        "--halving",
+        "2,4,6",
+        "--keep",
+        "0.5",
+        "--json",
+    )
+    assert made.exit_code == 0, made.stderr
+    ids = [t["id"] for t in json_out(made)["trials"]]
+    done = octlm(home, "work", "sh", "--threads", "1", "--until-empty", "-q", env={"OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    status = json_out(cli(home, "sweep", "status", "sh", "--json"))
+    first, second = status["decisions"]
+    at_two = {e: rows(home, "select eval_loss from metrics where experiment_id = ? and step = 2", e)[0][0] for e in ids}
+    best_two = sorted(ids, key=at_two.get)[:2]
+    assert first["step"] == 2 and sorted(first["promoted"]) == sorted(best_two)
+    assert [g["trials"][0] for g in first["ranking"]] == sorted(ids, key=at_two.get)  # the ranking, recorded
+    at_four = {
+        e: rows(home, "select eval_loss from metrics where experiment_id = ? and step = 4", e)[0][0] for e in best_two
+    }
+    assert second["step"] == 4 and second["promoted"] == [min(best_two, key=at_four.get)]
+    winner = second["promoted"][0]
+    by_id = {t["id"]: t for t in status["trials"]}
+    assert by_id[winner]["status"] == "done" and by_id[winner]["target_step"] == 6
+    assert sorted(e for e in ids if by_id[e]["status"] == "stopped") == sorted(set(ids) - {winner})
+    assert [r[0] for r in rows(home, "select end_step from runs where experiment_id = ? order by id", winner)] == [
+        2,
+        4,
+        6,
+    ]
+    shown = cli(home, "sweep", "status", "sh").stdout
+    assert f"rung 1 (step 4): promoted {winner} (" in shown and "rung 0 (step 2): promoted " in shown
+    assert_same_training_state(final(home, winner), straight(home, winner))  # three resumes, one trajectory
+
+
+def test_sigterm_checkpoints_the_running_trial_releases_its_claim_and_exits_143(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path, every=100, steps=400, eval_interval=100, log_interval=50)
+    assert cli(home, "sweep", "new", "term", "--from", "EXP-001", "--seeds", "2").exit_code == 0
+    worker = start(home, "term", "--threads", "1")
+    deadline = time.monotonic() + 120
+    while not rows(home, "select 1 from runs where status = 'running'") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    worker.send_signal(signal.SIGTERM)
+    _, err = worker.communicate(timeout=120)
+    assert worker.returncode == 143, err
+    assert "its claim is released" in err
+    assert rows(home, "select outcome from sweep_claims") == [("released",)]
+    assert rows(home, "select status from sweep_trials order by position") == [("queued",), ("queued",)]
+    step = layout.checkpoints(home / "checkpoints" / "EXP-002")[-1][0]
+    assert 0 < step < 400
+    assert cli(home, "sweep", "new", "empty", "--from", "EXP-001", "--seeds", "2").exit_code == 0
+    cli(home, "sweep", "status", "empty")
+    rows(home, "update sweep_trials set status = 'stopped' where sweep_id = 2")  # nothing left to claim
+    idle = start(home, "empty")  # an idle worker waits for trials, and stops at once on SIGTERM
+    assert "waiting for one" in idle.stderr.readline()
+    idle.send_signal(signal.SIGTERM)
+    assert idle.wait(timeout=60) == 143
+    assert rows(home, "select count(*) from sweep_claims") == [(1,)]
+
+
+def test_sigterm_to_a_pool_reaches_each_worker_once_and_releases_every_claim(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path, every=100, steps=400, eval_interval=100, log_interval=50)
+    assert cli(home, "sweep", "new", "pool", "--from", "EXP-001", "--seeds", "3").exit_code == 0
+    pool = start(home, "pool", "--workers", "2")
+    deadline = time.monotonic() + 120
+    while len(rows(home, "select 1 from runs where status = 'running'")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    pool.send_signal(signal.SIGTERM)
+    _, err = pool.communicate(timeout=120)
+    assert pool.returncode == 143, err
+    assert err.count("its claim is released") == 2
+    assert rows(home, "select outcome from sweep_claims") == [("released",), ("released",)]
+    assert rows(home, "select status from sweep_trials") == [("queued",)] * 3
+    assert {r[0] for r in rows(home, "select status from runs")} == {"interrupted"}
+
+
+def test_tpe_asks_for_new_trials_as_earlier_ones_finish(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path, steps=2, eval_interval=2)
+    made = cli(
+        home,
+        "sweep",
+        "new",
+        "tpe",
+        "--from",
+        "EXP-001",
+        "--sampler",
+        "tpe",
+        "--trials",
+        "4",
+        "--parallel",
+        "2",
+        "--range",
+        "training.learning_rate=1e-4:1e-2:log",
+        "--json",
+    )
+    assert made.exit_code == 0, made.stderr
+    assert len(json_out(made)["trials"]) == 2  # asked ahead; the rest as these finish
+    done = octlm(home, "work", "tpe", "--until-empty", "-q")
+    assert done.returncode == 0, done.stderr
+    status = json_out(cli(home, "sweep", "status", "tpe", "--json"))
+    assert status["counts"]["done"] == 4 and len(status["trials"]) == 4
+    rates = [t["params"]["training.learning_rate"] for t in status["trials"]]
+    assert len(set(rates)) == 4 and all(1e-4 <= r <= 1e-2 for r in rates)
