@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -260,3 +263,43 @@ def test_a_fingerprint_without_the_world_size(tmp_path: Path) -> None:
     plain = cfg.from_dict({"training": {"batch_size": 8}}, "x")
     assert plain.fingerprint_at(2) != plain.fingerprint and plain.fingerprint != pieces.fingerprint
     assert cfg.from_dict({"training": {"batch_size": 8, "micro_batches": 0}}, "x").fingerprint == plain.fingerprint
+
+
+# ---------------------------------------------------------------- threads
+
+
+PIECE = """
+import hashlib, sys, torch
+from octlm import config as cfg
+from octlm.config.presets import preset
+from octlm.train.decoder import Decoder, loss
+torch.set_num_threads(int(sys.argv[1]))
+raw = preset("day1"); raw["model"]["dropout"] = 0.1; raw["training"]["compile"] = False
+config = cfg.from_dict(raw, "day1")
+torch.manual_seed(1337); model = Decoder(config)
+tokens = torch.randint(3, config.tokenizer.vocab_size, (2, config.model.context_length + 1),
+                       generator=torch.Generator().manual_seed(0))
+torch.manual_seed(42)
+loss(model(tokens[:, :-1]), tokens[:, 1:], -1).backward()
+digest = hashlib.sha256()
+for parameter in model.parameters():
+    digest.update(parameter.grad.numpy().tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_a_piece_of_day1_has_the_same_bits_on_one_thread_and_two_under_the_pinned_mode() -> None:
+    """One piece of day1 (2 blocks of 128 tokens): its gradient under MKL's strict mode, which the pieces pin, is
+    the same on 1 and 2 threads; without it (printed, as it depends on the processor) it differs on this box."""
+
+    def piece(threads: int, mkl: str | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"} | ({"MKL_CBWR": mkl} if mkl else {})
+        command = [sys.executable, "-c", PIECE, str(threads)]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    for mode in ("AUTO,STRICT", "AVX2,STRICT"):  # local's and portable's pinned settings
+        assert piece(1, mode) == piece(2, mode), mode
+    unpinned = piece(1, None) == piece(2, None)
+    print(f"day1 piece, MKL_CBWR unset: 1 and 2 threads {'agree' if unpinned else 'differ'} here")
