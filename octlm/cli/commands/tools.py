@@ -83,7 +83,12 @@ DeterminismOption = Annotated[
     ),
 ]
 RoundsOption = Annotated[
-    int, typer.Option("--rounds", metavar="N", help="With several --determinism profiles: processes per profile.")
+    int,
+    typer.Option(
+        "--rounds",
+        metavar="N",
+        help="With several --determinism profiles, or --nproc: alternating processes per profile or variant.",
+    ),
 ]
 MicroBatchesOption = Annotated[
     int | None,
