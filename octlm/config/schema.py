@@ -133,6 +133,17 @@ class TrainingConfig(_Section):
     decay_fraction: float = _doc("wsd: the share of training.steps at the end that decays", 0.2, bound="fraction")
     batch_size: int = _doc("blocks per step: the global batch of all ranks", 8, bound="positive", maximum=2**16)
     grad_accum_steps: int = _doc("micro-batches per step (slices of the batch)", 1, bound="positive", maximum=2**16)
+    micro_batches: int = _doc(
+        "canonical pieces (0 = off: each rank sums its own slice, as training.grad_accum_steps cuts it): K cuts every "
+        "global batch into K fixed pieces of training.batch_size / K blocks, each computed alone (its dropout seeded "
+        "by seed, step and piece) and summed in one fixed tree, so every --nproc x --nnodes that divides K, 1 "
+        "included, trains the same bits and a checkpoint continues exactly at any of them (training.grad_accum_steps "
+        "stays 1); the CPU matmuls run in MKL's strict reproducible mode (MKL_CBWR=AUTO,STRICT; vendor's AVX2,STRICT "
+        "is strict already; portable's COMPATIBLE has none, so its thread count stays pinned; docs/performance.md)",
+        0,
+        bound="non-negative",
+        maximum=2**16,
+    )
     weight_decay: float = _doc("AdamW decay on matrices only", 0.1, bound="non-negative")
     grad_clip: float = _doc("global gradient-norm limit (0 = no clipping)", 1.0, bound="non-negative")
     beta1: float = _doc("AdamW beta1", 0.9, bound="fraction")
@@ -200,6 +211,7 @@ class TrainingConfig(_Section):
                 "grad_accum_steps",
                 f"must divide training.batch_size ({self.batch_size}), got {self.grad_accum_steps}",
             )
+        self._check_pieces()
         if self.min_learning_rate > self.learning_rate:
             self.fail(
                 "min_learning_rate",
@@ -216,12 +228,43 @@ class TrainingConfig(_Section):
             message = "torch.compile generates code for this machine's instruction set, which no tier can pin"
             self.fail("compile", f"{message}; set training.compile: false or training.determinism: local")
 
+    def _check_pieces(self) -> None:
+        """``micro_batches``: K pieces of equal size, which replace ``grad_accum_steps``."""
+        pieces = self.micro_batches
+        if pieces and self.batch_size % pieces:
+            self.fail("micro_batches", f"must divide training.batch_size ({self.batch_size}), got {pieces}")
+        if pieces and self.grad_accum_steps != 1:
+            self.fail(
+                "grad_accum_steps",
+                f"must be 1 with training.micro_batches ({pieces}), whose pieces are the micro-batches of every "
+                f"world size, got {self.grad_accum_steps}: set one of the two",
+            )
+
+    def world_sizes(self) -> list[int]:
+        """The world sizes (ranks: --nproc x --nnodes) that train this config's canonical pieces: K's divisors."""
+        return [size for size in range(1, self.micro_batches + 1) if self.micro_batches % size == 0]
+
     def check_split(self, world_size: int, batch_size: int | None = None) -> None:
-        """The global batch must cut into equal parts, one per rank and micro-batch."""
+        """The global batch must cut into equal parts, one per rank and micro-batch; with canonical pieces, the
+        world size must divide their number."""
+        if self.micro_batches:
+            self._check_world_size(world_size, batch_size or self.batch_size)
+            return
         batch, parts, micro = batch_size or self.batch_size, world_size * self.grad_accum_steps, self.grad_accum_steps
         if batch % parts:
             message = f"{world_size} ranks x {micro} micro-batches ({parts} equal parts): use a multiple of {parts}"
             raise ConfigError(f"training.batch_size {batch} does not divide into {message}, or another --nproc")
+
+    def _check_world_size(self, world_size: int, batch: int) -> None:
+        pieces = self.micro_batches
+        if batch % pieces:
+            raise ConfigError(f"training.micro_batches {pieces}: must divide the batch of {batch} blocks")
+        if pieces % world_size:
+            sizes = [str(size) for size in self.world_sizes()]
+            named = sizes[0] if len(sizes) == 1 else f"{', '.join(sizes[:-1])} or {sizes[-1]}"
+            raise ConfigError(
+                f"training.micro_batches {pieces}: --nproc x --nnodes must divide it: {named} (not {world_size})"
+            )
 
 
 @dataclass(frozen=True)
@@ -309,6 +352,7 @@ ADDED_LATER: dict[str, Any] = {
     "training.spike_sigma": 6.0,
     "training.spike_window": 100,
     "init.step": 0,
+    "training.micro_batches": 0,
 }
 # What ``octlm new`` writes into a new experiment's file where its preset (or parent) does not say: the defaults
 # of experiments made now, where an absent key keeps what an experiment made before the key existed did.
@@ -360,8 +404,9 @@ class Config:
 
     def fingerprint_at(self, world_size: int) -> str:
         """The fingerprint of a run on ``world_size`` ranks: ``fingerprint`` on one, else with the world size
-        (data parallelism changes the order of floating-point sums, so it is part of the trajectory)."""
-        if world_size == 1:
+        (data parallelism changes the order of floating-point sums, so it is part of the trajectory), except with
+        canonical pieces (``training.micro_batches``), whose sums are the same at every world size."""
+        if world_size == 1 or self.training.micro_batches:
             return self.fingerprint
         trajectory = {**self.trajectory_dict(), "distributed.world_size": world_size}
         return hashlib.sha256(canonical(trajectory).encode()).hexdigest()

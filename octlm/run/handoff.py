@@ -105,9 +105,12 @@ def exit_code(error: BaseException) -> int:
 
 def check_world_size(loaded: checkpoint.Loaded, world_size: int, reshard: bool) -> bool:
     """Whether a resume reshards: refused (exit 3) when the checkpoint's world size is not this run's,
-    unless ``reshard`` was given."""
+    unless ``reshard`` was given. A checkpoint of canonical pieces (its config's ``training.micro_batches``) never
+    reshards: every world size that divides the pieces continues it exactly (one that does not is refused as bad
+    input by ``check_split``, which follows), and ``reshard`` changes nothing."""
     saved = loaded.record.world_size
-    if saved == world_size:
+    training = loaded.record.config.get("training")
+    if saved == world_size or (isinstance(training, dict) and training.get("micro_batches")):
         return False
     if not reshard:
         raise Refused(

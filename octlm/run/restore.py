@@ -45,7 +45,8 @@ def restore(
     checkpoint.check_fingerprints(record, config=prepared.config, current=current, path=loaded.path)
     runtime.set_threads(prepared.config, record.environment.get("threads"))  # vendor, portable: the first start's count
     state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), ranks=ranks)
-    runtime.check_environment(record.environment, canary.environment(state), loaded.path.name, reporter)
+    pieces = prepared.config.training.micro_batches > 0  # their bits do not depend on the thread count
+    runtime.check_environment(record.environment, canary.environment(state), loaded.path.name, reporter, pieces)
     load_record(state, record, reseed=reshard)
     if home is not None:
         check_data_order(state, record, home, loaded.path.name, reporter)
@@ -128,7 +129,7 @@ def _check_continuation(state: TrainState, record: Record, parent: str) -> None:
     init = state.config.init
     if record.step != init.step:
         raise Refused(f"{state.config.id}: init.step is {init.step} but {parent}'s checkpoint is at step {record.step}")
-    if record.world_size != state.ranks.world_size:
+    if record.world_size != state.ranks.world_size and not state.config.training.micro_batches:  # pieces: any size
         raise Refused(
             f"{state.config.id} continues {parent}'s run, trained on {record.world_size} rank(s): "
             f"train it on {record.world_size} (--nproc x --nnodes), not {state.ranks.world_size}"

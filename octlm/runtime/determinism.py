@@ -17,6 +17,13 @@ call it after loading the config and before importing anything that imports torc
 (``verify-resume``'s segments, the ranks of ``--nproc``) inherits them. A process that imported torch under
 other settings cannot be pinned any more: ``pin`` refuses (exit 3) rather than train with kernels other than
 the tier's; run the command in a new process (``octlm ...``).
+
+Canonical pieces (``training.micro_batches``) need MKL's strict reproducible mode: without it, MKL's sgemm splits
+a long inner dimension between threads, so one process on 2 threads and two ranks on 1 thread each compute
+different bits for the same piece (measured on day1's shape; docs/performance.md). ``local`` then pins
+``MKL_CBWR=AUTO,STRICT`` (it changes the bits of one thread too, so never without pieces); ``vendor`` is strict
+already; ``portable``'s COMPATIBLE branch has no strict mode (measured: its bits agree at 1, 2 and 4 threads and
+differ at 3), so under ``portable`` a resume still compares the thread count.
 """
 
 from __future__ import annotations
@@ -40,9 +47,12 @@ COVERS = {
 }
 
 
-def settings(determinism: str) -> dict[str, str]:
-    """The environment a profile pins (nothing for ``local``)."""
-    return PROFILES[determinism]
+def settings(determinism: str, pieces: bool = False) -> dict[str, str]:
+    """The environment a tier pins (nothing for ``local``); with canonical ``pieces``, MKL's strict mode too."""
+    pinned = dict(PROFILES[determinism])
+    if pieces and determinism == "local":
+        pinned["MKL_CBWR"] = "AUTO,STRICT"  # ?gemm's bits independent of threads (vendor is strict already)
+    return pinned
 
 
 def describe(determinism: str) -> str:
@@ -51,22 +61,23 @@ def describe(determinism: str) -> str:
     return f"{determinism} ({pinned})" if pinned else determinism
 
 
-def unpinned(determinism: str) -> dict[str, str]:
+def unpinned(determinism: str, pieces: bool = False) -> dict[str, str]:
     """The settings of the profile this process's environment does not hold (empty: pinned)."""
-    return {key: value for key, value in settings(determinism).items() if os.environ.get(key) != value}
+    return {key: value for key, value in settings(determinism, pieces).items() if os.environ.get(key) != value}
 
 
 def pin(config: Config) -> None:
     """Set the profile's environment before torch loads; refuse when torch is already loaded without it."""
-    missing = unpinned(config.training.determinism)
+    pieces = config.training.micro_batches > 0
+    missing = unpinned(config.training.determinism, pieces)
     if not missing:
         return
     if "torch" in sys.modules:
         shown = " ".join(f"{key}={value}" for key, value in missing.items())
+        what = "training.micro_batches" if pieces else f"training.determinism: {config.training.determinism}"
         raise Refused(
-            f"{config.id or 'this config'}: training.determinism: {config.training.determinism} needs {shown} before "
-            "torch is imported, and this process imported torch without them: run it as its own `octlm` command "
-            "(a new process)"
+            f"{config.id or 'this config'}: {what} needs {shown} before torch is imported, and this process "
+            "imported torch without them: run it as its own `octlm` command (a new process)"
         )
     os.environ.update(missing)
 

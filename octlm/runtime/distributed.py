@@ -8,14 +8,17 @@ process is rank 0 of 1, and then every collective here is the identity and nothi
 Exactness across a resume needs every sum to happen in the same order in every process. Gradients are
 therefore summed as one flat tensor in ``named_parameters`` order (``reduce_gradients``), never through
 ``DistributedDataParallel``'s buckets, which are rebuilt in gradient-ready order in each new process and
-so sum differently after a resume at three ranks or more.
+so sum differently after a resume at three ranks or more. With canonical pieces (``training.micro_batches``) the
+sum is not an all-reduce at all: the ranks gather the nodes of one fixed tree (``pieces``), so any world size that
+divides the pieces sums the same bits.
 
 ``OCTLM_TRACE_BLOCKS=FOLDER`` makes every rank append the block indices of each of its micro-batches to
 ``FOLDER/rank<r>.jsonl`` (one line per step), so two layouts can be compared block for block.
 
-``OCTLM_DISTRIBUTED_FAULT`` turns on one of two classic mistakes, for tests that show ``verify-resume``
-catches them: ``rank0-rng`` (every rank restores rank 0's random state) and ``plain-ddp`` (gradients
-averaged by ``DistributedDataParallel(model)``). It is not a product setting.
+``OCTLM_DISTRIBUTED_FAULT`` turns on one of three classic mistakes, for tests that show they are caught:
+``rank0-rng`` (every rank restores rank 0's random state), ``plain-ddp`` (gradients averaged by
+``DistributedDataParallel(model)``) and ``ring-sum`` (canonical pieces summed per rank, then all-reduced, so the
+association depends on the world size). It is not a product setting.
 """
 
 from __future__ import annotations
@@ -26,14 +29,17 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from octlm.core.errors import Diverged, Interrupted, OctlmError, Relayed
 from octlm.runtime.launch import launched
 
-FAULTS = ("rank0-rng", "plain-ddp")
+if TYPE_CHECKING:
+    from octlm.runtime.pieces import PieceSum
+
+FAULTS = ("rank0-rng", "plain-ddp", "ring-sum")
 FAULT_VARIABLE = "OCTLM_DISTRIBUTED_FAULT"
 TRACE_VARIABLE = "OCTLM_TRACE_BLOCKS"
 TIMEOUT = datetime.timedelta(minutes=30)  # a collective that waits longer than this fails the run
@@ -81,6 +87,23 @@ class Ranks:
             self._trace(os.environ[TRACE_VARIABLE], parts)
         return parts
 
+    def pieces(self, index: torch.Tensor, pieces: int) -> list[tuple[int, torch.Tensor]]:
+        """This rank's canonical pieces of a global batch, as (piece number, block indices): the batch is cut into
+        ``pieces`` equal parts, and rank r of N takes parts r*K/N ... (r+1)*K/N - 1."""
+        from octlm.runtime.pieces import leaves
+
+        size = len(index) // pieces
+        mine = [(k, index[k * size : (k + 1) * size]) for k in leaves(self.rank, self.world_size, pieces)]
+        if os.environ.get(TRACE_VARIABLE):
+            self._trace(os.environ[TRACE_VARIABLE], [part for _, part in mine])
+        return mine
+
+    def piece_sum(self, pieces: int) -> PieceSum:
+        """One step's canonical sum of ``pieces`` pieces over the ranks (``pieces.PieceSum``)."""
+        from octlm.runtime.pieces import PieceSum
+
+        return PieceSum(pieces, self)
+
     def _trace(self, folder: str, parts: list[torch.Tensor]) -> None:
         with open(os.path.join(folder, f"rank{self.rank}.jsonl"), "a", encoding="utf-8") as out:
             out.write(json.dumps([part.tolist() for part in parts]) + "\n")
@@ -115,6 +138,16 @@ class Ranks:
         for grad in grads:
             grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
             offset += grad.numel()
+
+    def gather_tensor(self, value: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's ``value`` (the same shape on every rank), in rank order, on every rank."""
+        if not self.parallel:
+            return [value]
+        import torch.distributed as dist
+
+        out = [torch.empty_like(value) for _ in range(self.world_size)]
+        dist.all_gather(out, value.contiguous())
+        return out
 
     def total(self, value: torch.Tensor) -> torch.Tensor:
         """``value`` summed over the ranks (a new tensor; the identity on one process)."""

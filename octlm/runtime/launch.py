@@ -5,19 +5,29 @@ with the ranks' exit code: 0, 1, 2, 3, 130 or 143 reach the shell as they are (`
 every failure into 1). A signal to this process reaches every rank once (the launcher forwards it);
 the ranks agree on the step to stop at and rank 0 writes the checkpoint.
 
+Several boxes meet at ``--rdzv-endpoint``, where node 0 hosts the rendezvous: each node says "waiting for the
+rendezvous at HOST:PORT" on stderr and waits up to ``RENDEZVOUS_S`` for the others; then one line (exit 2). Node 0
+first checks that the port is free on its box (a port in use was a 75-line traceback on node 0 of two, a silent
+wait on one node): one line naming the port (exit 2) before anything starts.
+
 Torch-free at import: the CLI imports it to decide whether to launch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import re
 import signal
+import socket
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from octlm.core.errors import BadInput, Interrupted
 
@@ -31,6 +41,7 @@ CHILD = (
 PACKAGE_FOLDER = Path(__file__).resolve().parent.parent
 SHUTDOWN_S = 100  # after a signal, how long the ranks have to finish their step and checkpoint
 MAX_RANKS = 1024
+RENDEZVOUS_S = 300  # how long a node waits for the others at the rendezvous
 ENDPOINT = re.compile(r"(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})")
 
 
@@ -83,15 +94,40 @@ class Launch:
         return self.world_size > 1 and not launched()
 
 
-def run(launch: Launch, argv: list[str], run_id: str) -> int:
+def run(launch: Launch, argv: list[str], run_id: str, threads: int | None = None) -> int:
     """Run ``octlm argv`` on ``launch.nproc`` ranks here; returns the exit code the command ends with.
-    ``run_id`` names the rendezvous: the same on every node of one run."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    ``run_id`` names the rendezvous: the same on every node of one run. ``threads``: each rank's
+    ``OMP_NUM_THREADS`` (default: the environment's, else cores / ranks)."""
+    check_endpoint(launch)
+    with _quiet_store():
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import elastic_launch
 
     _quiet_torch_logs()
-    config = LaunchConfig(
+    if launch.nnodes > 1:
+        sys.stderr.write(
+            f"waiting for the rendezvous at {launch.rdzv_endpoint} (node {launch.node_rank} of {launch.nnodes}, "
+            f"up to {RENDEZVOUS_S} s)\n"
+        )
+        sys.stderr.flush()
+    command = octlm_command(argv)
+    try:
+        with _threads(str(threads) if threads else os.environ.get("OMP_NUM_THREADS") or _per_rank(launch.nproc)):
+            elastic_launch(_config(launch, run_id), command[0])(*command[1:])
+    except ChildFailedError as failed:
+        return _exit_code({rank: failure.exitcode for rank, failure in failed.failures.items()})
+    except SignalException as stopped:
+        return 128 + int(stopped.sigval)
+    except (RuntimeError, TimeoutError, ValueError) as error:  # torch's DistError and RendezvousError among them
+        raise _rendezvous_failed(launch, error) from None
+    return 0
+
+
+def _config(launch: Launch, run_id: str) -> Any:
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(
         min_nodes=launch.nnodes,
         max_nodes=launch.nnodes,
         nproc_per_node=launch.nproc,
@@ -100,21 +136,102 @@ def run(launch: Launch, argv: list[str], run_id: str) -> int:
         # writes the home); one node: torchrun's --standalone (a store on a free local port).
         rdzv_backend="static" if launch.nnodes > 1 else "c10d",
         rdzv_endpoint=launch.rdzv_endpoint or "localhost:0",
-        rdzv_configs={"rank": launch.node_rank} if launch.nnodes > 1 else {},
+        rdzv_configs={"rank": launch.node_rank, "timeout": RENDEZVOUS_S} if launch.nnodes > 1 else {},
         max_restarts=0,
         monitor_interval=0.1,
         shutdown_timeout=SHUTDOWN_S,
         signals_to_handle=",".join(_forwarded()),
     )
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // launch.nproc)))
-    command = octlm_command(argv)
+
+
+def _per_rank(nproc: int) -> str:
+    """The threads of each of ``nproc`` ranks on this box when nothing says: the cores shared out, at least 1."""
+    return str(max(1, (os.cpu_count() or 1) // nproc))
+
+
+@contextlib.contextmanager
+def _threads(count: str) -> Iterator[None]:
+    """``OMP_NUM_THREADS`` for the ranks started meanwhile (they inherit this process's environment)."""
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = count
     try:
-        elastic_launch(config, command[0])(*command[1:])
-    except ChildFailedError as failed:
-        return _exit_code({rank: failure.exitcode for rank, failure in failed.failures.items()})
-    except SignalException as stopped:
-        return 128 + int(stopped.sigval)
-    return 0
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+
+
+def _host_port(endpoint: str) -> tuple[str, int]:
+    match = ENDPOINT.fullmatch(endpoint)
+    assert match is not None  # Launch checked it
+    return match["host"].strip("[]"), int(match["port"])
+
+
+def check_endpoint(launch: Launch) -> None:
+    """Node 0 hosts the rendezvous: its port must be free on this box (bound here a moment, as torch's store
+    binds it), else one line naming it (exit 2) instead of torch's traceback or a wait for a store that is not
+    octlm's."""
+    if not launch.rdzv_endpoint or launch.node_rank != 0:
+        return
+    host, port = _host_port(launch.rdzv_endpoint)
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's store: TIME_WAIT is free
+            probe.bind((host, port))
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise BadInput(
+                f"--rdzv-endpoint {launch.rdzv_endpoint}: port {port} is in use on this box (another run or "
+                "program listens there): choose a free port, the same on every node"
+            ) from None
+        why = error.strerror or str(error)
+        raise BadInput(
+            f"--rdzv-endpoint {launch.rdzv_endpoint}: node 0 cannot host the rendezvous there ({why}): give node 0's "
+            "own address and a free port"
+        ) from None
+
+
+def _rendezvous_failed(launch: Launch, error: BaseException) -> BaseException:
+    """What the launcher raised before any rank ran, as one line (exit 2): the port taken meanwhile, no rendezvous
+    within ``RENDEZVOUS_S``, or something at the endpoint that is not octlm's node 0; anything else as it is."""
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+    text, endpoint = str(error).lower(), launch.rdzv_endpoint or "localhost"
+    if "eaddrinuse" in text or "address already in use" in text:
+        port = _host_port(launch.rdzv_endpoint)[1] if launch.rdzv_endpoint else 0
+        return BadInput(f"--rdzv-endpoint {endpoint}: port {port} is in use on this box: choose a free port")
+    if isinstance(error, TimeoutError) or "timed out" in text or "timeout" in text:
+        return BadInput(
+            f"no rendezvous at {endpoint} within {RENDEZVOUS_S} s: start all {launch.nnodes} nodes with the same "
+            "--nnodes and --rdzv-endpoint (node 0's address and a port free there), each with its own --node-rank"
+        )
+    if isinstance(error, (dist.DistError, RendezvousError)):
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        return BadInput(
+            f"the rendezvous at {endpoint} failed ({first}): is it node 0's address and port, with node 0's octlm "
+            "started there and nothing else listening?"
+        )
+    return error
+
+
+@contextlib.contextmanager
+def _quiet_store() -> Iterator[None]:
+    """torch loaded with its C++ log at FATAL in this process (the store's retries would print dozens of lines;
+    octlm says what failed in one); the ranks it starts do not inherit the setting."""
+    before = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    if "torch" not in sys.modules:
+        os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
+        else:
+            os.environ["TORCH_CPP_LOG_LEVEL"] = before
 
 
 def _forwarded() -> list[str]:

@@ -88,7 +88,8 @@ def require_profile(config: Config) -> None:
     """Refuse to train under a profile this process does not hold (torch loaded before ``determinism.pin``, or a
     processor without the profile's instruction set)."""
     profile = config.training.determinism
-    missing, wanted = determinism.unpinned(profile), determinism.CAPABILITY.get(profile)
+    missing = determinism.unpinned(profile, config.training.micro_batches > 0)
+    wanted = determinism.CAPABILITY.get(profile)
     if missing:
         determinism.pin(config)  # refuses: torch is loaded here
     if wanted and torch.backends.cpu.get_cpu_capability() != wanted:
@@ -144,10 +145,13 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=AUTOCAST[precision])
 
 
-def check_environment(saved: dict[str, Any], current: dict[str, Any], name: str, reporter: Reporter) -> None:
+def check_environment(
+    saved: dict[str, Any], current: dict[str, Any], name: str, reporter: Reporter, pieces: bool = False
+) -> None:
     """Before loading: under a tier that pins kernels, whether this machine agrees with the one that wrote
     checkpoint ``name`` (their canaries, and which tier would have made the move exact); then every difference
-    that may make the resume inexact."""
+    that may make the resume inexact (with canonical ``pieces``, whose kernels are pinned to be thread-invariant,
+    a different thread count is not one, except under ``portable``, whose MKL branch has no strict mode)."""
     if "canary" in current:
         if saved.get("canary") == current["canary"]:
             reporter.note(f"this machine agrees with the one that wrote {name} (canary {current['canary']})")
@@ -157,6 +161,8 @@ def check_environment(saved: dict[str, Any], current: dict[str, Any], name: str,
                 f"this machine does not agree with the one that wrote {name} (canary {current['canary']} here, "
                 f"{there} there): the resume will not be bit-identical{_remedy(saved, current)}"
             )
+    if pieces and not str(current.get("determinism", "")).startswith("portable"):
+        saved, current = {**saved, "threads": None}, {**current, "threads": None}
     for message in environment_warnings(saved, current):
         reporter.warn(message)
 

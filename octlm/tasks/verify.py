@@ -6,6 +6,11 @@ resumes from the previous checkpoint in a new Python process, up to M. Then ever
 tensor, optimizer tensor, random state, the run file and the loss of the next batch after
 M are compared bit for bit.
 
+``--nproc N`` runs every segment on N ranks; ``--nproc 4,2`` (canonical pieces only: ``training.micro_batches``)
+runs (a) on the first size and each segment of (b) on the next size in the list, cycling, so a run stopped on 4
+ranks is continued on 2. Every rank's random state of a canonical run is the same (``train.state.load_record``):
+each side's distinct states are compared, so (a) on 4 ranks and (b) on 2 compare alike.
+
 Each segment is a child interpreter started with ``-P`` (no working directory on ``sys.path``) in
 the scratch home, so a ``./octlm_cli`` planted where the user stands never runs; the user's own
 environment (``PYTHONPATH``, user site-packages) still applies. Each runs in a process group of its
@@ -27,8 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from octlm.config import Config, to_yaml
 from octlm.core.errors import BadInput, Interrupted, OctlmError
 from octlm.core.home import Home
@@ -38,9 +41,10 @@ from octlm.data.pipeline import PreparedData, prepare
 from octlm.data.sources import data_root
 from octlm.run.files import ExperimentFiles
 from octlm.run.restore import restore
-from octlm.runtime.launch import octlm_command
+from octlm.runtime.launch import Launch, octlm_command
 from octlm.store import experiments, runfile
 from octlm.store.registry import Registry
+from octlm.tasks import compare
 from octlm.train import checkpoint
 from octlm.train.loop import train_step
 
@@ -58,6 +62,28 @@ def parse_splits(text: str, until: int) -> list[int]:
         if not 0 < step < until:
             raise BadInput(f"--split-at {step}: must be above 0 and below the final step {until}")
     return splits
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``--nproc 4`` or ``--nproc 4,2``: the world sizes of the segments, each checked as ``--nproc`` is."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise BadInput(f"--nproc {text!r}: expected a number of ranks such as 4, or a list such as 4,2") from None
+    for size in sizes:
+        Launch(size)  # between 1 and the most ranks, else one line
+    return sizes
+
+
+def check_sizes(config: Config, sizes: list[int]) -> None:
+    """Every size must split the batch; several sizes only with canonical pieces (exact at each size dividing them)."""
+    if len(set(sizes)) > 1 and not config.training.micro_batches:
+        raise BadInput(
+            f"--nproc {','.join(map(str, sizes))}: a run continues exactly on another world size only with canonical "
+            f"pieces: set training.micro_batches in {config.id}'s config, or give one size"
+        )
+    for size in sizes:
+        config.training.check_split(size)
 
 
 def _scratch_home(root: Path, plan: Plan) -> Home:
@@ -149,47 +175,12 @@ def _signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNAL_EXIT)
 
 
-def _tensors(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts/lists to {dotted.path: leaf}."""
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(_tensors(value, f"{prefix}{key}."))
-        return out
-    if isinstance(tree, (list, tuple)) and not (tree and isinstance(tree[0], (int, float))):
-        out = {}
-        for index, value in enumerate(tree):
-            out.update(_tensors(value, f"{prefix}{index}."))
-        return out
-    return {prefix.rstrip("."): tree}
-
-
-def _compare(a: Any, b: Any) -> tuple[bool, float | None]:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False, None
-        if torch.equal(a, b):
-            return True, 0.0
-        if a.is_floating_point():
-            return False, float((a.double() - b.double()).abs().max())
-        return False, None
-    return a == b, None
-
-
-def _section(name: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    left, right = _tensors(a), _tensors(b)
-    differing = []
-    for key in sorted(set(left) | set(right)):
-        same, gap = _compare(left.get(key), right.get(key))
-        if not same:
-            differing.append({"name": f"{name}.{key}", "max_abs_diff": gap})
-    return {"check": name, "compared": len(set(left) | set(right)), "differing": differing}
-
-
 def _next_loss(prepared: PreparedData, loaded: checkpoint.Loaded) -> float:
     """The loss of the next global batch in this one process (a checkpoint of several ranks is continued
-    here as a reshard would: its random streams reseeded alike for (a) and (b))."""
-    state = restore(prepared, loaded, QuietReporter(), reshard=loaded.record.world_size != 1)
+    here as a reshard would: its random streams reseeded alike for (a) and (b); one of canonical pieces is
+    continued exactly, as any world size that divides its pieces continues it)."""
+    pieces = prepared.config.training.micro_batches
+    state = restore(prepared, loaded, QuietReporter(), reshard=loaded.record.world_size != 1 and not pieces)
     loss, _ = train_step(state, prepared.train_blocks, 0.0)
     return float(loss)
 
@@ -203,17 +194,20 @@ def verify_resume(
     progress: Callable[[str], None] | None = None,
     reporter: Reporter | None = None,
     segments: Segments | None = None,
-    nproc: int = 1,
+    nproc: int | list[int] = 1,
     config: Config | None = None,
 ) -> dict[str, Any]:
-    """Runs (a) and (b) in scratch homes and compares them, each segment on ``nproc`` ranks; ``reporter`` is
-    told the phases of preparing the data here, ``segments`` each child process and what it says."""
+    """Runs (a) and (b) in scratch homes and compares them, each segment on ``nproc`` ranks (a list: (a) on the
+    first, each segment of (b) on the next, cycling); ``reporter`` is told the phases of preparing the data here,
+    ``segments`` each child process and what it says."""
+    sizes = [nproc] if isinstance(nproc, int) else list(nproc)
     report = progress or (lambda message: None)
     config = config or experiments.load(home, experiment_id)
     final = config.training.steps if until is None else until
     if not 0 < final <= config.training.steps:
         raise BadInput(f"--until {final}: must be between 1 and training.steps ({config.training.steps})")
     splits = parse_splits(split_text, final)
+    check_sizes(config, sizes)  # one line before anything is prepared or started
     files = ExperimentFiles(home, experiment_id)
     home.ensure_writable()
     outcome = "its child process was stopped and its scratch folder " + ("kept" if keep_scratch else "removed")
@@ -222,21 +216,21 @@ def verify_resume(
         with files.lock():
             # trains the experiment's tokenizer once if it has none
             prepared = prepare(home, config, files.tokenizer, reporter, first_step=False)
-        config.training.check_split(nproc)
         result = _in_scratch(
-            _plan(home, config, splits, final, nproc), prepared, keep_scratch, report, segments or QuietSegments()
+            _plan(home, config, splits, final, sizes), prepared, keep_scratch, report, segments or QuietSegments()
         )
-        result.update({"id": experiment_id, "split_at": splits, "until": final, "nproc": nproc})
+        shown: int | list[int] = sizes[0] if len(sizes) == 1 else sizes
+        result.update({"id": experiment_id, "split_at": splits, "until": final, "nproc": shown})
         registry.add_verification(experiment_id, "verify-resume", result["verdict"], result)
         return result
 
 
-def _plan(home: Home, config: Config, splits: list[int], final: int, nproc: int) -> Plan:
+def _plan(home: Home, config: Config, splits: list[int], final: int, sizes: list[int]) -> Plan:
     # Both runs checkpoint only where they must: at the splits (by --until) and at the end.
     scratch = config.with_keys({"checkpoint.interval": final, "checkpoint.keep": len(splits) + 1})
     tokenizer = ExperimentFiles(home, config.id).tokenizer
     cadence = (to_yaml(scratch), tokenizer, splits, final, data_root(home), home.cache)
-    return Plan(config.id, *cadence, home.root, config.init.checkpoint, nproc)
+    return Plan(config.id, *cadence, home.root, config.init.checkpoint, tuple(sizes))
 
 
 @dataclass(frozen=True)
@@ -252,7 +246,11 @@ class Plan:
     cache: Path
     home: Path  # the experiment's own home: a fork's parent checkpoint (init.checkpoint) is linked from it
     init_checkpoint: str = ""
-    nproc: int = 1  # ranks of every segment
+    sizes: tuple[int, ...] = (1,)  # ranks of (a), then of each segment of (b), cycling
+
+    def size_of(self, segment: int) -> int:
+        """The ranks of segment ``segment``: 0 is (a), 1 ... of (b)."""
+        return self.sizes[segment % len(self.sizes)]
 
 
 def _in_scratch(
@@ -277,18 +275,21 @@ def _both_runs(scratch: Path, plan: Plan, prepared: PreparedData, segments: Segm
     a = _scratch_home(scratch / "a", plan)
     b = _scratch_home(scratch / "b", plan)
     bounds = [0, *plan.splits, plan.until]
-    seconds = {"a": _run_segment(a, plan, "(a)", 0, plan.until, segments), "b": 0.0}
+    seconds = {"a": _run_segment(a, plan, 0, 0, plan.until, segments), "b": 0.0}
     for index, (begin, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        seconds["b"] += _run_segment(b, plan, f"(b{index + 1})", begin, stop, segments)
+        seconds["b"] += _run_segment(b, plan, index + 1, begin, stop, segments)
     result = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
     result["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
     return result
 
 
-def _run_segment(home: Home, plan: Plan, label: str, begin: int, stop: int, segments: Segments) -> float:
+def _run_segment(home: Home, plan: Plan, segment: int, begin: int, stop: int, segments: Segments) -> float:
+    """Segment ``segment`` (0: (a); 1 ...: (b1) ...) on its world size."""
+    label, size = "(a)" if segment == 0 else f"(b{segment})", plan.size_of(segment)
+    label += f" x{size}" if len(set(plan.sizes)) > 1 else ""
     segments.begin(label, begin, stop)
     verb = "resume" if begin else "train"
-    ranks = ["--nproc", str(plan.nproc)] if plan.nproc > 1 else []
+    ranks = ["--nproc", str(size)] if size > 1 else []
     return _segment(home, [verb, plan.experiment_id, "--until", str(stop), *ranks], plan, label, segments)
 
 
@@ -307,18 +308,19 @@ def _verdict(
     experiment_id: str,
 ) -> dict[str, Any]:
     ra, rb = loaded_a.record, loaded_b.record
+    pieces = bool(prepared.config.training.micro_batches)  # every rank's streams alike: compared once per side
     checks = [
-        _section("model", ra.model, rb.model),
-        _section("optimizer", ra.optimizer, rb.optimizer),
-        _section("rng", {"sampler": ra.sampler, "ranks": ra.rng}, {"sampler": rb.sampler, "ranks": rb.rng}),
-        _section("data order", ra.receipt, rb.receipt),  # the blocks read so far and their rolling digest
+        compare.section("model", ra.model, rb.model),
+        compare.section("optimizer", ra.optimizer, rb.optimizer),
+        compare.section("rng", compare.streams(ra, pieces), compare.streams(rb, pieces)),
+        compare.section("data order", ra.receipt, rb.receipt),  # the blocks read so far and their rolling digest
     ]
     if ra.guard or rb.guard:  # the spike guard's window and skipped steps
-        checks.append(_section("guard", ra.guard, rb.guard))
+        checks.append(compare.section("guard", ra.guard, rb.guard))
     if ra.scaler or rb.scaler:  # fp16 only
-        checks.append(_section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
+        checks.append(compare.section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
     if ra.log_accumulator or rb.log_accumulator:  # a loss sum pending between two logged steps
-        checks.append(_section("log", {"log": ra.log_accumulator}, {"log": rb.log_accumulator}))
+        checks.append(compare.section("log", {"log": ra.log_accumulator}, {"log": rb.log_accumulator}))
     loss_check = _loss_check(prepared, loaded_a, loaded_b)
     run_file_check, first_step = _run_file_check(a, b, experiment_id)
     checks += [loss_check, run_file_check]

@@ -16,6 +16,7 @@ import torch
 from octlm.core.records import RunRecord
 from octlm.data.blocks import TokenBlocks
 from octlm.data.sampler import epochs_of
+from octlm.runtime import rng
 from octlm.train.evaluation import evaluate
 from octlm.train.schedule import for_config
 from octlm.train.state import TrainState
@@ -27,11 +28,15 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> 
 
     One process without accumulation takes the seed's path: the mean loss of the batch, backward. Otherwise
     each micro-batch of this rank's slice contributes its mean loss weighted by its share of the global
-    batch's target tokens, and the ranks' gradients are summed (``Ranks.reduce_gradients``)."""
+    batch's target tokens, and the ranks' gradients are summed (``Ranks.reduce_gradients``); with canonical
+    pieces (``training.micro_batches``), each piece is computed alone and the pieces are summed in one fixed tree
+    (``_pieces``)."""
     training = state.config.training
     index = state.sampler.next()  # the global batch; byte lengths are for evaluation only
-    parts = state.ranks.slices(index, training.grad_accum_steps)
-    if len(parts) == 1 and not state.ranks.parallel:
+    parts = [] if training.micro_batches else state.ranks.slices(index, training.grad_accum_steps)
+    if training.micro_batches:
+        loss = _pieces(state, blocks, index)
+    elif len(parts) == 1 and not state.ranks.parallel:
         loss = _backward(state, blocks, index, None)
     else:
         counted = int((blocks.batch(index)[1] != blocks.pad_id).sum())
@@ -53,6 +58,21 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> 
     state.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     return loss.detach(), norm.detach()
+
+
+def _pieces(state: TrainState, blocks: TokenBlocks, index: torch.Tensor) -> torch.Tensor:
+    """Canonical pieces: each of this rank's pieces of the global batch alone, its dropout seeded by (seed, step,
+    piece) and never by rank, then every rank's pieces summed in the fixed tree (``runtime.pieces``); returns the
+    step's loss. The same bits on any world size that divides the pieces, one process included."""
+    training = state.config.training
+    counted = int((blocks.batch(index)[1] != blocks.pad_id).sum())
+    parameters = list(state.model.parameters())
+    summed = state.ranks.piece_sum(training.micro_batches)
+    for piece, part in state.ranks.pieces(index, training.micro_batches):
+        with rng.piece_stream(training.seed, state.step + 1, piece, state.device):
+            loss = _backward(state, blocks, part, counted)
+        summed.add(piece, parameters, loss)
+    return summed.finish(parameters)
 
 
 def _backward(state: TrainState, blocks: TokenBlocks, index: torch.Tensor, counted: int | None) -> torch.Tensor:

@@ -129,12 +129,13 @@ class TrainState:
         ranks: Ranks | None = None,
     ) -> TrainState:
         """Step 0. Every rank initialises the same model from ``training.seed``; then, on several ranks, each
-        rank's own streams (dropout) are reseeded with seed + rank. One sampler stream draws the global batch."""
+        rank's own streams (dropout) are reseeded with seed + rank; with canonical pieces they stay alike on every
+        rank (each piece seeds its own dropout: ``rng.piece_stream``). One sampler stream draws the global batch."""
         ranks = ranks or Ranks()
         training = config.training
         rng.seed_all(training.seed)
         model = Decoder(config).to(device)  # initialisation draws from the global generator
-        if ranks.parallel:
+        if ranks.parallel and not training.micro_batches:
             rng.seed_all(training.seed + ranks.rank)
         impl = optimizer_impl(device)
         optimizer = build_optimizer(model, config, impl)
@@ -222,8 +223,13 @@ def record_of(
 def load_record(state: TrainState, record: Record, reseed: bool = False) -> None:
     """Continue ``state`` from a record's progress; rank r restores the record's random state r. With
     ``reseed`` (or a record without random states: rank 0's hand-over of a fresh start) the rank's own
-    streams are not taken from the record: reseeded, or left as ``TrainState.fresh`` seeded them."""
+    streams are not taken from the record: reseeded, or left as ``TrainState.fresh`` seeded them.
+
+    With canonical pieces (``training.micro_batches``) the per-rank random states are irrelevant: nothing draws
+    from them outside a piece, each piece seeds its own stream from (seed, step, piece), and every rank's entry is
+    the same. Every rank restores entry 0, so a record of any world size continues at any other."""
     rank = 0 if state.ranks.fault == "rank0-rng" else state.ranks.rank  # the classic mistake, for tests only
+    rank = 0 if state.config.training.micro_batches else rank
     state.load(
         model=record.model,
         optimizer=record.optimizer,

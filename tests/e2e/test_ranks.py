@@ -24,7 +24,7 @@ import torch
 from conftest import assert_same_training_state, default_signals, octlm, write_corpus, write_experiment
 
 from octlm.core import layout
-from octlm.runtime import rng
+from octlm.runtime import launch, rng
 from octlm.store import runfile
 from octlm.train import checkpoint
 
@@ -489,6 +489,40 @@ def test_torchrun_starts_the_ranks(tmp_path: Path) -> None:
     saved = load(checkpoint_path(home, 8))
     assert saved["world_size"] == 2 and len(saved["rng"]) == 2
     assert registry(home, "select world_size, status from runs") == [(2, "completed")]
+
+
+def test_a_busy_rendezvous_port_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """Node 0 of two, and one node of two ranks, at a port another program listens on (issue 25: a 75-line
+    traceback, a silent wait): one line naming the port, exit 2, nothing written."""
+    home = make_home(tmp_path / "home", training={"batch_size": 8, "steps": 4})
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        endpoint = ["--rdzv-endpoint", f"127.0.0.1:{port}"]
+        for layout in (["--nnodes", "2", "--nproc", "1", "--node-rank", "0"], ["--nproc", "2"]):
+            started = time.monotonic()
+            result = octlm(home, "train", ID, *layout, *endpoint, timeout=60)
+            assert result.returncode == 2, (layout, result.stderr)
+            line = one_line(result.stderr)
+            assert f"port {port} is in use" in line and "choose a free port" in line, line
+            assert time.monotonic() - started < 30 and result.stdout == ""
+    assert checkpoint_steps(home) == [] and not (home / "registry.db").exists()
+
+
+def test_a_node_waiting_for_its_rendezvous_says_where_and_how_long(tmp_path: Path) -> None:
+    home = make_home(tmp_path / "home", training={"batch_size": 8, "steps": 4})
+    endpoint = f"127.0.0.1:{free_port()}"  # nobody hosts it: node 0 never starts
+    node1 = start(home, "train", ID, "--nnodes", "2", "--nproc", "1", "--node-rank", "1", "--rdzv-endpoint", endpoint)
+    try:
+        assert node1.stderr is not None
+        line = node1.stderr.readline()
+        assert line.strip() == f"waiting for the rendezvous at {endpoint} (node 1 of 2, up to {launch.RENDEZVOUS_S} s)"
+        node1.send_signal(signal.SIGTERM)
+        node1.communicate(timeout=60)
+        assert node1.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)
+    finally:
+        reap(home, node1)
 
 
 # ---------------------------------------------------------------- micro-batches and ranks

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,20 +16,95 @@ from octlm.runtime import launch
 
 @pytest.mark.slow
 @pytest.mark.ranks
-def test_bench_nproc_2_reports_one_process_and_two_ranks(home: Path) -> None:
-    result = octlm(home, "bench", "EXP-001", "--steps", "2", "--nproc", "2", "--json", timeout=120)
+def test_bench_nproc_2_reports_one_process_two_ranks_and_pieces_at_equal_threads(home: Path) -> None:
+    result = octlm(
+        home,
+        "bench",
+        "EXP-001",
+        "--steps",
+        "2",
+        "--nproc",
+        "2",
+        "--rounds",
+        "1",
+        "--json",
+        timeout=240,
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stderr
     report = json_out(result)
     assert report["nproc"] == 2 and report["tokens_per_step"] == 4 * 16  # the global batch, on 1 or 2 ranks
-    one, two = report["results"]
-    assert (one["ranks"], two["ranks"]) == (1, 2) and one["precision"] == two["precision"] == "fp32"
-    for row in (one, two):
-        assert row["ms_per_step"] > 0 and row["tokens_per_second"] > 0 and row["threads_per_rank"] >= 1
-        assert 0 <= row["all_reduce_share"] < 1
+    one, two, one_pieces, two_pieces = report["results"]
+    assert [(r["ranks"], r["mode"]) for r in report["results"]] == [
+        (1, "per rank"),
+        (2, "per rank"),
+        (1, "2 pieces"),
+        (2, "2 pieces"),
+    ]
+    for row in report["results"]:
+        assert row["ms_per_step"] > 0 and row["tokens_per_second"] > 0 and row["precision"] == "fp32"
+        assert row["ranks"] * row["threads_per_rank"] == 2  # equal total threads: 1 x 2 against 2 x 1
+        assert 0 <= row["all_reduce_share"] < 1 and row["rounds"] == 1 and row["spread"] == 0
+        assert row["load_average"] >= 0
     assert one["all_reduce_ms"] == 0 and one["speed_up"] == 1.0
-    assert two["all_reduce_ms"] > 0 and 0 < two["all_reduce_share"] < 1
+    assert two["all_reduce_ms"] > 0 and one_pieces["all_reduce_ms"] > 0 and two_pieces["all_reduce_ms"] > 0
     assert two["speed_up"] == pytest.approx(two["tokens_per_second"] / one["tokens_per_second"], rel=1e-2)
     assert sorted(path.name for path in home.iterdir()) == ["corpus", "experiments"]  # bench writes nothing
+
+
+def test_variants_run_at_equal_total_threads_in_alternating_rounds() -> None:
+    from octlm.tasks.bench import rounds
+
+    planned = rounds.variants(4, 8, 1)
+    assert [(v.ranks, v.pieces, v.threads) for v in planned] == [(1, 0, 4), (4, 0, 1), (1, 8, 4), (4, 8, 1)]
+    assert {v.ranks * v.threads for v in planned} == {4}
+    assert [v.mode for v in planned] == ["per rank", "per rank", "8 pieces", "8 pieces"]
+    a, b = rounds.variants(2, 0, 1)  # no pieces: one process and two ranks
+    assert rounds.order([a, b], 3) == [a, b, b, a, a, b]
+
+
+def test_rounds_summarise_medians_spread_and_load() -> None:
+    from octlm.tasks.bench import rounds
+
+    a, b = rounds.variants(2, 0, 1)
+
+    def found(rate: float) -> dict[str, object]:
+        row = {"precision": "fp32", "ranks": 1, "threads_per_rank": 1, "tokens_per_second": rate}
+        return {"results": [{**row, "ms_per_step": 1000 / rate, **dict.fromkeys(rounds.MEDIANS[1:], 0.0)}]}
+
+    runs = [
+        (a, found(100.0), rounds.Busy(0.5, 0.1)),
+        (b, found(150.0), rounds.Busy(0.7, 0.0)),
+        (b, found(190.0), rounds.Busy(0.6, 0.2)),
+        (a, found(110.0), rounds.Busy(0.4, 0.1)),
+        (a, found(120.0), rounds.Busy(0.9, None)),
+        (b, found(170.0), rounds.Busy(0.3, 0.1)),
+    ]
+    one, two = rounds.summarise(runs, [a, b])
+    assert one["tokens_per_second"] == 110.0 and one["spread"] == pytest.approx(20 / 110, abs=1e-4)
+    assert two["tokens_per_second"] == 170.0 and two["speed_up"] == pytest.approx(170 / 110, abs=1e-3)
+    assert one["tokens_per_second_by_round"] == [100.0, 110.0, 120.0] and one["rounds"] == 3
+    assert (one["load_average"], two["load_average"]) == (0.9, 0.7)
+    assert (one["others_busy_cores"], two["others_busy_cores"]) == (0.1, 0.2)
+    assert rounds.load_warning([one, two], cores=2) is None  # 0.2 of 2 cores busy elsewhere: within BUSY_SHARE
+    warning = rounds.load_warning([one, two], cores=2, simulated=1.5)
+    assert warning is not None and "1.50 of the 2 cores" in warning and "load average up to 0.90" in warning
+    assert "the ratios mean little" in warning
+
+
+def test_the_meter_sees_what_other_processes_keep_busy() -> None:
+    from octlm.tasks.bench import rounds
+
+    meter = rounds.Meter()
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)  # not our child's time
+    try:
+        time.sleep(1.5)
+        seen = meter.stop()
+    finally:
+        busy.kill()
+        busy.wait()
+    assert seen.load_average >= 0
+    assert seen.others is not None and seen.others > 0.5  # one core kept busy by a process we do not wait for
 
 
 @pytest.mark.parametrize(

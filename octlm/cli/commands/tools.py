@@ -83,7 +83,25 @@ DeterminismOption = Annotated[
     ),
 ]
 RoundsOption = Annotated[
-    int, typer.Option("--rounds", metavar="N", help="With several --determinism profiles: processes per profile.")
+    int,
+    typer.Option(
+        "--rounds",
+        metavar="N",
+        help="With several --determinism profiles, or --nproc: alternating processes per profile or variant.",
+    ),
+]
+MicroBatchesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--micro-batches",
+        metavar="K",
+        help="With --nproc: the canonical pieces to time beside the per-rank mode (default: training.micro_batches, "
+        "else N; 0: none).",
+        show_default=False,
+    ),
+]
+ThreadsOption = Annotated[
+    int | None, typer.Option("--threads", metavar="T", hidden=True, help="(a variant of bench --nproc) threads.")
 ]
 RanksReportOption = Annotated[
     str | None,
@@ -175,14 +193,20 @@ def bench(
     rounds: RoundsOption = 2,
     as_json: JsonOption = False,
     nproc: NprocOption = 1,
+    micro_batches: MicroBatchesOption = None,
+    threads: ThreadsOption = None,
     ranks_report: RanksReportOption = None,
 ) -> None:
     """Time training steps against this machine's measured matmul peak (MFU), checkpoints and resume.
 
-    With --nproc N: the step on one process and on N ranks (the same global batch), timed in one run: ms/step,
-    tokens/s, the gradient all-reduce's share of the step and the speed-up. With --determinism local,portable:
-    each profile in processes of its own, alternating, and the ratio of their tokens/s."""
+    With --nproc N: the step on one process and on N ranks (the same global batch), per-rank slices and canonical
+    pieces (--micro-batches), each in processes of its own at equal total threads, alternating for --rounds rounds:
+    ms/step, tokens/s, the spread over the rounds, the gradient sum's share of the step, the speed-up and the load.
+    With --determinism local,portable: each profile in processes of its own, alternating, and the ratio of their
+    tokens/s."""
     spec = _checked(experiment_id, steps, rounds, nproc)
+    if micro_batches is not None and micro_batches < 0:
+        raise BadInput(f"--micro-batches {micro_batches}: must be 0 (none) or more")
     from octlm.tasks.bench import plan as bench_plan  # torch-free: the profile is pinned before torch loads
 
     config = bench_plan.resolve_config(home_of(ctx), experiment_id, preset)
@@ -193,10 +217,18 @@ def bench(
         bench_profiles(ctx, model, profiles, precisions, steps, compile, rounds, spec, as_json)
         return
     config = bench_plan.with_choices(config, compile, profiles[0])
-    determinism.pin(config)
-    if spec.wanted or launch.launched() or ranks_report is not None:  # the ranks, or one of them
-        _show_ranks(_bench_ranks(ctx, config, model, precisions, steps, spec, ranks_report), config, as_json)
+    if spec.wanted and ranks_report is None:  # the user's process: it times nothing itself
+        found = _bench_ranks(ctx, config, model, precisions, steps, spec, rounds, micro_batches)
+        _show_ranks(found, config, as_json)
         return
+    if launch.launched() or ranks_report is not None:  # a variant's process, or one of its ranks
+        mine = _variant_of(config, micro_batches, threads)
+        from octlm.tasks.bench import ranks as bench_ranks  # imports torch: after the variant's profile is pinned
+
+        report_file = Path(ranks_report) if ranks_report else None
+        _show_ranks(bench_ranks.in_ranks(mine, precisions, steps, report_file), config, as_json)
+        return
+    determinism.pin(config)
     from octlm.tasks.bench import measure as benches  # imports torch
 
     report = benches.run(config, precisions, steps)
@@ -223,6 +255,15 @@ def _show_ranks(found: dict[str, Any] | None, config: Config, as_json: bool) -> 
         print_bench_ranks(found, config.id or config.preset)
 
 
+def _variant_of(config: Config, micro_batches: int | None, threads: int | None) -> Config:
+    """A variant's config (its pieces and threads), its profile pinned before torch loads."""
+    from octlm.tasks.bench import plan as bench_plan  # torch-free
+
+    mine = bench_plan.variant(config, micro_batches, threads)
+    determinism.pin(mine)
+    return mine
+
+
 def _bench_ranks(
     ctx: typer.Context,
     config: Config,
@@ -230,60 +271,74 @@ def _bench_ranks(
     precisions: list[str],
     steps: int,
     spec: launch.Launch,
-    ranks_report: str | None,
-) -> dict[str, Any] | None:
-    """``bench --nproc N`` in the process the user started: one process, then N ranks, each running ``bench``
-    with ``--ranks-report``; in a rank, what it measured (rank 0 writes it to ``--ranks-report`` when given,
-    else returns it: a group started by another launcher). None: nothing to print here."""
+    rounds: int,
+    pieces: int | None,
+) -> dict[str, Any]:
+    """``bench --nproc N`` in the process the user started: every variant in processes of its own, each running
+    ``bench`` with ``--micro-batches``, ``--threads`` and ``--ranks-report``."""
     from octlm.tasks.bench import ranks as bench_ranks  # imports torch
 
-    if spec.wanted and ranks_report is None:
-        home = (ctx.obj or {}).get("home")
-        argv = [*(["--home", str(home)] if home else []), "bench", *model, "--steps", str(steps)]
-        argv += ["--precision", ",".join(precisions), "--compile" if config.training.compile else "--no-compile"]
-        argv += ["--determinism", config.training.determinism]
-        return bench_ranks.compare(config, precisions, steps, spec, argv, f"octlm-bench-{config.id or config.preset}")
-    return bench_ranks.in_ranks(config, precisions, steps, Path(ranks_report) if ranks_report else None)
+    home = (ctx.obj or {}).get("home")
+    argv = [*(["--home", str(home)] if home else []), "bench", *model, "--steps", str(steps)]
+    argv += ["--precision", ",".join(precisions), "--compile" if config.training.compile else "--no-compile"]
+    argv += ["--determinism", config.training.determinism]
+    run_id = f"octlm-bench-{config.id or config.preset}"
+    try:
+        return bench_ranks.compare(config, precisions, steps, spec, argv, run_id, rounds, pieces)
+    except bench_ranks.VariantFailed as failed:  # its process said why
+        raise typer.Exit(failed.exit_code) from None
 
 
 RANKS_HEADERS = (
     "precision",
+    "mode",
     "ranks",
     "threads",
     "ms/step",
     "tokens/s",
-    "all-reduce ms",
-    "all-reduce %",
+    "spread %",
+    "sum ms",
+    "sum %",
     "speed-up",
+    "load",
 )
-RANKS_KINDS = ["raw", "raw", "raw", "metric", "count", "metric", "metric", "metric"]
+RANKS_KINDS = ["raw", "raw", "raw", "raw", "metric", "count", "metric", "metric", "metric", "metric", "metric"]
 
 
 def print_bench_ranks(report: dict[str, Any], name: str) -> None:
-    """The table of ``bench --nproc N``: a row for one process and one for N ranks, per precision (threads: each
-    rank's; all-reduce ms the first column left out on a narrow terminal)."""
+    """The table of ``bench --nproc N``: a row per precision and variant (one process, N ranks, per rank or in
+    canonical pieces; threads: each rank's; sum: the gradient sum's time and share; spread: over the rounds; load:
+    the 1-minute load average), the columns of least weight left out on a narrow terminal; then what the load and
+    the threads make of the figures."""
     title = (
         f"bench {name}: {report['parameters']:,} parameters, "
         f"{report['tokens_per_step']:,} tokens/step (global), {'compiled' if report['compile'] else 'eager'}, "
-        f"{report['machine']['cores']} cores, {report['machine']['device']} (threads: per rank)"
+        f"{report['machine']['cores']} cores, {report['machine']['device']}, {report.get('rounds', 1)} round(s)"
     )
-    rows = [
-        (
-            r["precision"],
-            r["ranks"],
-            r["threads_per_rank"],
-            r["ms_per_step"],
-            r["tokens_per_second"],
-            r["all_reduce_ms"],
-            100 * r["all_reduce_share"],
-            r["speed_up"],
-        )
-        for r in report["results"]
-    ]
-    render.print_table(RANKS_HEADERS, rows, title=title, kinds=RANKS_KINDS, droppable=("all-reduce ms",))
+    rows = [_ranks_row(r) for r in report["results"]]
+    render.print_table(RANKS_HEADERS, rows, title=title, kinds=RANKS_KINDS, droppable=("sum ms", "load", "spread %"))
     busy = max(r["ranks"] * r["threads_per_rank"] for r in report["results"])
     if report["machine"]["device"] == "cpu" and busy > (report["machine"]["cores"] or busy):
         render.info(f"note: {busy} threads on {report['machine']['cores']} cores: the ranks compete for the cores")
+    if report.get("load_warning"):
+        render.warn(report["load_warning"])
+
+
+def _ranks_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    spread = r.get("spread")
+    return (
+        r["precision"],
+        r.get("mode", "per rank"),
+        r["ranks"],
+        r["threads_per_rank"],
+        r["ms_per_step"],
+        r["tokens_per_second"],
+        None if spread is None else 100 * spread,
+        r["all_reduce_ms"],
+        100 * r["all_reduce_share"],
+        r["speed_up"],
+        r.get("load_average"),
+    )
 
 
 def print_bench(report: dict[str, Any], name: str) -> None:

@@ -63,6 +63,15 @@ ReshardOption = Annotated[
     ),
 ]
 KeepScratchOption = Annotated[bool, typer.Option("--keep-scratch", help="Keep the scratch folders for inspection.")]
+SizesOption = Annotated[
+    str,
+    typer.Option(
+        "--nproc",
+        metavar="N[,N2,...]",
+        help="Ranks of every segment; a list such as 4,2 runs (a) on the first size and each segment of (b) on the "
+        "next, cycling (needs training.micro_batches, which every size must divide).",
+    ),
+]
 StepsOption = Annotated[
     int | None,
     typer.Option("--steps", metavar="N", help="Training steps (default: training.steps).", show_default=False),
@@ -227,11 +236,13 @@ def verify_resume(
     until: FinalStepOption = None,
     keep_scratch: KeepScratchOption = False,
     as_json: JsonOption = False,
-    nproc: NprocOption = 1,
+    nproc: SizesOption = "1",
 ) -> None:
     """Prove exact resume: one run 0->M against runs split at N in new processes, compared bit for bit."""
     config = pin_experiment(ctx, experiment_id)  # before torch loads, here and in the segments
     from octlm.tasks import verify  # imports torch
+
+    sizes = verify.parse_sizes(nproc)
 
     with hangup_safe():
         reporter = ConsoleReporter()
@@ -247,7 +258,7 @@ def verify_resume(
                 progress=render.info,
                 reporter=reporter,
                 segments=segments,
-                nproc=launch.Launch(nproc).nproc,
+                nproc=sizes,
             )
         finally:
             reporter.close()

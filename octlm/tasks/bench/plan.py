@@ -63,6 +63,19 @@ def with_choices(config: Config, compile: bool | None, determinism: str | None =
     return config.with_keys(keys, "--compile" if compile is not None else "--determinism") if keys else config
 
 
+def variant(config: Config, pieces: int | None, threads: int | None) -> Config:
+    """The config a variant of ``bench --nproc`` times: ``pieces`` canonical pieces (0: per-rank slices; None: the
+    config's), ``threads`` threads (None: the config's)."""
+    keys: dict[str, Any] = {}
+    if pieces is not None:
+        keys["training.micro_batches"] = pieces
+        if pieces:
+            keys["training.grad_accum_steps"] = 1
+    if threads:
+        keys["training.threads"] = threads
+    return config.with_keys(keys, "--micro-batches") if keys else config
+
+
 def by_profile(argv: list[str], profiles: list[str], rounds: int) -> dict[str, Any]:
     """Run ``octlm argv --determinism P --json`` for each profile, alternating, ``rounds`` times each; the report
     of each process, and per profile and precision the median tokens/s and its ratio to the first profile's, and

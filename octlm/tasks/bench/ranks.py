@@ -1,27 +1,33 @@
-"""``octlm bench --nproc N``: the training step of one model on one process and on N ranks, timed in one run.
+"""``octlm bench --nproc N``: the training step of one model on one process and on N ranks, per-rank slices and
+canonical pieces (``training.micro_batches``), timed in one run.
 
-The process the user started (the launcher) times the step on one process first, then starts N ranks
-(``launch.run``), each running ``bench ... --ranks-report FILE``. Every rank takes its slice of the same
-global batch (``training.batch_size``), the gradients are summed as in training (``Ranks.reduce_gradients``),
-and rank 0 writes what the ranks measured to FILE, which the launcher reads and reports next to its own row.
+The process the user started measures nothing itself: it runs each variant (``rounds.variants``) in processes of
+its own, alternating round after round (``rounds.order``), at equal total threads: one process of N x t threads, or
+N ranks (``launch.run``) of t each. Each runs ``bench ... --micro-batches K --threads T --ranks-report FILE``; every
+rank takes its part of the same global batch (``training.batch_size``), the gradients are summed as in training,
+and rank 0 writes what the ranks measured to FILE, which the user's process reads.
 
-Both rows are timed alike: synthetic tokens, 2 warm-up steps, then K steps each started together (a barrier)
-and ended on the device; a step's time is that of its slowest rank, and the figure is the median over steps.
-Unlike a plain ``bench``, no matmul bursts run between the steps (on N ranks they would compete for the cores
-with the other ranks' steps), so these rows carry no MFU.
+Every variant is timed alike: synthetic tokens, 2 warm-up steps, then K steps each started together (a barrier)
+and ended on the device; a step's time is that of its slowest rank, and the figure is the median over steps, then
+the median over rounds. Unlike a plain ``bench``, no matmul bursts run between the steps (on N ranks they would
+compete for the cores with the other ranks' steps), so these rows carry no MFU.
 
-The all-reduce time is the time spent in the gradient sum by the last rank to reach it: the sum itself, not the
-wait for a slower rank (``all_reduce_longest_ms``, the rank that waited longest, includes that wait). The
-loss's one-number sum (``Ranks.total``) is not counted.
+The sum time (``all_reduce_ms``) is the time spent summing the gradients by the last rank to reach the sum: the sum
+itself, not the wait for a slower rank (``all_reduce_longest_ms``, the rank that waited longest, includes that
+wait). Per rank it is the flat all-reduce; with canonical pieces everything that combining the pieces costs
+(flattening each piece's gradients, the tree's additions, the gather). The loss's one-number sum is not counted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,15 +35,27 @@ from typing import Any
 import torch
 
 from octlm.config import Config
-from octlm.core.errors import OctlmError, Relayed
-from octlm.runtime import distributed, launch
+from octlm.core.errors import OctlmError
+from octlm.runtime import determinism, distributed, launch
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
+from octlm.runtime.pieces import PieceSum
+from octlm.tasks.bench import rounds as bench_rounds
 from octlm.tasks.bench.measure import header, sync, synthetic_blocks
+from octlm.tasks.bench.plan import variant
 from octlm.train.loop import train_step
 from octlm.train.state import TrainState
 
 WARM_UP_STEPS = 2
+
+
+class VariantFailed(OctlmError):
+    """A variant's process (or its rank 0) ended with a code of its own, having said why on stderr: the command
+    ends with that code and says nothing more."""
+
+    def __init__(self, exit_code: int):
+        super().__init__(f"a variant of bench ended with exit {exit_code}")
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,9 @@ class TimedRanks(Ranks):
         super().reduce_gradients(parameters)
         sync(device)
         self.reduces.append(time.perf_counter() - start)
+
+    def piece_sum(self, pieces: int) -> PieceSum:
+        return PieceSum(pieces, self, clock=self.reduces)  # each step's combining time
 
 
 def timed_steps(config: Config, precision: str, steps: int, ranks: Ranks) -> dict[str, Any]:
@@ -86,7 +107,7 @@ def figures(precision: str, tokens_per_step: int, per_rank: list[dict[str, Any]]
     """One row from every rank's step and all-reduce times (``per_rank``, in rank order)."""
     world = len(per_rank)
     seconds = statistics.median(max(step) for step in zip(*(r["steps"] for r in per_rank), strict=True))
-    reduces = list(zip(*(r["reduces"] for r in per_rank), strict=True)) if world > 1 else []
+    reduces = list(zip(*(r["reduces"] for r in per_rank), strict=True))  # none on one process without pieces
     reduce = statistics.median(min(step) for step in reduces) if reduces else 0.0
     longest = statistics.median(max(step) for step in reduces) if reduces else 0.0
     return {
@@ -101,41 +122,82 @@ def figures(precision: str, tokens_per_step: int, per_rank: list[dict[str, Any]]
     }
 
 
+def pieces_for(config: Config, world_size: int, pieces: int | None) -> int:
+    """The canonical pieces to time (0: none): ``--micro-batches``, else the config's, else the world size; checked
+    against the batch and the world size (one line, exit 2, before anything runs)."""
+    chosen = pieces if pieces is not None else (config.training.micro_batches or world_size)
+    if pieces is None and config.training.batch_size % chosen:
+        return 0  # the batch does not cut into one piece per rank: no canonical rows unless asked for
+    if chosen:
+        variant(config, chosen, None).training.check_split(world_size)
+    return chosen
+
+
 def compare(
-    config: Config, precisions: list[str], steps: int, spec: launch.Launch, argv: list[str], run_id: str
+    config: Config,
+    precisions: list[str],
+    steps: int,
+    spec: launch.Launch,
+    argv: list[str],
+    run_id: str,
+    rounds: int = 2,
+    pieces: int | None = None,
 ) -> dict[str, Any]:
-    """The launcher: each precision on one process here, then on ``spec.nproc`` ranks (``argv`` runs ``bench``
-    in each, less ``--ranks-report``); a row of each, the ranks' with their speed-up over one process."""
-    config.training.check_split(spec.world_size)  # one line (exit 2) before anything is timed or started
-    single = [timed_steps(config, precision, steps, Ranks()) for precision in precisions]
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()  # leave the ranks the memory this process no longer needs
-    ranked = _launch(spec, argv, run_id)["results"]
-    rows = []
-    for one, many in zip(single, ranked, strict=True):
-        rows += [
-            {**one, "speed_up": 1.0},
-            {**many, "speed_up": round(many["tokens_per_second"] / one["tokens_per_second"], 3)},
-        ]
-    return report(config, steps, rows)
+    """The user's process: every variant (``rounds.variants``) in processes of its own, ``rounds`` times, alternating
+    (``argv`` runs ``bench`` in each, less the variant's options); a row per precision and variant, with the speed-up
+    over one process, the spread over the rounds and the load beside it."""
+    variant(config, 0, None).training.check_split(spec.world_size)  # one line (exit 2) before anything starts
+    chosen = pieces_for(config, spec.world_size, pieces)
+    planned = bench_rounds.variants(spec.world_size, chosen, _threads_per_rank(spec.nproc))
+    runs = []
+    for each in bench_rounds.order(planned, rounds):
+        meter = bench_rounds.Meter()
+        found = _run_variant(each, argv, run_id)
+        runs.append((each, found, meter.stop()))
+    rows = bench_rounds.summarise(runs, planned)
+    warning = bench_rounds.load_warning(rows, os.cpu_count() or 1)
+    return {**report(config, steps, rows), "rounds": rounds, "load_warning": warning}
 
 
-def _launch(spec: launch.Launch, argv: list[str], run_id: str) -> dict[str, Any]:
-    """Run the ranks and read what rank 0 wrote; their exit code when they fail (rank 0 said why)."""
-    with tempfile.TemporaryDirectory(prefix="octlm-bench-") as folder:
+def _threads_per_rank(nproc: int) -> int:
+    """Each rank's threads: ``OMP_NUM_THREADS`` when it is a number, else the cores shared out (at least 1)."""
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    return int(given) if given.isdigit() and int(given) > 0 else max(1, (os.cpu_count() or 1) // nproc)
+
+
+def _run_variant(each: bench_rounds.Variant, argv: list[str], run_id: str) -> dict[str, Any]:
+    """One variant's processes, and what its rank 0 wrote; their exit code when they fail (rank 0 said why)."""
+    options = ["--micro-batches", str(each.pieces), "--threads", str(each.threads)]
+    with tempfile.TemporaryDirectory(prefix="octlm-bench-") as folder, _without_profile():
         path = Path(folder) / "ranks.json"
-        code = launch.run(spec, [*argv, "--ranks-report", str(path)], run_id)
+        command = [*argv, *options, "--ranks-report", str(path)]
+        if each.ranks > 1:
+            code = launch.run(launch.Launch(each.ranks), command, run_id, threads=each.threads)
+        else:
+            env = {**os.environ, "OMP_NUM_THREADS": str(each.threads)}
+            code = subprocess.run(launch.octlm_command(command), env=env, stdin=subprocess.DEVNULL).returncode
         if code:
-            raise Relayed(code)
+            raise VariantFailed(code)
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return dict(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
-            raise OctlmError(f"the {spec.world_size} ranks ended without a report") from None
+            raise OctlmError(f"{each.ranks} rank(s) with {each.mode} ended without a report") from None
+
+
+@contextlib.contextmanager
+def _without_profile() -> Iterator[None]:
+    """No determinism settings of this process for the variants: each pins its own (pieces add MKL's strict mode)."""
+    saved = {key: os.environ.pop(key) for key in determinism.settings("portable", pieces=True) if key in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def in_ranks(config: Config, precisions: list[str], steps: int, out: Path | None) -> dict[str, Any] | None:
-    """A rank: time every precision on the ranks of this group; rank 0 writes the report to ``out`` (else returns
-    it, for a group another launcher started); every other rank returns None."""
+    """A variant's process, or a rank of one: time every precision on the ranks of this group (one process: a group
+    of one); rank 0 writes the report to ``out`` (else returns it, for a group another launcher started); every
+    other rank returns None."""
     ranks = distributed.current()
     try:
         rows = [timed_steps(config, precision, steps, ranks) for precision in precisions]

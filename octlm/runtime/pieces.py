@@ -1,0 +1,147 @@
+"""Canonical pieces (``training.micro_batches: K``): one step's gradient summed in one fixed tree, at any world size.
+
+Every global batch is cut into K pieces of B/K blocks; piece k is leaf k of the tree, and its leaf value is one flat
+buffer: every parameter's gradient from that piece's forward and backward alone, in parameter order, then the
+piece's loss (its mean loss weighted by its share of the global batch's non-PAD target tokens).
+
+**The tree.** A node [lo, hi) of two or more leaves splits at lo plus the largest power of two below hi - lo, so
+each left child is a perfect binary tree: K = 4 sums (0+1)+(2+3), K = 6 sums ((0+1)+(2+3))+(4+5). Each node's
+value is its left child's plus its right child's: one elementwise addition of two whole buffers, which has the
+same bits on any rank and at any thread count.
+
+**Who computes what.** Rank r of N (N divides K) holds leaves [r*K/N, (r+1)*K/N). It computes the largest nodes of
+the tree inside its range (its cover) with a stack: each finished piece is pushed as a leaf, and the two on top
+merge (the left one's buffer takes the right one's in place) while they are the two children of one node. The
+stack never holds more than about log2(K) + 1 buffers, and when the rank's last piece is in, it holds the cover.
+The ranks then all-gather their covers (padded to the longest), and every rank builds the rest of the tree from the
+gathered nodes in the same order. Never a ring all-reduce, whose association of the ranks' sums depends on N. On
+one process the cover is the root itself: the same code accumulates the K pieces.
+
+``OCTLM_DISTRIBUTED_FAULT=ring-sum`` (tests only) plants that mistake: each rank folds its own cover and the ranks
+all-reduce their sums, which tests show is not the same at every world size.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from octlm.runtime.distributed import Ranks
+
+Node = tuple[int, int]  # the leaves [lo, hi) of a node of the tree
+
+
+def split(lo: int, hi: int) -> int:
+    """Where node [lo, hi) (two leaves or more) splits: its left child has a power of two leaves."""
+    return lo + (1 << ((hi - lo - 1).bit_length() - 1))
+
+
+def leaves(rank: int, world_size: int, pieces: int) -> range:
+    """The pieces rank ``rank`` of ``world_size`` computes (``world_size`` divides ``pieces``)."""
+    share = pieces // world_size
+    return range(rank * share, (rank + 1) * share)
+
+
+def cover(first: int, end: int, node: Node) -> list[Node]:
+    """The largest nodes under ``node`` that lie inside leaves [first, end), left to right."""
+    lo, hi = node
+    if hi <= first or lo >= end:
+        return []
+    if first <= lo and hi <= end:
+        return [node]
+    middle = split(lo, hi)
+    return cover(first, end, (lo, middle)) + cover(first, end, (middle, hi))
+
+
+def siblings(left: Node, right: Node, pieces: int) -> bool:
+    """Whether ``left`` and ``right`` are the two children of one node of the tree over ``pieces`` leaves."""
+    lo, hi = left[0], right[1]
+    node = (0, pieces)
+    while node[1] - node[0] > 1 and node != (lo, hi):
+        middle = split(*node)
+        if hi <= middle:
+            node = (node[0], middle)
+        elif lo >= middle:
+            node = (middle, node[1])
+        else:
+            return False
+    return node == (lo, hi) and left[1] == split(lo, hi)
+
+
+def total(nodes: dict[Node, torch.Tensor], node: Node) -> torch.Tensor:
+    """The value of ``node`` from the known values of ``nodes``, left child plus right child where unknown."""
+    if node in nodes:
+        return nodes[node]
+    middle = split(*node)
+    return total(nodes, (node[0], middle)) + total(nodes, (middle, node[1]))
+
+
+class PieceSum:
+    """One step's canonical sum on this rank: ``add`` each of its pieces in order, then ``finish``.
+    ``clock``: where the seconds spent combining (flattening, merging, gathering, the rest of the tree) go."""
+
+    def __init__(self, pieces: int, ranks: Ranks, clock: list[float] | None = None):
+        self.pieces, self.ranks, self.clock = pieces, ranks, clock
+        self.stack: list[tuple[Node, torch.Tensor]] = []
+        self.seconds = 0.0
+
+    def add(self, piece: int, parameters: list[torch.nn.Parameter], loss: torch.Tensor) -> None:
+        """Piece ``piece`` as a leaf: the gradients its backward left in ``parameters`` (cleared) and its loss."""
+        started = self._now(loss.device)
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
+        flat = torch.cat([*(g.reshape(-1) for g in grads), loss.detach().reshape(1).to(grads[0].dtype)])
+        for parameter in parameters:
+            parameter.grad = None
+        node = (piece, piece + 1)
+        while self.stack and siblings(self.stack[-1][0], node, self.pieces):
+            left, buffer = self.stack.pop()
+            flat, node = buffer.add_(flat), (left[0], node[1])
+        self.stack.append((node, flat))
+        self.seconds += self._now(loss.device) - started
+
+    def finish(self, parameters: list[torch.nn.Parameter]) -> torch.Tensor:
+        """The root: every rank's cover gathered and the rest of the tree built; its gradient goes to
+        ``parameters`` and the step's loss is returned."""
+        device = self.stack[0][1].device
+        started = self._now(device)
+        root = self._fault() if self.ranks.fault == "ring-sum" else total(self._gathered(), (0, self.pieces))
+        offset = 0
+        for parameter in parameters:
+            parameter.grad = root[offset : offset + parameter.numel()].view_as(parameter).clone()
+            offset += parameter.numel()
+        self.seconds += self._now(device) - started
+        if self.clock is not None:
+            self.clock.append(self.seconds)
+        return root[-1].clone()
+
+    def _gathered(self) -> dict[Node, torch.Tensor]:
+        """Every rank's cover by node: this rank's stack alone on one process."""
+        mine = dict(self.stack)
+        if not self.ranks.parallel:
+            return mine
+        covers = [cover(r.start, r.stop, (0, self.pieces)) for r in self._ranges()]
+        assert list(mine) == covers[self.ranks.rank], (list(mine), covers)
+        longest = max(len(nodes) for nodes in covers)
+        buffers = [buffer for _, buffer in self.stack]
+        buffers += [torch.zeros_like(buffers[0])] * (longest - len(buffers))
+        gathered = self.ranks.gather_tensor(torch.stack(buffers))
+        return {node: gathered[r][j] for r, nodes in enumerate(covers) for j, node in enumerate(nodes)}
+
+    def _ranges(self) -> list[range]:
+        return [leaves(r, self.ranks.world_size, self.pieces) for r in range(self.ranks.world_size)]
+
+    def _fault(self) -> torch.Tensor:
+        """The planted mistake: this rank's cover folded left to right, then the ranks' sums all-reduced."""
+        mine = [buffer for _, buffer in self.stack]
+        folded = mine[0]
+        for buffer in mine[1:]:
+            folded = folded + buffer
+        return self.ranks.total(folded)
+
+    def _now(self, device: torch.device) -> float:
+        if self.clock is not None and device.type == "cuda":
+            torch.cuda.synchronize()  # time the work, not its queueing
+        return time.perf_counter()

@@ -1,0 +1,135 @@
+"""``bench --nproc N``'s rounds, torch-free: what is timed (``variants``), in which order (``order``), how busy the box
+was meanwhile (``Meter``), and what the medians say (``summarise``, ``load_warning``).
+
+Every variant runs in processes of its own, at equal total threads: one process gets N x t threads where each of N
+ranks gets t (``OMP_NUM_THREADS``, else cores / N). The variants alternate, forwards then backwards, round after
+round, so that a box whose speed drifts moves them alike; each figure is the median over rounds of a run's median
+step, beside its spread over the rounds (max - min over the median), the 1-minute load average and the cores that
+other processes kept busy during its runs (``/proc/stat`` less this process and its children).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+BUSY_SHARE = 0.2  # other processes busy on more than this share of the cores: the ratios mean little
+MEDIANS = ("ms_per_step", "all_reduce_ms", "all_reduce_longest_ms", "all_reduce_share")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running the step: on ``ranks`` processes of ``threads`` threads each, per-rank slices
+    (``pieces`` 0) or canonical pieces."""
+
+    ranks: int
+    pieces: int
+    threads: int
+
+    @property
+    def mode(self) -> str:
+        return f"{self.pieces} pieces" if self.pieces else "per rank"
+
+
+def variants(world_size: int, pieces: int, threads: int) -> list[Variant]:
+    """One process (the seed's step), N ranks per rank, then with ``pieces`` (0: none) one process and N ranks of
+    canonical pieces; a process alone has the threads of all N ranks together."""
+    found = [Variant(1, 0, world_size * threads), Variant(world_size, 0, threads)]
+    if pieces:
+        found += [Variant(1, pieces, world_size * threads), Variant(world_size, pieces, threads)]
+    return found
+
+
+def order(planned: list[Variant], rounds: int) -> list[Variant]:
+    """Every variant once per round: in order in even rounds, reversed in odd ones (A B C D, D C B A, ...)."""
+    return [variant for r in range(rounds) for variant in (planned if r % 2 == 0 else planned[::-1])]
+
+
+@dataclass(frozen=True)
+class Busy:
+    """How busy the box was during one run: the highest 1-minute load average seen at its start and end, and the
+    cores that processes other than this one and its children kept busy on average (None: not measurable here)."""
+
+    load_average: float
+    others: float | None
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds the whole box has spent busy (``/proc/stat``: user, nice, system, irq, softirq, steal)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    busy = sum(fields[:3]) + sum(fields[5:8])
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+class Meter:
+    """Started before a run, ``stop``-ped after it (its children waited for)."""
+
+    def __init__(self) -> None:
+        self.load = os.getloadavg()[0]
+        self.wall, self.own, self.box = time.monotonic(), _own_seconds(), _busy_seconds()
+
+    def stop(self) -> Busy:
+        wall = max(time.monotonic() - self.wall, 1e-9)
+        box, load = _busy_seconds(), max(self.load, os.getloadavg()[0])
+        if box is None or self.box is None:
+            return Busy(round(load, 2), None)
+        others = max(0.0, (box - self.box) - (_own_seconds() - self.own)) / wall
+        return Busy(round(load, 2), round(others, 2))
+
+
+def summarise(runs: list[tuple[Variant, dict[str, Any], Busy]], planned: list[Variant]) -> list[dict[str, Any]]:
+    """One row per precision and variant (in ``planned`` order): the medians over its rounds, the spread of its
+    tokens/s, the load beside it, and its speed-up over the first variant (one process, the seed's step)."""
+    rows = []
+    for precision in [row["precision"] for row in runs[0][1]["results"]]:
+        base = None
+        for variant in planned:
+            row = _median_row(variant, precision, [(found, busy) for v, found, busy in runs if v == variant])
+            base = base or row["tokens_per_second"]
+            rows.append({**row, "speed_up": round(row["tokens_per_second"] / base, 3)})
+    return rows
+
+
+def _median_row(variant: Variant, precision: str, mine: list[tuple[dict[str, Any], Busy]]) -> dict[str, Any]:
+    found = [next(row for row in report["results"] if row["precision"] == precision) for report, _ in mine]
+    rates = [row["tokens_per_second"] for row in found]
+    median = statistics.median(rates)
+    others = [busy.others for _, busy in mine if busy.others is not None]
+    return {
+        **found[0],
+        **{key: statistics.median(row[key] for row in found) for key in MEDIANS},
+        "tokens_per_second": round(median, 1),
+        "mode": variant.mode,
+        "pieces": variant.pieces,
+        "rounds": len(found),
+        "tokens_per_second_by_round": rates,
+        "spread": round((max(rates) - min(rates)) / median, 4),
+        "load_average": max(busy.load_average for _, busy in mine),
+        "others_busy_cores": max(others) if others else None,
+    }
+
+
+def load_warning(rows: list[dict[str, Any]], cores: int, simulated: float | None = None) -> str | None:
+    """A warning when other processes kept more than ``BUSY_SHARE`` of the cores busy during a variant's runs
+    (``simulated``: that figure instead of the measured one, for tests), else None."""
+    measured = [row["others_busy_cores"] for row in rows if row.get("others_busy_cores") is not None]
+    busiest = simulated if simulated is not None else max(measured, default=0.0)
+    if busiest <= BUSY_SHARE * cores:
+        return None
+    load = max((row["load_average"] for row in rows), default=0.0)
+    return (
+        f"other processes kept {busiest:.2f} of the {cores} cores busy during the measurement (1-minute load "
+        f"average up to {load:.2f}): the ratios mean little; run bench on an idle box"
+    )
