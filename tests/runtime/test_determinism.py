@@ -208,8 +208,11 @@ def other_vendor_model() -> str:
 
 def emulate(model: str, home: Path, *args: str) -> subprocess.Popen:
     """``octlm --home HOME ARGS`` under ``qemu-x86_64 -cpu MODEL`` (one thread: the golden config's)."""
-    if QEMU is None:
-        pytest.fail("qemu-x86_64 is missing: apt-get install qemu-user (.ci/run installs it)")
+    if QEMU is None:  # .ci/run installs it and sets OCTLM_REQUIRE_QEMU, so that CI never skips these
+        missing = "qemu-x86_64 is missing: apt-get install qemu-user"
+        if os.environ.get("OCTLM_REQUIRE_QEMU"):
+            pytest.fail(missing)
+        pytest.skip(missing)
     command = [QEMU, "-cpu", model, sys.executable, "-m", "octlm", "--home", str(home), *args]
     env = {**os.environ, "NO_COLOR": "1"}
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
