@@ -20,12 +20,12 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from octlm import __version__
 from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
-from octlm.core.fsutil import atomic_writer, check_regular, create_exclusive, file_sha256, open_regular
+from octlm.core.fsutil import check_regular, create_exclusive, file_sha256, open_regular, output_writer
 from octlm.core.home import Home, validate_id
 from octlm.exchange import importing, reading
 from octlm.exchange import records as exchange
@@ -74,13 +74,13 @@ def pack(
             "files": files,
         }
         members[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-        _write_tar(output, members)
+        written = _write_tar(output, members)
     return {
         "schema_version": exchange.SCHEMA_VERSION,
         "file": str(output),
         "experiment": experiment_id,
         "steps": [number for number, _ in chosen],
-        "bytes": output.stat().st_size,
+        "bytes": written,
     }
 
 
@@ -129,8 +129,12 @@ def _records(
     return "".join(json.dumps(item) + "\n" for item in found).encode("utf-8")  # in a fixed order: rows, columns
 
 
-def _write_tar(output: Path, members: dict[str, Source]) -> None:
-    with atomic_writer(output) as handle, tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
+def _write_tar(output: Path, members: dict[str, Source]) -> int:
+    """The tar, written as ``fsutil.output_writer`` writes a file the user named; its size."""
+    with (
+        output_writer(output, "the pack") as out,
+        tarfile.open(fileobj=cast(IO[bytes], out), mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for name in sorted(members):
             source = members[name]
             info = tarfile.TarInfo(ROOT + name)
@@ -142,6 +146,7 @@ def _write_tar(output: Path, members: dict[str, Source]) -> None:
             with open(open_regular(source, max_bytes=None, follow=False), "rb") as file:
                 info.size = os.fstat(file.fileno()).st_size
                 tar.addfile(info, file)
+    return out.written
 
 
 # ---------------------------------------------------------------- unpack

@@ -15,7 +15,14 @@ from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home
 from octlm.core.errors import BadInput
 
 PackOutputOption = Annotated[
-    str, typer.Option("--output", "-o", metavar="FILE.tar", help="The pack to write (replaced atomically).")
+    str,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="FILE.tar",
+        help="The pack to write: a file is replaced atomically, a device or a FIFO written in place; a folder "
+        "is refused.",
+    ),
 ]
 StepOption = Annotated[
     int | None,
