@@ -1,12 +1,13 @@
 """Merging records of another home into this one (``registry import``, and ``unpack``'s rows). Torch-free.
 
-``plan`` decides everything before anything is written: each experiment is matched by UUID (one already here
-keeps its local ID; a new one takes its ID, renamed by ``--prefix`` or ``--as``, and is refused, exit 3, when
-that ID is here with another UUID or as files without a row); runs, verdicts and notes by UUID; checkpoints by
-experiment, step and sha256 (registered as remote, on their box, unless ``unpack`` brought the files); a run file
-is written when there is none here, or replaced when the imported one extends it. ``apply`` then writes the YAML
-and run files, and the rows in one transaction, under each experiment's lock; a failure takes the files back.
-Importing the same records twice plans nothing the second time.
+``plan`` decides everything before anything is written: each experiment is matched by UUID (one already here keeps
+its local ID, and is refused, exit 3, when its config fingerprint differs from the one here: a copied home, changed
+and retrained, is another experiment; a new one takes its ID, renamed by ``--prefix`` or ``--as``, and is refused,
+exit 3, when that ID is here with another UUID or as files without a row); runs, verdicts and notes by UUID;
+checkpoints by experiment, step and sha256 (registered as remote, on their box, unless ``unpack`` brought the
+files); a run file is written when there is none here, or replaced when the imported one extends it. ``apply`` then
+writes the YAML and run files, and the rows in one transaction, under each experiment's lock; a failure takes the
+files back. Importing the same records twice plans nothing the second time.
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def _experiment(
     former = sorted(set(item.get("former_ids") or []) | ({source} - {target}))
     entry = {"id": target, "from": source, "uuid": key}
     if key in known:
+        _same_config(registry, item, target)
         had = registry.former_ids(target)
         if set(former) - set(had):
             result.merge.former_ids[target] = sorted(set(had) | set(former))
@@ -186,6 +188,19 @@ def _experiment(
     }
     result.merge.experiments.append(row)
     result.experiments.append({**entry, "status": "new"})
+
+
+def _same_config(registry: ExchangeRegistry, item: ExportedExperiment, target: str) -> None:
+    """An experiment known here by its UUID is merged only under the same config fingerprint: a copied home,
+    changed and retrained, holds another experiment under the same UUID."""
+    here = (registry.experiment(target) or {}).get("config_hash")
+    theirs = item.get("config_hash")
+    if isinstance(here, str) and isinstance(theirs, str) and here != theirs:
+        raise Refused(
+            f"{item['id']} is experiment {item['uuid']}, here as {target} with config fingerprint {here[:12]}, but the "
+            f"file's has config fingerprint {theirs[:12]}: a copy changed and retrained is another experiment; nothing "
+            f"was written (in its home, fork it with `octlm new --from {item['id']}` and move the fork)"
+        )
 
 
 def _taken(home: Home, registry: ExchangeRegistry, experiment_id: str) -> bool:
@@ -225,6 +240,8 @@ def _children(registry: ExchangeRegistry, result: Plan, kinds: ByType) -> None:
         for item in items:
             if item["uuid"] not in here:
                 fields = {k: v for k, v in item.items() if k not in ("schema_version", "type", "experiment_uuid")}
+                if table == "runs" and fields.get("status") == "running":  # another home's process: never checked here
+                    fields["status"] = f"unknown (host {fields.get('host') or 'unrecorded'})"
                 out.append({**fields, "experiment_id": result.targets[item["experiment_uuid"]]})
                 here[item["uuid"]] = None
 

@@ -247,8 +247,10 @@ class Registry(RegistryBase):
         return [effective_status(row) for row in rows]
 
     def running_runs(self) -> list[dict[str, Any]]:
-        """Runs recorded as ``running``, each with its effective status (a dead process reads ``crashed``)."""
-        return [effective_status(row) for row in self._rows("select * from runs where status = 'running' order by id")]
+        """Runs recorded as ``running`` (or imported as ``unknown (host X)``), each with its effective status (a dead
+        process reads ``crashed``)."""
+        sql = "select * from runs where status = 'running' or status like 'unknown (host %' order by id"
+        return [effective_status(row) for row in self._rows(sql)]
 
     def has_training_run(self, experiment_id: str) -> bool:
         sql = "select 1 from runs where experiment_id = ? and kind in (?, ?) limit 1"
