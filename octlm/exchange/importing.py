@@ -292,6 +292,7 @@ def apply(
     written: list[tuple[Path, bytes | None]] = []
     with contextlib.ExitStack() as locks:
         for target in sorted(set(chosen.targets.values())):
+            home.refuse_links(home.checkpoint_dir(target), home.runs, home.locks, home.experiments)
             locks.enter_context(ExperimentLock(home.lock_path(target), target))
         try:
             if before is not None:

@@ -41,7 +41,10 @@ class ExperimentFiles:
         self.overfit = Track(OVERFIT, self.folder / OVERFIT, home.run_file(experiment_id, f"-{OVERFIT}"))
 
     def lock(self) -> ExperimentLock:
-        """One writer per experiment, for every track; the one place that builds the lock."""
+        """One writer per experiment, for every track; the one place that builds the lock. Every writer comes
+        here first, so a folder of the experiment's that is a link (or resolves outside the home) is refused here,
+        before anything is written or deleted (``Home.refuse_links``)."""
+        self.home.refuse_links(self.overfit.folder, self.home.runs, self.home.locks, self.home.experiments)
         return ExperimentLock(self.home.lock_path(self.experiment_id), self.experiment_id)
 
     def relative(self, path: Path) -> str:
