@@ -26,9 +26,11 @@ from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import create_exclusive, file_sha256, open_regular, output_writer
 from octlm.core.home import Home, validate_id
+from octlm.core.signals import stopping_at_once
 from octlm.exchange import importing, reading, tarcheck
 from octlm.exchange import records as exchange
 from octlm.exchange.records import ExportedExperiment, Record
+from octlm.store.liveness import start_time
 from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry
 
@@ -160,7 +162,7 @@ def unpack(home: Home, path: Path, as_id: str | None = None) -> dict[str, Any]:
     """Verify the pack at ``path``, then place its files and merge its rows into ``home`` (see the module)."""
     if as_id is not None:
         validate_id(as_id)
-    with tarcheck.open_pack(path) as tar:
+    with stopping_at_once("unpack"), tarcheck.open_pack(path) as tar:
         members, manifest, found = _read_pack(tar, path)
         source = next(item for item in found if item["type"] == "experiment")
         home.ensure_writable()
@@ -170,7 +172,8 @@ def unpack(home: Home, path: Path, as_id: str | None = None) -> dict[str, Any]:
                 home, registry, found, lambda i: as_id or i, hint=hint, local=True, strict=as_id is not None
             )
             target = chosen.targets[source["uuid"]]
-            staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=home.root))
+            prefix = layout.staging_prefix(os.getpid(), start_time(os.getpid()))
+            staging = Path(tempfile.mkdtemp(prefix=prefix, dir=home.root))  # doctor tells a live one by its name
             try:
                 staged = _extract(tar, members, manifest, staging, path)
                 moves = _moves(home.checkpoint_dir(target), staged)
