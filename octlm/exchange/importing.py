@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,9 @@ from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry, Merge
 
 
-def import_file(home: Home, path: Path, prefix: str | None = None) -> dict[str, Any]:
+def import_file(
+    home: Home, path: Path, prefix: str | None = None, *, allow_outside_sources: bool = False
+) -> dict[str, Any]:
     """``octlm registry import``: merge the export at ``path`` into ``home``'s registry (see the module)."""
     found = reading.read(path)
     if prefix is not None:
@@ -52,7 +55,7 @@ def import_file(home: Home, path: Path, prefix: str | None = None) -> dict[str, 
     hint = "import it under other IDs with --prefix (--prefix B- imports EXP-001 as B-EXP-001)"
     home.ensure_writable()
     with ExchangeRegistry(home.registry) as registry:
-        chosen = plan(home, registry, found, lambda i: f"{prefix or ''}{i}", hint=hint)
+        chosen = plan(home, registry, found, lambda i: f"{prefix or ''}{i}", hint=hint, outside=allow_outside_sources)
         rows = apply(home, registry, chosen) if chosen.changed else {}
     files = sorted(str(p.relative_to(home.root)) for p in chosen.files)
     return {
@@ -71,6 +74,7 @@ class Plan:
     files: dict[Path, bytes] = field(default_factory=dict)  # written before the rows, taken back on failure
     targets: dict[str, str] = field(default_factory=dict)  # experiment UUID -> its ID here
     experiments: list[dict[str, Any]] = field(default_factory=list)  # what happens to each, for the report
+    outside: bool = False  # --allow-outside-sources: data.sources may name files outside the home and data root
 
     @property
     def changed(self) -> bool:
@@ -122,11 +126,13 @@ def plan(
     hint: str,
     local: bool = False,
     strict: bool = False,
+    outside: bool = False,
 ) -> Plan:
     """What merging ``found`` writes. ``rename``: an imported experiment's ID here; ``hint``: the way out of a
     taken ID; ``local``: checkpoint files come along (``unpack``) rather than staying remote; ``strict``: an
-    experiment already here under another ID than ``rename`` gives is refused rather than merged into it."""
-    result, kinds = Plan(), by_type(found)
+    experiment already here under another ID than ``rename`` gives is refused rather than merged into it;
+    ``outside``: a new experiment's data.sources may name files outside the home and OCTLM_DATA_ROOT."""
+    result, kinds = Plan(outside=outside), by_type(found)
     known = registry.by_uuid("experiments")
     for experiment in kinds.experiments:
         _experiment(home, registry, result, experiment, known, rename, hint, strict)
@@ -172,7 +178,9 @@ def _experiment(
         return
     if _taken(home, registry, target):
         raise Refused(f"{target} exists here as another experiment (another UUID): nothing was changed; {hint}")
-    text = _yaml(item, target)
+    text, sources = _yaml(item, target)
+    if not result.outside:
+        _refuse_outside(home, sources, source)
     result.files[home.config_path(target)] = text.encode("utf-8")
     fields = {k: item.get(k) for k in ("description", "preset", "created", "updated", "config_hash", "tags")}
     config: dict[str, Any] = item["config_json"] if isinstance(item.get("config_json"), dict) else {}
@@ -213,8 +221,9 @@ def _taken(home: Home, registry: ExchangeRegistry, experiment_id: str) -> bool:
     return registry.experiment(experiment_id) is not None or any(path.exists() for path in paths)
 
 
-def _yaml(item: ExportedExperiment, target: str) -> str:
-    """The experiment's YAML as exported, with its ``id`` set to ``target`` when renamed; checked to load."""
+def _yaml(item: ExportedExperiment, target: str) -> tuple[str, tuple[str, ...]]:
+    """The experiment's YAML as exported, with its ``id`` set to ``target`` when renamed, checked to load; and its
+    data.sources."""
     text, origin = item["yaml"], f"{item['id']}.yaml (imported)"
     raw = cfg.parse_yaml(text, origin)
     if not isinstance(raw, dict):
@@ -223,8 +232,24 @@ def _yaml(item: ExportedExperiment, target: str) -> str:
         raw["id"] = target
         dumped: str = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
         text = dumped
-    cfg.from_dict(cfg.resolve_preset(raw, origin), origin)
-    return text
+    return text, cfg.from_dict(cfg.resolve_preset(raw, origin), origin).data.sources
+
+
+def _refuse_outside(home: Home, sources: Sequence[str], experiment_id: str) -> None:
+    """Refused when a data source names files outside the home and OCTLM_DATA_ROOT (relative ones resolve as
+    training resolves them: against OCTLM_DATA_ROOT when set, else the home)."""
+    roots = [Path(os.path.realpath(home.root))]
+    if os.environ.get("OCTLM_DATA_ROOT"):
+        roots.append(Path(os.path.realpath(os.environ["OCTLM_DATA_ROOT"])))
+    for source in sources:
+        if source.startswith("builtin:"):
+            continue
+        where = Path(os.path.realpath(roots[-1] / os.path.expanduser(source)))
+        if not any(where.is_relative_to(root) for root in roots):
+            raise Refused(
+                f"{experiment_id}: data.sources {source[:200]!r} names files outside this home and OCTLM_DATA_ROOT: "
+                "training would read them here; nothing was written (pass --allow-outside-sources if you mean it)"
+            )
 
 
 def _children(registry: ExchangeRegistry, result: Plan, kinds: ByType) -> None:

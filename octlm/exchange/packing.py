@@ -158,7 +158,7 @@ def _write_tar(output: Path, members: dict[str, Source]) -> int:
 # ---------------------------------------------------------------- unpack
 
 
-def unpack(home: Home, path: Path, as_id: str | None = None) -> dict[str, Any]:
+def unpack(home: Home, path: Path, as_id: str | None = None, *, allow_outside_sources: bool = False) -> dict[str, Any]:
     """Verify the pack at ``path``, then place its files and merge its rows into ``home`` (see the module)."""
     if as_id is not None:
         validate_id(as_id)
@@ -169,7 +169,14 @@ def unpack(home: Home, path: Path, as_id: str | None = None) -> dict[str, Any]:
         with ExchangeRegistry(home.registry) as registry:
             hint = "unpack it under another ID with --as NEW-ID"
             chosen = importing.plan(
-                home, registry, found, lambda i: as_id or i, hint=hint, local=True, strict=as_id is not None
+                home,
+                registry,
+                found,
+                lambda i: as_id or i,
+                hint=hint,
+                local=True,
+                strict=as_id is not None,
+                outside=allow_outside_sources,
             )
             target = chosen.targets[source["uuid"]]
             prefix = layout.staging_prefix(os.getpid(), start_time(os.getpid()))

@@ -5,6 +5,7 @@ manifest's are refused before anything is copied; imported ``running`` runs are 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -223,3 +224,79 @@ def test_a_pack_from_a_newer_octlm_is_refused_and_an_older_one_unpacks(
     result = cli(home, "unpack", str(older))
     assert result.exit_code == 0, result.stderr
     assert table(home, "select id from experiments") == [("EXP-001",)]
+
+
+# ---------------------------------------------------------------- item 11: data.sources outside the home
+
+
+def pointing_at(records: list[dict], source: str) -> list[dict]:
+    for record in records:
+        if record["type"] == "experiment":
+            record["yaml"] = record["yaml"].replace("corpus/*.txt", source)
+            assert source in record["yaml"]
+    return records
+
+
+def export_pointing_at(home: Path, tmp_path: Path, source: str) -> Path:
+    records = [json.loads(line) for line in cli(home, "registry", "export").stdout.splitlines()]
+    out = tmp_path / "pointing.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in pointing_at(records, source)))
+    return out
+
+
+def pack_pointing_at(pack: Path, tmp_path: Path, source: str) -> Path:
+    """``pack`` with its experiment's data.sources changed, the manifest's checksum of its records with it."""
+    with tarfile.open(pack) as tar:
+        data = tar.extractfile(RECORDS).read()
+    records = pointing_at([json.loads(line) for line in data.decode().splitlines()], source)
+    changed = "".join(json.dumps(r) + "\n" for r in records).encode()
+    entry = {"sha256": hashlib.sha256(changed).hexdigest(), "size": len(changed)}
+
+    def change(name: str, data: bytes) -> bytes:
+        if name == MANIFEST:
+            manifest = json.loads(data)
+            manifest["files"]["registry.jsonl"] = entry
+            return json.dumps(manifest).encode()
+        return changed if name == RECORDS else data
+
+    return rewrite(pack, tmp_path / "pointing.tar", change)
+
+
+@pytest.mark.parametrize("kind", ["absolute", "parent"])
+def test_sources_outside_the_home_are_refused_unless_allowed(
+    trained: tuple[Path, Path], tmp_path: Path, kind: str
+) -> None:
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "words.txt").write_text("private words " * 100)
+    source = str(secret / "*.txt") if kind == "absolute" else "../secret/*.txt"
+    for command, made in (
+        ("registry import", export_pointing_at(trained[0], tmp_path, source)),
+        ("unpack", pack_pointing_at(trained[1], tmp_path, source)),
+    ):
+        home = tmp_path / command.replace(" ", "-")
+        home.mkdir()
+        result = cli(home, *command.split(), str(made))
+        assert result.exit_code == 3, (command, result.stdout, result.stderr)
+        line = one_line(result)
+        assert source in line and "--allow-outside-sources" in line
+        assert table(home, "select id from experiments") == [] and not (home / "experiments").exists()
+        result = cli(home, *command.split(), str(made), "--allow-outside-sources")
+        assert result.exit_code == 0, (command, result.stderr)
+        assert source in (home / "experiments" / "EXP-001.yaml").read_text()
+
+
+def test_sources_inside_the_data_root_are_accepted(
+    trained: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "data"
+    (root / "shared").mkdir(parents=True)
+    monkeypatch.setenv("OCTLM_DATA_ROOT", str(root))
+    home = tmp_path / "b"
+    home.mkdir()
+    made = export_pointing_at(trained[0], tmp_path, str(root / "shared" / "*.txt"))
+    assert cli(home, "registry", "import", str(made)).exit_code == 0
+    relative = export_pointing_at(trained[0], tmp_path, "shared/*.txt")
+    other = tmp_path / "c"
+    other.mkdir()
+    assert cli(other, "registry", "import", str(relative)).exit_code == 0
