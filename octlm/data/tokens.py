@@ -78,6 +78,11 @@ def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, 
         return _in_memory(tokenizer, *splits, note=note)
 
 
+def rebuilt(notes: list[str] | tuple[str, ...], key: str) -> bool:
+    """Whether ``notes`` say the token file of ``key`` was there but did not verify, and was written again."""
+    return any(note.startswith(f"cache/tokens-{key}.bin did not verify") for note in notes)
+
+
 def _in_memory(
     tokenizer: Tokenizer, train: tuple[Document, ...], validation: tuple[Document, ...], note: str | None = None
 ) -> Streams:

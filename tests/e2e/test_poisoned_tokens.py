@@ -59,6 +59,7 @@ def test_a_poisoned_token_file_never_verifies(many: Path) -> None:
         result = cli(many, "prepare", "EXP-001", "--json")
         assert result.exit_code == 0, result.stderr
         assert any("did not verify" in note and "rebuilt" in note for note in json_out(result)["notes"])
+        assert json_out(result)["token_file"] == "written"
         (token_file,) = (many / "cache").glob("tokens-*.bin")
         assert token_file.read_bytes() == genuine
     again = cli(many, "prepare", "EXP-001", "--json")
