@@ -194,15 +194,16 @@ def _read_cache(
     tokens = _mapped(path, size, dtype)
     if not verified and _digest(tokens) != record.get("sha256"):
         raise ValueError("its tokens changed since they were written")
+    cut = int(lengths[0].sum())
+    streams = (tokens[:cut], tokens[cut:])
+    for stream, counts, split in zip(streams, lengths, splits, strict=True):
+        _check_stream(stream, counts, split, tokenizer)
+    # last, so the checks above name what is wrong; whatever they miss, an unsigned record never passes
     secret = cache_key()
     if secret is None:
         raise ValueError(f"no key to check its signature with ({_key_path()} cannot be kept)")
     if not verified and not hmac.compare_digest(str(record.get("mac")), _mac(secret, record)):
         raise ValueError("its record is not signed by this user's key (made elsewhere, or edited)")
-    cut = int(lengths[0].sum())
-    streams = (tokens[:cut], tokens[cut:])
-    for stream, counts, split in zip(streams, lengths, splits, strict=True):
-        _check_stream(stream, counts, split, tokenizer)
     return Streams(*streams, lengths=(lengths[0], lengths[1]))
 
 
