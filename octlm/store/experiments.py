@@ -101,11 +101,12 @@ def keep_identity(home: Home, experiment_id: str, uuid: str) -> None:
     atomically; the config itself is left byte for byte as it is. A YAML that cannot be written keeps none."""
     path = home.config_path(experiment_id)
     try:
+        home.refuse_links(path.parent)  # never written through a linked experiments/ (outside the home)
         text = read_regular(path, max_bytes=MAX_CONFIG_BYTES, follow=False).decode("utf-8")
         kept = "".join(line for line in text.splitlines(keepends=True) if not IDENTITY.match(line.rstrip("\n")))
         line = f"# octlm identity: {experiment_id} {uuid}\n"
         atomic_write(path, (kept if kept.endswith("\n") or not kept else kept + "\n").encode() + line.encode())
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, Refused):
         return
 
 
