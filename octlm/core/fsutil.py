@@ -11,19 +11,29 @@ FIFOs, sockets) before opening it in a way that could block, refuse files over a
 for octlm's own files (``follow=False``), refuse a final path component that is a symbolic link
 (a linked folder above it is fine). The refusals are ``UnsafeFile`` (an ``OSError`` whose
 ``strerror`` says why), which each caller turns into its own one-line error.
+
+A file the user named (``-o FILE`` of ``report``, ``pack``, ``registry export``): ``output_writer`` owns it. The
+target is looked at with ``lstat`` first: nothing there or a regular file is replaced atomically (as above); a
+character device or a FIFO, or a link to one (``/dev/stdout``, ``/dev/null``), is written in place, as the user
+means (a FIFO without a reader is refused at once rather than waited on); a link to a regular file replaces the
+file it names and stays a link; a folder, a socket, a block device or a link to nothing is refused. Every refusal
+and every failed write is ``Refused``: one line naming the path, what it is and why.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+from octlm.core.errors import Refused
 
 TEMPORARY_SUFFIX = ".tmp"
 _KINDS = (
@@ -169,3 +179,128 @@ def file_sha256(path: Path, *, follow: bool = False) -> tuple[str, int]:
     with open(open_regular(path, max_bytes=None, follow=follow), "rb") as handle:
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
         return digest, os.fstat(handle.fileno()).st_size
+
+
+# ---------------------------------------------------------------- a file the user named
+
+
+class Output:
+    """What ``output_writer`` yields: ``write`` (every byte, or ``Refused``), ``tell`` and ``written`` (the bytes
+    written so far: a FIFO cannot tell), ``flush``."""
+
+    def __init__(self, path: Path, what: str, kind: str, write: Callable[[bytes], object] | None = None):
+        self.path, self.what, self.kind, self.written = path, what, kind, 0
+        self._write = write
+
+    def bind(self, write: Callable[[bytes], object]) -> None:
+        self._write = write
+
+    def write(self, data: bytes) -> int:
+        assert self._write is not None, "bound by output_writer"
+        try:
+            self._write(data)
+        except OSError as error:
+            raise self.failed(error) from None
+        self.written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.written
+
+    def flush(self) -> None:
+        """Every write is handed on at once (in place) or at the end (a temporary file)."""
+
+    def failed(self, error: OSError) -> Refused:
+        left = "what was written is incomplete" if self.kind != "a regular file" else "nothing was written"
+        reason = error.strerror or str(error)
+        return Refused(f"cannot write {self.what} to {self.path} ({self.kind}): {reason}; {left}")
+
+
+@contextmanager
+def output_writer(path: Path, what: str) -> Iterator[Output]:
+    """``what`` ("the report") written to ``path``, the file the user named: in place to a character device or a
+    FIFO (or a link to one), atomically over a regular file or nothing; Refused for anything else, and for a
+    write that fails (see the module). An error of the caller's own between the writes passes through as it is."""
+    target, kind = _output_target(path)
+    if kind != "a regular file":
+        fd = _open_in_place(path, kind, what)
+        try:
+            yield Output(path, what, kind, lambda data: _write_all(fd, data))
+        finally:
+            os.close(fd)
+        return
+    out = Output(path, what, kind)
+    try:
+        fd, temporary = create_temporary(target.parent, target.name)
+    except OSError as error:
+        raise out.failed(error) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            out.bind(handle.write)
+            yield out
+            try:
+                handle.flush()
+                os.fsync(handle.fileno())
+                os.replace(temporary, target)
+            except OSError as error:
+                raise out.failed(error) from None
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def write_output(path: Path, payload: bytes, what: str) -> int:
+    """``payload`` written as ``output_writer`` writes; the bytes written."""
+    with output_writer(path, what) as out:
+        out.write(payload)
+    return out.written
+
+
+def _output_target(path: Path) -> tuple[Path, str]:
+    """Where to write and what it is: (a path to replace atomically, "a regular file"), or (``path``, "a character
+    device" / "a FIFO", possibly through a link); Refused for anything else."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return path, "a regular file"
+    except OSError as error:
+        raise Refused(f"cannot write to {path}: {error.strerror or error}") from None
+    if stat.S_ISREG(info.st_mode):
+        return path, "a regular file"
+    linked = stat.S_ISLNK(info.st_mode)
+    if linked:
+        try:
+            info = os.stat(path)
+        except OSError:
+            raise Refused(f"{path} is a symbolic link to nothing ({os.readlink(path)}): nothing was written") from None
+    if stat.S_ISREG(info.st_mode):
+        return Path(os.path.realpath(path)), "a regular file"  # the file a link names is replaced; the link stays
+    kind = kind_of(info.st_mode)
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+        return path, kind
+    shown = f"a symbolic link to {kind}" if linked else kind
+    hint = "give a file name in it" if stat.S_ISDIR(info.st_mode) else "give a file, a character device or a FIFO"
+    raise Refused(f"{path} is {shown}: {hint}; nothing was written")
+
+
+def _open_in_place(path: Path, kind: str, what: str) -> int:
+    """An fd writing to the device or FIFO at ``path`` (a reader must be there already), blocking once open."""
+    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ENXIO and kind == "a FIFO":
+            raise Refused(f"{path} is a FIFO with no reader: start its reader first; nothing was written") from None
+        raise Refused(f"cannot write {what} to {path} ({kind}): {error.strerror or error}") from None
+    info = os.fstat(fd)
+    if not (stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
+        os.close(fd)  # replaced since it was looked at: never written in place
+        raise Refused(f"{path} changed while it was opened (now {kind_of(info.st_mode)}); nothing was written")
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -3,7 +3,9 @@
 A home holds ``experiments/``, ``registry.db``, ``checkpoints/``, ``runs/``, ``cache/`` and ``locks/``.
 Nothing here creates folders on import; folders are made on first write. The experiment ID rule lives here
 (``validate_id``, ``validate_prefix``); the registry's path and the lock paths are handed out only after
-``mounts.refuse_network_home`` found the home on no network filesystem.
+``mounts.refuse_network_home`` found the home on no network filesystem. ``Home.refuse_links`` refuses a folder of
+the home (``checkpoints/<ID>``, ``runs``, ``locks``, ...) that is a symbolic link or resolves outside the home: octlm
+deletes and writes only inside its home.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from octlm.core.errors import BadInput
+from octlm.core.errors import BadInput, Refused
 from octlm.core.mounts import refuse_network_home
 
 ID_MAX_CHARS = 64
@@ -148,6 +150,27 @@ class Home:
 
     def run_file(self, experiment_id: str, suffix: str = "") -> Path:
         return self.runs / f"{validate_id(experiment_id)}{suffix}.jsonl"
+
+    def refuse_links(self, *paths: Path) -> None:
+        """Refused (exit 3) when a folder on the way from the root to each of ``paths`` (those that exist) is a
+        symbolic link or resolves outside the home; the root itself may be reached through links."""
+        root = self.root.resolve()
+        for path in paths:
+            current = self.root
+            for part in path.relative_to(self.root).parts:
+                current = current / part
+                try:
+                    linked = stat.S_ISLNK(os.lstat(current).st_mode)
+                except FileNotFoundError:
+                    break
+                if linked or not current.resolve().is_relative_to(root):
+                    where = (
+                        f"a symbolic link to {os.readlink(current)}" if linked else f"outside it ({current.resolve()})"
+                    )
+                    raise Refused(
+                        f"{current} is {where}: octlm writes and deletes only inside the home {self.root}; "
+                        "make it a plain folder of the home (move what it holds into it), nothing was changed"
+                    )
 
     def ensure_writable(self) -> None:
         """Fail with one clear line when the home cannot be written."""

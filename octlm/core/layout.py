@@ -3,6 +3,9 @@
 A checkpoint of step N is ``step-NNNNNN.pt`` (the step in at least six digits) in its track's folder, and beside
 it ``step-NNNNNN.sha256``, the sidecar: one line ``<sha256>  <file name>``, written before the checkpoint is
 renamed into place. A crash can leave a ``.tmp`` file or a sidecar without its checkpoint behind (leftovers).
+
+``unpack`` stages a pack in ``.unpack-<pid>-<start time>-<random>/`` at the home's root (``staging_prefix``), so
+``doctor`` can tell the folder of a live unpack from one a killed unpack left behind (``staging_folders``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,26 @@ CHECKPOINT = re.compile(r"step-(\d{6,12})\.pt")
 FILE = re.compile(r"step-(\d{6,12})\.(?:pt|sha256)")  # a checkpoint or its sidecar
 SIDECAR_SUFFIX = ".sha256"
 MAX_SIDECAR_BYTES = 4096
+
+
+STAGING = re.compile(r"\.unpack-(?:(\d+)-(\d+)-)?.*")  # older octlm: .unpack-<random>, no pid
+
+
+def staging_prefix(pid: int, start: int | None) -> str:
+    """The name an unpack's staging folder starts with: its process's pid and start time (0: unknown)."""
+    return f".unpack-{pid}-{start or 0}-"
+
+
+def staging_folders(root: Path) -> list[tuple[Path, int | None, int | None]]:
+    """Every staging folder at the home's root, with the pid and start time of the unpack that made it (None,
+    None for an older octlm's)."""
+    found = []
+    for path in sorted(root.glob(".unpack-*")) if root.is_dir() else []:
+        match = STAGING.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink():
+            pid, start = match.groups()
+            found.append((path, int(pid) if pid else None, int(start) or None if start else None))
+    return found
 
 
 def checkpoint_name(step: int) -> str:

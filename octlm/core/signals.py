@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from octlm.core.errors import Interrupted
@@ -15,6 +18,26 @@ SIGNAL_EXIT = {signal.SIGHUP: 129, signal.SIGINT: 130, signal.SIGTERM: 143}
 def handled_signals() -> list[signal.Signals]:
     """SIGHUP, SIGINT and SIGTERM; SIGHUP not when it is ignored (``nohup``: the run outlives the terminal)."""
     return [s for s in SIGNAL_EXIT if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN]
+
+
+@contextmanager
+def stopping_at_once(what: str) -> Iterator[None]:
+    """Within: SIGHUP, SIGINT or SIGTERM raise ``Interrupted`` at once (exit 129/130/143), so the ``finally``
+    blocks of a command that is no training run (``unpack``) take back what it wrote; ``what`` names it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum)
+        raise Interrupted(f"{what} stopped by {name.name}: nothing was changed", SIGNAL_EXIT[name])
+
+    previous = {signum: signal.signal(signum, stop) for signum in handled_signals()}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class SignalGuard:

@@ -1,6 +1,12 @@
 """The token file: both splits' token streams, encoded in batches of documents straight into
 ``cache/tokens-<dataset hash>.bin`` (uint16 while the vocabulary fits, else int32) with its record beside it,
 verified and memory-mapped read-only when read, so training holds no copy of the corpus's tokens.
+
+The record is signed: an HMAC-SHA256, under a key of this user's kept outside every home
+(``$XDG_STATE_HOME/octlm/token-cache.key``, else ``~/.local/state/octlm/``; made on first use, mode 0600), of the
+record with the token file's sha256 in it. Whoever can edit a home can rewrite a token file and its checksum, but
+cannot sign it, so a poisoned cache never verifies and is rebuilt. A cache made by another user or box (a copied
+home) is rebuilt once; where no key can be kept, every cache is rebuilt, with a note saying why.
 """
 
 from __future__ import annotations
@@ -8,11 +14,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import hmac
 import json
 import mmap
 import os
 import random
-from collections.abc import Iterator
+import secrets
+import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +32,8 @@ from octlm.core.fsutil import atomic_write, atomic_writer, open_regular, read_re
 from octlm.data.corpus import Corpus, Document
 from octlm.data.tokenizer import Tokenizer
 
-CACHE_FORMAT = "octlm-tokens-v3"
+CACHE_FORMAT = "octlm-tokens-v4"  # v4: the record is signed (``mac``)
+KEY_BYTES = 32
 ENCODE_BATCH = 256  # documents per batch handed to the tokenizer (it encodes a batch on its own threads)
 SPOT_CHECKS = 6  # documents per split encoded again each time a cache is read, besides the first and last
 
@@ -66,6 +76,11 @@ def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, 
         with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)
         return _in_memory(tokenizer, *splits, note=note)
+
+
+def rebuilt(notes: list[str] | tuple[str, ...], key: str) -> bool:
+    """Whether ``notes`` say the token file of ``key`` was there but did not verify, and was written again."""
+    return any(note.startswith(f"cache/tokens-{key}.bin did not verify") for note in notes)
 
 
 def _in_memory(
@@ -117,7 +132,50 @@ def _write_cache(path: Path, splits: tuple[tuple[Document, ...], ...], tokenizer
                     lengths.append(len(piece))
             meta[f"{name}_lengths"] = lengths
     record = {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "dtype": dtype.str, **meta}
-    atomic_write(path.with_suffix(".json"), json.dumps({**record, "sha256": digest.hexdigest()}).encode())
+    record["sha256"] = digest.hexdigest()
+    secret = cache_key()
+    signed = {**record, "mac": _mac(secret, record) if secret else None}
+    atomic_write(path.with_suffix(".json"), json.dumps(signed).encode())
+
+
+def _mac(secret: bytes, record: Mapping[str, object]) -> str:
+    """The record's signature: HMAC-SHA256 of its canonical JSON (``mac`` left out), the tokens' sha256 in it."""
+    text = json.dumps({k: v for k, v in record.items() if k != "mac"}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
+
+
+def _key_path() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "octlm" / "token-cache.key"
+
+
+def cache_key() -> bytes | None:
+    """This user's key for signing token caches (see the module), made on first use; None where none can be kept
+    (no writable state folder, or a key file that is not a private regular file of this user's)."""
+    path = _key_path()
+    try:
+        if not os.path.lexists(path):
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+            with os.fdopen(
+                os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb"
+            ) as out:
+                out.write(secrets.token_bytes(KEY_BYTES))
+                out.flush()
+                os.fsync(out.fileno())
+            with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the key
+                os.link(temporary, path)
+            temporary.unlink()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            info = os.fstat(fd)
+            private = stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077
+            data = os.read(fd, KEY_BYTES + 1) if private else b""
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    return data if len(data) == KEY_BYTES else None
 
 
 def _read_cache(
@@ -140,6 +198,12 @@ def _read_cache(
     streams = (tokens[:cut], tokens[cut:])
     for stream, counts, split in zip(streams, lengths, splits, strict=True):
         _check_stream(stream, counts, split, tokenizer)
+    # last, so the checks above name what is wrong; whatever they miss, an unsigned record never passes
+    secret = cache_key()
+    if secret is None:
+        raise ValueError(f"no key to check its signature with ({_key_path()} cannot be kept)")
+    if not verified and not hmac.compare_digest(str(record.get("mac")), _mac(secret, record)):
+        raise ValueError("its record is not signed by this user's key (made elsewhere, or edited)")
     return Streams(*streams, lengths=(lengths[0], lengths[1]))
 
 

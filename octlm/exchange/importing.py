@@ -1,18 +1,20 @@
 """Merging records of another home into this one (``registry import``, and ``unpack``'s rows). Torch-free.
 
-``plan`` decides everything before anything is written: each experiment is matched by UUID (one already here
-keeps its local ID; a new one takes its ID, renamed by ``--prefix`` or ``--as``, and is refused, exit 3, when
-that ID is here with another UUID or as files without a row); runs, verdicts and notes by UUID; checkpoints by
-experiment, step and sha256 (registered as remote, on their box, unless ``unpack`` brought the files); a run file
-is written when there is none here, or replaced when the imported one extends it. ``apply`` then writes the YAML
-and run files, and the rows in one transaction, under each experiment's lock; a failure takes the files back.
-Importing the same records twice plans nothing the second time.
+``plan`` decides everything before anything is written: each experiment is matched by UUID (one already here keeps
+its local ID, and is refused, exit 3, when its config fingerprint differs from the one here: a copied home, changed
+and retrained, is another experiment; a new one takes its ID, renamed by ``--prefix`` or ``--as``, and is refused,
+exit 3, when that ID is here with another UUID or as files without a row); runs, verdicts and notes by UUID;
+checkpoints by experiment, step and sha256 (registered as remote, on their box, unless ``unpack`` brought the
+files); a run file is written when there is none here, or replaced when the imported one extends it. ``apply`` then
+writes the YAML and run files, and the rows in one transaction, under each experiment's lock; a failure takes the
+files back. Importing the same records twice plans nothing the second time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +45,9 @@ from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry, Merge
 
 
-def import_file(home: Home, path: Path, prefix: str | None = None) -> dict[str, Any]:
+def import_file(
+    home: Home, path: Path, prefix: str | None = None, *, allow_outside_sources: bool = False
+) -> dict[str, Any]:
     """``octlm registry import``: merge the export at ``path`` into ``home``'s registry (see the module)."""
     found = reading.read(path)
     if prefix is not None:
@@ -51,7 +55,7 @@ def import_file(home: Home, path: Path, prefix: str | None = None) -> dict[str, 
     hint = "import it under other IDs with --prefix (--prefix B- imports EXP-001 as B-EXP-001)"
     home.ensure_writable()
     with ExchangeRegistry(home.registry) as registry:
-        chosen = plan(home, registry, found, lambda i: f"{prefix or ''}{i}", hint=hint)
+        chosen = plan(home, registry, found, lambda i: f"{prefix or ''}{i}", hint=hint, outside=allow_outside_sources)
         rows = apply(home, registry, chosen) if chosen.changed else {}
     files = sorted(str(p.relative_to(home.root)) for p in chosen.files)
     return {
@@ -70,6 +74,7 @@ class Plan:
     files: dict[Path, bytes] = field(default_factory=dict)  # written before the rows, taken back on failure
     targets: dict[str, str] = field(default_factory=dict)  # experiment UUID -> its ID here
     experiments: list[dict[str, Any]] = field(default_factory=list)  # what happens to each, for the report
+    outside: bool = False  # --allow-outside-sources: data.sources may name files outside the home and data root
 
     @property
     def changed(self) -> bool:
@@ -121,11 +126,13 @@ def plan(
     hint: str,
     local: bool = False,
     strict: bool = False,
+    outside: bool = False,
 ) -> Plan:
     """What merging ``found`` writes. ``rename``: an imported experiment's ID here; ``hint``: the way out of a
     taken ID; ``local``: checkpoint files come along (``unpack``) rather than staying remote; ``strict``: an
-    experiment already here under another ID than ``rename`` gives is refused rather than merged into it."""
-    result, kinds = Plan(), by_type(found)
+    experiment already here under another ID than ``rename`` gives is refused rather than merged into it;
+    ``outside``: a new experiment's data.sources may name files outside the home and OCTLM_DATA_ROOT."""
+    result, kinds = Plan(outside=outside), by_type(found)
     known = registry.by_uuid("experiments")
     for experiment in kinds.experiments:
         _experiment(home, registry, result, experiment, known, rename, hint, strict)
@@ -163,6 +170,7 @@ def _experiment(
     former = sorted(set(item.get("former_ids") or []) | ({source} - {target}))
     entry = {"id": target, "from": source, "uuid": key}
     if key in known:
+        _same_config(registry, item, target)
         had = registry.former_ids(target)
         if set(former) - set(had):
             result.merge.former_ids[target] = sorted(set(had) | set(former))
@@ -170,7 +178,9 @@ def _experiment(
         return
     if _taken(home, registry, target):
         raise Refused(f"{target} exists here as another experiment (another UUID): nothing was changed; {hint}")
-    text = _yaml(item, target)
+    text, sources = _yaml(item, target)
+    if not result.outside:
+        _refuse_outside(home, sources, source)
     result.files[home.config_path(target)] = text.encode("utf-8")
     fields = {k: item.get(k) for k in ("description", "preset", "created", "updated", "config_hash", "tags")}
     config: dict[str, Any] = item["config_json"] if isinstance(item.get("config_json"), dict) else {}
@@ -188,6 +198,19 @@ def _experiment(
     result.experiments.append({**entry, "status": "new"})
 
 
+def _same_config(registry: ExchangeRegistry, item: ExportedExperiment, target: str) -> None:
+    """An experiment known here by its UUID is merged only under the same config fingerprint: a copied home,
+    changed and retrained, holds another experiment under the same UUID."""
+    here = (registry.experiment(target) or {}).get("config_hash")
+    theirs = item.get("config_hash")
+    if isinstance(here, str) and isinstance(theirs, str) and here != theirs:
+        raise Refused(
+            f"{item['id']} is experiment {item['uuid']}, here as {target} with config fingerprint {here[:12]}, but the "
+            f"file's has config fingerprint {theirs[:12]}: a copy changed and retrained is another experiment; nothing "
+            f"was written (in its home, fork it with `octlm new --from {item['id']}` and move the fork)"
+        )
+
+
 def _taken(home: Home, registry: ExchangeRegistry, experiment_id: str) -> bool:
     paths = (
         home.config_path(experiment_id),
@@ -198,8 +221,9 @@ def _taken(home: Home, registry: ExchangeRegistry, experiment_id: str) -> bool:
     return registry.experiment(experiment_id) is not None or any(path.exists() for path in paths)
 
 
-def _yaml(item: ExportedExperiment, target: str) -> str:
-    """The experiment's YAML as exported, with its ``id`` set to ``target`` when renamed; checked to load."""
+def _yaml(item: ExportedExperiment, target: str) -> tuple[str, tuple[str, ...]]:
+    """The experiment's YAML as exported, with its ``id`` set to ``target`` when renamed, checked to load; and its
+    data.sources."""
     text, origin = item["yaml"], f"{item['id']}.yaml (imported)"
     raw = cfg.parse_yaml(text, origin)
     if not isinstance(raw, dict):
@@ -208,8 +232,24 @@ def _yaml(item: ExportedExperiment, target: str) -> str:
         raw["id"] = target
         dumped: str = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
         text = dumped
-    cfg.from_dict(cfg.resolve_preset(raw, origin), origin)
-    return text
+    return text, cfg.from_dict(cfg.resolve_preset(raw, origin), origin).data.sources
+
+
+def _refuse_outside(home: Home, sources: Sequence[str], experiment_id: str) -> None:
+    """Refused when a data source names files outside the home and OCTLM_DATA_ROOT (relative ones resolve as
+    training resolves them: against OCTLM_DATA_ROOT when set, else the home)."""
+    roots = [Path(os.path.realpath(home.root))]
+    if os.environ.get("OCTLM_DATA_ROOT"):
+        roots.append(Path(os.path.realpath(os.environ["OCTLM_DATA_ROOT"])))
+    for source in sources:
+        if source.startswith("builtin:"):
+            continue
+        where = Path(os.path.realpath(roots[-1] / os.path.expanduser(source)))
+        if not any(where.is_relative_to(root) for root in roots):
+            raise Refused(
+                f"{experiment_id}: data.sources {source[:200]!r} names files outside this home and OCTLM_DATA_ROOT: "
+                "training would read them here; nothing was written (pass --allow-outside-sources if you mean it)"
+            )
 
 
 def _children(registry: ExchangeRegistry, result: Plan, kinds: ByType) -> None:
@@ -225,6 +265,8 @@ def _children(registry: ExchangeRegistry, result: Plan, kinds: ByType) -> None:
         for item in items:
             if item["uuid"] not in here:
                 fields = {k: v for k, v in item.items() if k not in ("schema_version", "type", "experiment_uuid")}
+                if table == "runs" and fields.get("status") == "running":  # another home's process: never checked here
+                    fields["status"] = f"unknown (host {fields.get('host') or 'unrecorded'})"
                 out.append({**fields, "experiment_id": result.targets[item["experiment_uuid"]]})
                 here[item["uuid"]] = None
 
@@ -275,6 +317,7 @@ def apply(
     written: list[tuple[Path, bytes | None]] = []
     with contextlib.ExitStack() as locks:
         for target in sorted(set(chosen.targets.values())):
+            home.refuse_links(home.checkpoint_dir(target), home.runs, home.locks, home.experiments)
             locks.enter_context(ExperimentLock(home.lock_path(target), target))
         try:
             if before is not None:

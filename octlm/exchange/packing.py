@@ -15,28 +15,34 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from octlm import __version__
 from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
-from octlm.core.fsutil import atomic_writer, check_regular, create_exclusive, file_sha256, open_regular
+from octlm.core.fsutil import create_exclusive, file_sha256, open_regular, output_writer
 from octlm.core.home import Home, validate_id
-from octlm.exchange import importing, reading
+from octlm.core.signals import stopping_at_once
+from octlm.exchange import importing, reading, tarcheck
 from octlm.exchange import records as exchange
 from octlm.exchange.records import ExportedExperiment, Record
+from octlm.store.liveness import start_time
 from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry
 
-FORMAT, VERSION = "octlm-pack", 1
-ROOT, MANIFEST, RECORDS, TOKENIZER = "octlm-pack/", "manifest.json", "registry.jsonl", "tokenizer.json"
-MEMBER = re.compile(rf"manifest\.json|registry\.jsonl|tokenizer\.json|checkpoints/{layout.FILE.pattern}")
-MAX_SMALL = 1 << 30  # the manifest, the records and the tokenizer are read whole
+FORMAT, VERSION, ROOT, MANIFEST, RECORDS, TOKENIZER = (
+    tarcheck.FORMAT,
+    tarcheck.VERSION,
+    tarcheck.ROOT,
+    tarcheck.MANIFEST,
+    tarcheck.RECORDS,
+    tarcheck.TOKENIZER,
+)
+
 Source = Path | bytes
 
 
@@ -74,13 +80,13 @@ def pack(
             "files": files,
         }
         members[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-        _write_tar(output, members)
+        written = _write_tar(output, members)
     return {
         "schema_version": exchange.SCHEMA_VERSION,
         "file": str(output),
         "experiment": experiment_id,
         "steps": [number for number, _ in chosen],
-        "bytes": output.stat().st_size,
+        "bytes": written,
     }
 
 
@@ -129,8 +135,12 @@ def _records(
     return "".join(json.dumps(item) + "\n" for item in found).encode("utf-8")  # in a fixed order: rows, columns
 
 
-def _write_tar(output: Path, members: dict[str, Source]) -> None:
-    with atomic_writer(output) as handle, tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
+def _write_tar(output: Path, members: dict[str, Source]) -> int:
+    """The tar, written as ``fsutil.output_writer`` writes a file the user named; its size."""
+    with (
+        output_writer(output, "the pack") as out,
+        tarfile.open(fileobj=cast(IO[bytes], out), mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for name in sorted(members):
             source = members[name]
             info = tarfile.TarInfo(ROOT + name)
@@ -142,26 +152,35 @@ def _write_tar(output: Path, members: dict[str, Source]) -> None:
             with open(open_regular(source, max_bytes=None, follow=False), "rb") as file:
                 info.size = os.fstat(file.fileno()).st_size
                 tar.addfile(info, file)
+    return out.written
 
 
 # ---------------------------------------------------------------- unpack
 
 
-def unpack(home: Home, path: Path, as_id: str | None = None) -> dict[str, Any]:
+def unpack(home: Home, path: Path, as_id: str | None = None, *, allow_outside_sources: bool = False) -> dict[str, Any]:
     """Verify the pack at ``path``, then place its files and merge its rows into ``home`` (see the module)."""
     if as_id is not None:
         validate_id(as_id)
-    with _open(path) as tar:
+    with stopping_at_once("unpack"), tarcheck.open_pack(path) as tar:
         members, manifest, found = _read_pack(tar, path)
         source = next(item for item in found if item["type"] == "experiment")
         home.ensure_writable()
         with ExchangeRegistry(home.registry) as registry:
             hint = "unpack it under another ID with --as NEW-ID"
             chosen = importing.plan(
-                home, registry, found, lambda i: as_id or i, hint=hint, local=True, strict=as_id is not None
+                home,
+                registry,
+                found,
+                lambda i: as_id or i,
+                hint=hint,
+                local=True,
+                strict=as_id is not None,
+                outside=allow_outside_sources,
             )
             target = chosen.targets[source["uuid"]]
-            staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=home.root))
+            prefix = layout.staging_prefix(os.getpid(), start_time(os.getpid()))
+            staging = Path(tempfile.mkdtemp(prefix=prefix, dir=home.root))  # doctor tells a live one by its name
             try:
                 staged = _extract(tar, members, manifest, staging, path)
                 moves = _moves(home.checkpoint_dir(target), staged)
@@ -185,29 +204,18 @@ def unpack(home: Home, path: Path, as_id: str | None = None) -> dict[str, Any]:
     }
 
 
-def _open(path: Path) -> tarfile.TarFile:
-    try:
-        check_regular(path)  # a FIFO or a device would block or flood the read
-        return tarfile.open(path, mode="r:")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except (tarfile.TarError, EOFError) as error:
-        raise BadInput(f"{path}: not an octlm pack (not a tar file: {error})") from None
-    except OSError as error:
-        raise BadInput(f"{path}: cannot be read: {error.strerror or error}") from None
-
-
 def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], dict[str, Any], list[Record]]:
     """The members (checked), the manifest and the records, each checked against the others."""
-    members = _members(tar, path)
+    members = tarcheck.members(tar, path)
     for name in (MANIFEST, RECORDS):
         if name not in members:
             raise BadInput(f"{path}: not an octlm pack (no {ROOT}{name})")
-    manifest = _manifest(_read(tar, members[MANIFEST], path), path)
+    manifest = tarcheck.manifest(tarcheck.read_member(tar, members[MANIFEST], path), path)
     if set(manifest["files"]) != set(members) - {MANIFEST}:
         raise Refused(f"{path}: its members and its manifest disagree (truncated or altered): nothing was written")
-    data = _read(tar, members[RECORDS], path)
-    _verify(RECORDS, hashlib.sha256(data).hexdigest(), len(data), manifest, path)
+    tarcheck.check_sizes(members, manifest, path)
+    data = tarcheck.read_member(tar, members[RECORDS], path)
+    tarcheck.verify(RECORDS, hashlib.sha256(data).hexdigest(), len(data), manifest, path)
     found = reading.parse(data, f"{path}: {RECORDS}")
     experiments: list[ExportedExperiment] = [item for item in found if item["type"] == "experiment"]
     if len(experiments) != 1 or experiments[0]["id"] != manifest["experiment"]:
@@ -224,84 +232,6 @@ def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarI
     return members, manifest, found
 
 
-def _members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
-    """{name under octlm-pack/: member}; refuses any member but the regular files a pack holds."""
-    try:
-        infos = tar.getmembers()
-    except (tarfile.TarError, EOFError) as error:
-        raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
-    out: dict[str, tarfile.TarInfo] = {}
-    for info in infos:
-        name, shown = info.name, repr(info.name[:200])
-        if name.startswith("/") or ".." in name.split("/"):
-            raise Refused(f"{path}: member {shown} has an absolute or '..' name: refused, nothing was written")
-        if not info.isreg():
-            raise Refused(
-                f"{path}: member {shown} is {_kind(info)}: a pack holds regular files only; nothing was written"
-            )
-        short = name[len(ROOT) :] if name.startswith(ROOT) else ""
-        if not MEMBER.fullmatch(short) or short in out:
-            raise Refused(f"{path}: unexpected member {shown}: not an octlm pack's; nothing was written")
-        out[short] = info
-    return out
-
-
-def _kind(info: tarfile.TarInfo) -> str:
-    kinds = (
-        (info.issym(), "a symbolic link"),
-        (info.islnk(), "a hard link"),
-        (info.isdir(), "a folder"),
-        (info.isdev(), "a device or FIFO"),
-    )
-    return next((name for test, name in kinds if test), "not a regular file")
-
-
-def _read(tar: tarfile.TarFile, info: tarfile.TarInfo, path: Path) -> bytes:
-    if info.size > MAX_SMALL:
-        raise Refused(f"{path}: {info.name} is {info.size} bytes, more than a pack's {info.name} holds")
-    try:
-        handle = tar.extractfile(info)
-        data = handle.read() if handle is not None else b""
-    except (tarfile.TarError, EOFError) as error:
-        raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
-    if len(data) != info.size:
-        raise BadInput(f"{path}: truncated tar ({info.name} is cut short)")
-    return data
-
-
-def _manifest(data: bytes, path: Path) -> dict[str, Any]:
-    try:
-        manifest = json.loads(data)
-    except (ValueError, RecursionError):
-        raise BadInput(f"{path}: not an octlm pack (its manifest is not JSON)") from None
-    if (
-        not isinstance(manifest, dict)
-        or manifest.get("format") != FORMAT
-        or not isinstance(manifest.get("version"), int)
-    ):
-        raise BadInput(f"{path}: not an octlm pack (no {FORMAT} manifest)")
-    if manifest["version"] > VERSION:
-        raise Refused(
-            f"{path}: pack format version {manifest['version']} is newer than this octlm's ({VERSION}): "
-            "upgrade octlm to unpack it; nothing was written"
-        )
-    files = manifest.get("files")
-    valid = isinstance(files, dict) and all(
-        isinstance(e, dict) and isinstance(e.get("sha256"), str) and isinstance(e.get("size"), int)
-        for e in files.values()
-    )
-    if not valid or not isinstance(manifest.get("experiment"), str):
-        raise BadInput(f"{path}: not an octlm pack (a manifest without its experiment and files)")
-    validate_id(manifest["experiment"])
-    return manifest
-
-
-def _verify(name: str, digest: str, size: int, manifest: dict[str, Any], path: Path) -> None:
-    entry = manifest["files"][name]
-    if (digest, size) != (entry["sha256"], entry["size"]):
-        raise Refused(f"{path}: {name} does not match its checksum (corrupted?): nothing was registered")
-
-
 def _extract(
     tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], manifest: dict[str, Any], staging: Path, path: Path
 ) -> list[Path]:
@@ -312,8 +242,8 @@ def _extract(
         if name in (MANIFEST, RECORDS):
             continue
         target = staging / Path(name).name
-        digest, size = _copy(tar, info, target, path)
-        _verify(name, digest, size, manifest, path)
+        digest, size = _copy(tar, info, target, path, manifest["files"][name]["size"])
+        tarcheck.verify(name, digest, size, manifest, path)
         staged.append(target)
         digests[target.name] = digest
     for target in staged:
@@ -322,14 +252,17 @@ def _extract(
     return staged
 
 
-def _copy(tar: tarfile.TarFile, info: tarfile.TarInfo, target: Path, path: Path) -> tuple[str, int]:
+def _copy(tar: tarfile.TarFile, info: tarfile.TarInfo, target: Path, path: Path, declared: int) -> tuple[str, int]:
+    """The member copied to ``target``, never more than ``declared`` bytes (its manifest's size); (sha256, size)."""
     digest, size = hashlib.sha256(), 0
     try:
         source: IO[bytes] | None = tar.extractfile(info)
         with os.fdopen(create_exclusive(target), "wb") as out:
-            while source is not None and (chunk := source.read(1 << 20)):
-                digest.update(chunk)
+            while source is not None and (chunk := source.read(min(1 << 20, declared - size + 1))):
                 size += len(chunk)
+                if size > declared:
+                    raise Refused(f"{path}: {info.name} holds more than its manifest's {declared} bytes: altered")
+                digest.update(chunk)
                 out.write(chunk)
     except (tarfile.TarError, EOFError) as error:
         raise BadInput(f"{path}: truncated or damaged tar ({error})") from None

@@ -1,11 +1,14 @@
 """Reading an export back (``registry import``, ``unpack``): every record checked (its type, UUIDs, IDs, the
-fields its type has and their kinds) before anything is written; a schema version newer than this octlm's is
-refused. Torch-free. The records themselves are ``records.py``'s.
+fields its type has and their kinds, the shape of its JSON columns and of its run-file values, as octlm's own rows
+have them: tags a list of text, metrics a mapping of numbers, a step a count, a figure a number below 1e300 in
+size, or NaN / inf as a diverged run leaves) before anything is written; a schema version newer than this octlm's
+is refused. Torch-free. The records themselves are ``records.py``'s.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from pathlib import Path
@@ -13,13 +16,17 @@ from typing import Any, cast
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import read_regular
-from octlm.core.home import validate_id
+from octlm.core.home import ID_PATTERN, validate_id
+from octlm.core.records import NESTED_FIELDS, NUMBER_FIELDS, TEXT_FIELDS
 from octlm.exchange.records import ENVELOPE, METRIC_ENTRY, OPTIONAL, REQUIRED, SCHEMA_VERSION, TRACKS, Record
 from octlm.store.base import JSON_COLUMNS
 
 MAX_BYTES = 4 << 30
 SHA256 = re.compile(r"[0-9a-f]{64}")
 SCALAR = (str, int, float, bool, type(None))
+MAX_MAGNITUDE = 1e300  # a finite figure beyond it is no loss, rate or count: plots and sums would overflow
+INTEGERS = ("pid", "pid_start", "start_step", "end_step", "target_step", "threads", "size", "tokens", "step")
+METRIC_CELLS = ("latest_metrics", "final_metrics", "metrics")  # a mapping of a run record's fields
 
 
 def read(path: Path) -> list[Record]:
@@ -73,6 +80,7 @@ def check(item: Any, where: str) -> Record:
         if key not in JSON_COLUMNS and key not in ("records", "metrics") and not isinstance(value, SCALAR):
             raise BadInput(f"{where}: {kind} record: {key} must be a single value")
     _check_values(item, kind, where)
+    _check_shapes(item, kind, where)
     return cast(Record, item)
 
 
@@ -94,6 +102,64 @@ def _check_values(item: dict[str, Any], kind: str, where: str) -> None:
                 raise BadInput(f"{where}: run_file record: a metrics row with unknown fields or nested values")
             if row.get("run_uuid") is not None and not _is_uuid(row["run_uuid"]):
                 raise BadInput(f"{where}: run_file record: a metrics row's run_uuid is not a UUID")
+
+
+def _check_shapes(item: dict[str, Any], kind: str, where: str) -> None:
+    """The JSON columns and numbers of ``item`` shaped as octlm writes them; BadInput naming the field."""
+    shapes: list[tuple[str, Any, str]] = [
+        ("tags", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v), "a list of text"),
+        ("argv", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v), "a list of text"),
+        ("former_ids", lambda v: isinstance(v, list) and all(_is_id(t) for t in v), "a list of experiment IDs"),
+        ("config_json", lambda v: isinstance(v, dict), "a mapping"),
+        ("details", lambda v: isinstance(v, dict), "a mapping"),
+    ]
+    for key, good, wanted in shapes:
+        if item.get(key) is not None and not good(item[key]):
+            raise BadInput(f"{where}: {kind} record: {key} must be {wanted} (or null)")
+    for key in INTEGERS:
+        if kind != "run_file" and item.get(key) is not None and not _is_count(item[key]):
+            raise BadInput(f"{where}: {kind} record: {key} must be a whole number >= 0 (or null)")
+    for key in METRIC_CELLS:
+        if kind != "run_file" and item.get(key) is not None:
+            if not isinstance(item[key], dict):
+                raise BadInput(f"{where}: {kind} record: {key} must be a mapping of a run record's fields")
+            _check_record(item[key], f"{where}: {kind} record: {key}")
+    if kind == "run_file":
+        for index, record in enumerate(item["records"] + item["metrics"]):
+            part = "records" if index < len(item["records"]) else "metrics"
+            number = index if part == "records" else index - len(item["records"])
+            _check_record(record, f"{where}: run_file record: {part}[{number}]")
+            if part == "records" and not _is_count(record.get("step")):
+                raise BadInput(f"{where}: run_file record: {part}[{number}]: step must be a whole number >= 0")
+
+
+def _check_record(record: dict[str, Any], where: str) -> None:
+    """A run record's known fields (the rest are left as they are): numbers, text, mappings, as octlm writes them."""
+    for key, value in record.items():
+        if value is None:
+            continue
+        if key in INTEGERS and not _is_count(value):
+            raise BadInput(f"{where}: {key} must be a whole number >= 0")
+        if key in NUMBER_FIELDS and not _is_figure(value):
+            raise BadInput(f"{where}: {key} must be a number (below {MAX_MAGNITUDE:g} in size, or NaN / inf)")
+        if key in TEXT_FIELDS and not isinstance(value, str):
+            raise BadInput(f"{where}: {key} must be text")
+        if key in NESTED_FIELDS and not isinstance(value, dict):
+            raise BadInput(f"{where}: {key} must be a mapping")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_figure(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not math.isfinite(value) or abs(value) < MAX_MAGNITUDE
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
 
 
 def _is_uuid(value: Any) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from octlm.core.errors import BadInput, Refused
-from octlm.core.fsutil import atomic_write, read_regular
+from octlm.core.fsutil import read_regular, write_output
 from octlm.core.home import Home, validate_id
 from octlm.store import runfile
 from octlm.store.base import METRIC_FIELDS
@@ -198,7 +198,7 @@ def export(home: Home, ids: list[str], output: Path | None) -> tuple[dict[str, A
         found = records(home, registry, chosen)
     text = "".join(json.dumps(item) + "\n" for item in found)  # run-file records keep their key order
     if output is not None:
-        atomic_write(output, text.encode("utf-8"))
+        write_output(output, text.encode("utf-8"), "the records")
     counts: dict[str, int] = {}
     for item in found:
         counts[item["type"]] = counts.get(item["type"], 0) + 1

@@ -39,10 +39,20 @@ class ExperimentFiles:
         self.tokenizer = self.folder / TOKENIZER
         self.main = Track("train", self.folder, home.run_file(experiment_id))
         self.overfit = Track(OVERFIT, self.folder / OVERFIT, home.run_file(experiment_id, f"-{OVERFIT}"))
+        self.held: ExperimentLock | None = None  # the lock ``lock`` built, re-checked by ``check_lock``
 
     def lock(self) -> ExperimentLock:
-        """One writer per experiment, for every track; the one place that builds the lock."""
-        return ExperimentLock(self.home.lock_path(self.experiment_id), self.experiment_id)
+        """One writer per experiment, for every track; the one place that builds the lock. Every writer comes
+        here first, so a folder of the experiment's that is a link (or resolves outside the home) is refused here,
+        before anything is written or deleted (``Home.refuse_links``)."""
+        self.home.refuse_links(self.overfit.folder, self.home.runs, self.home.locks, self.home.experiments)
+        self.held = ExperimentLock(self.home.lock_path(self.experiment_id), self.experiment_id)
+        return self.held
+
+    def check_lock(self) -> None:
+        """Refused when the lock this process holds was removed or replaced (``ExperimentLock.check``)."""
+        if self.held is not None:
+            self.held.check()
 
     def relative(self, path: Path) -> str:
         """A path as the registry records it: relative to the home."""

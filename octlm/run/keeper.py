@@ -54,6 +54,7 @@ class CheckpointKeeper:
         run_id: int | None,
         rng_states: list[dict[str, Any]] | None = None,
     ) -> Path:
+        self.files.check_lock()  # removed or replaced: another writer could be in; the last checkpoint stays
         path = layout.checkpoint_path(self.track.folder, state.step)
         record = record_of(
             state,

@@ -248,6 +248,7 @@ class Session(_Steps):
 
     def on_eval(self, state: TrainState, record: RunRecord) -> None:
         """A logged record (with an evaluation at evaluation steps): run file, metrics table, run row."""
+        self.keeper.files.check_lock()  # the lock removed or replaced: stop before writing anything more
         elapsed = time.perf_counter() - self.started
         trained = (state.step - self.start_step) * state.tokens_per_step
         record = {

@@ -8,13 +8,16 @@ creating, migrating (a pending migration runs on a copy in memory) or switching 
 Reads return plain dicts (``migrations.ExperimentRow`` ... ``MetricRow`` type them) with the JSON columns decoded
 (``argv``, ``latest_metrics``, ``final_metrics``, checkpoint ``metrics``, verification ``details``, experiment
 ``tags``, ``config_json``, ``former_ids``); a cell that is not valid JSON reads as ``None`` (``tags`` as ``[]``).
-Writes accept only the known columns of their table.
+Writes accept only the known columns of their table. A non-finite number in a JSON cell (a diverged run's NaN
+loss, an infinite evaluation) is written as ``{"$float": "nan"}`` (``"inf"``, ``"-inf"``), which SQLite's JSON
+accepts, and read back as the float; an older octlm's bare ``NaN`` / ``Infinity`` reads back too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import time
@@ -87,7 +90,52 @@ def checked(table: str, fields: dict[str, Any], allowed: tuple[str, ...]) -> dic
     for key in fields:
         if key not in allowed:
             raise ValueError(f"{table}: unknown column {key!r}")
-    return {k: json.dumps(v) if k in JSON_COLUMNS and not isinstance(v, str) else v for k, v in fields.items()}
+    return {k: encode(v) if k in JSON_COLUMNS and not isinstance(v, str) else v for k, v in fields.items()}
+
+
+NONFINITE = "$float"  # {"$float": "nan"}: a non-finite number in a JSON cell
+
+
+def encode(value: Any) -> str:
+    """A JSON cell's text: valid JSON (SQLite's too), a non-finite float as ``{"$float": "nan"}``."""
+    return json.dumps(_tagged(value), allow_nan=False)
+
+
+def _tagged(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return {NONFINITE: str(value)}  # "nan", "inf", "-inf"
+    if isinstance(value, dict):
+        return {key: _tagged(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_tagged(item) for item in value]
+    return value
+
+
+def _untagged(item: dict[str, Any]) -> Any:
+    """``json.loads``' object hook: ``{"$float": "nan"}`` back to the float."""
+    if len(item) == 1 and item.get(NONFINITE) in ("nan", "inf", "-inf"):
+        return float(item[NONFINITE])
+    return item
+
+
+def untag_text(value: Any) -> Any:
+    """``value``, or the float a ``{"$float": ...}`` text (what SQLite's ``json_extract`` gives of one) stands for."""
+    if isinstance(value, str) and value.startswith('{"' + NONFINITE):
+        untagged = _untagged(json.loads(value)) if _readable_object(value) else value
+        return untagged if isinstance(untagged, float) else value
+    return value
+
+
+def _readable_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def decode(text: str) -> Any:
+    """A JSON cell's value (ValueError when it is not JSON); octlm's ``$float`` and a bare NaN read as floats."""
+    return json.loads(text, object_hook=_untagged)
 
 
 def decoded(row: dict[str, Any]) -> dict[str, Any]:
@@ -95,8 +143,8 @@ def decoded(row: dict[str, Any]) -> dict[str, Any]:
     for key in JSON_COLUMNS.intersection(row):
         if isinstance(row[key], str):
             try:
-                row[key] = json.loads(row[key])
-            except ValueError:
+                row[key] = decode(row[key])
+            except (ValueError, RecursionError):
                 row[key] = None
     if "tags" in row and not (isinstance(row["tags"], list) and all(isinstance(t, str) for t in row["tags"])):
         row["tags"] = []

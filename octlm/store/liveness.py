@@ -5,7 +5,9 @@ for as long as some other process holds its old pid. ``start_time`` reads field 
 ``/proc/<pid>/stat`` (clock ticks since boot; ``None`` where there is no ``/proc``), which
 ``Registry.start_run`` records beside the pid; a live pid with another start time is another process.
 A row written on another host cannot be checked from here: it reads ``unknown (host X)``, never
-``running`` forever. Imports nothing of octlm.
+``running`` forever; ``registry import`` and ``unpack`` store a ``running`` row so, since a row from another home
+is never checkable here, whatever its host says. A row without a start time, where start times can be read, is not
+alive. Imports nothing of octlm.
 """
 
 from __future__ import annotations
@@ -37,10 +39,14 @@ def pid_alive(pid: int) -> bool:
 
 
 def alive(pid: int, recorded_start: int | None) -> bool:
-    """Process ``pid`` runs and, when its start time was recorded, is still the same process."""
+    """Process ``pid`` runs and is still the same process. Where start times can be read (``/proc``), a row without
+    one is not alive: octlm records it beside every pid, so such a row was written elsewhere (an import, an edit)."""
     if not pid_alive(pid):
         return False
-    return recorded_start is None or start_time(pid) in (None, recorded_start)
+    now = start_time(pid)
+    if recorded_start is None:
+        return now is None
+    return now in (None, recorded_start)
 
 
 def effective_status(row: dict[str, Any]) -> dict[str, Any]:

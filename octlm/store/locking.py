@@ -5,7 +5,9 @@ writer in. It is opened without following a link and without truncating anything
 lock is held (``O_NOFOLLOW|O_CREAT``; only a regular file of this user with one link), and once ``flock``
 succeeds the path must still name the locked inode (else the file was replaced: retry, then
 refuse). The kernel drops the lock when its holder dies, so a lock left by a dead process never
-blocks; the file's text (pid and host) only serves the refusal message.
+blocks; the file's text (pid and host) only serves the refusal message. The holder re-checks that the path still
+names its inode (``check``: a run does at each evaluation and checkpoint): after ``rm -rf locks`` a second writer
+could lock a new file, so the holder stops instead.
 """
 
 from __future__ import annotations
@@ -72,6 +74,23 @@ class ExperimentLock:
             return True
         os.close(fd)  # replaced or removed between open and flock: the lock guards nothing
         return False
+
+    def check(self) -> None:
+        """Refused when the lock file was removed or replaced since it was taken: another writer could then lock a
+        file of its own at the path, so the holder must stop writing."""
+        if self.fd is None:
+            return
+        try:
+            now = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        held = os.fstat(self.fd)
+        if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+            raise Refused(
+                f"the lock file {self.path} was {'removed' if now is None else 'replaced'} while {self.experiment_id} "
+                "was being trained, so another writer could get in: the run stops here, its checkpoints so far "
+                f"intact; `octlm resume {self.experiment_id}` once no other process trains it"
+            )
 
     def __exit__(self, *exc: object) -> None:
         if self.fd is not None:

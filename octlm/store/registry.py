@@ -42,7 +42,9 @@ from octlm.store.base import (
     TRAINING_KINDS,
     VERIFICATION_COLUMNS,
     checked,
+    decode,
     now,
+    untag_text,
 )
 from octlm.store.liveness import effective_status, start_time
 from octlm.store.migrations import (
@@ -135,16 +137,21 @@ class Registry(SweepRows):
         return {row["id"]: row["config_json"] if isinstance(row["config_json"], dict) else {} for row in rows}
 
     def summary_rows(self) -> list[dict[str, Any]]:
-        """The ``experiment_summary`` view: one row per experiment with its latest training run and verdict."""
-        return self._rows("select * from experiment_summary order by id")
+        """The ``experiment_summary`` view: one row per experiment with its latest training run and verdict (a
+        figure octlm stored as ``{"$float": "nan"}`` read as the float)."""
+        return [
+            {k: untag_text(v) for k, v in row.items()}
+            for row in self._rows("select * from experiment_summary order by id")
+        ]
 
     def malformed_cells(self) -> list[tuple[str, Any, str]]:
-        """(table, row id, column) of each JSON cell that is not valid JSON (reads give None; doctor repairs)."""
+        """(table, row id, column) of each JSON cell that is not valid JSON (reads give None; doctor repairs). An
+        older octlm's bare ``NaN`` / ``Infinity`` fails SQLite's ``json_valid`` but reads back: not malformed."""
         sql = " union all ".join(
-            f"select '{t}' as t, id, '{c}' as c from {t} where {c} is not null and not json_valid({c})"
+            f"select '{t}' as t, id, '{c}' as c, {c} as v from {t} where {c} is not null and not json_valid({c})"
             for t, c in JSON_CELLS
         )
-        return [(row["t"], row["id"], row["c"]) for row in self._rows(sql)]
+        return [(row["t"], row["id"], row["c"]) for row in self._rows(sql) if not _readable(row["v"])]
 
     def clear_cell(self, table: str, row_id: Any, column: str) -> None:
         """Set a JSON cell to null (``doctor --repair`` on a malformed one); only the cells of JSON_CELLS."""
@@ -248,8 +255,10 @@ class Registry(SweepRows):
         return [effective_status(row) for row in rows]
 
     def running_runs(self) -> list[dict[str, Any]]:
-        """Runs recorded as ``running``, each with its effective status (a dead process reads ``crashed``)."""
-        return [effective_status(row) for row in self._rows("select * from runs where status = 'running' order by id")]
+        """Runs recorded as ``running`` (or imported as ``unknown (host X)``), each with its effective status (a dead
+        process reads ``crashed``)."""
+        sql = "select * from runs where status = 'running' or status like 'unknown (host %' order by id"
+        return [effective_status(row) for row in self._rows(sql)]
 
     def has_training_run(self, experiment_id: str) -> bool:
         sql = "select 1 from runs where experiment_id = ? and kind in (?, ?) limit 1"
@@ -355,3 +364,12 @@ def _tag_list(cell: Any) -> list[str]:
     except ValueError:
         return []
     return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+
+
+def _readable(text: Any) -> bool:
+    """A JSON cell's text that octlm reads back (``base.decode``), SQLite's ``json_valid`` or not."""
+    try:
+        decode(text)
+    except (ValueError, RecursionError, TypeError):
+        return False
+    return True

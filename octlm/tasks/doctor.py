@@ -13,13 +13,15 @@ be checked from here (``--repair --other-hosts`` marks those crashed); a checkpo
 ``--repair`` rewrites that one); and a checkpoint in ``checkpoints/<ID>/`` that records another
 experiment or another track (``overfit``): foreign, never used to rebuild rows. Rows of an experiment
 whose YAML is gone are removed by ``--repair`` (as ``octlm rm --keep-files``). A run rebuilt from
-checkpoints reads ``completed`` at ``training.steps`` and ``stopped`` before it. Each problem says whether
+checkpoints reads ``completed`` at ``training.steps`` and ``stopped`` before it. The staging folders
+(``.unpack-*``) of an ``unpack`` that was killed are listed, and removed by ``--repair``. Each problem says whether
 ``--repair`` can fix it, and ``advice`` recommends it only then.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +32,7 @@ from octlm.core.errors import OctlmError, Refused
 from octlm.core.fsutil import file_sha256
 from octlm.core.home import Home
 from octlm.store import experiments
-from octlm.store.liveness import is_other_host
+from octlm.store.liveness import alive, is_other_host
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import Registry, now
 from octlm.train import checkpoint
@@ -58,6 +60,7 @@ def run(home: Home, repair: bool = False, other_hosts: bool = False) -> dict[str
     with Registry(home.registry, create=repair) as registry:  # checking never creates or writes a registry
         problems = _damaged_cells(home, registry, repair)
         problems += _experiments(home, registry, repair) + _stuck_runs(registry, repair, other_hosts)
+    problems += _staging(home, repair)
     unrepaired = [p for p in problems if not p["repaired"]]
     return {
         "home": str(home.root),
@@ -132,6 +135,21 @@ def _row_without_config(home: Home, registry: Registry, experiment_id: str, repa
     else:
         detail = f"no experiments/{experiment_id}.yaml; --repair removes its rows (as `octlm rm --keep-files`)"
     return _problem("row without config", experiment_id, detail, fixed)
+
+
+def _staging(home: Home, repair: bool) -> list[Problem]:
+    """Staging folders of an ``unpack`` that is gone (killed before it could clean up): ``--repair`` removes them.
+    A live unpack's (its pid and start time in the name) is left alone."""
+    problems = []
+    for path, pid, start in layout.staging_folders(home.root):
+        if pid is not None and start is not None and alive(pid, start):
+            continue
+        size = sum(p.lstat().st_size for p in path.rglob("*"))
+        if repair:
+            shutil.rmtree(path, ignore_errors=True)
+        detail = f"left by an unpack that is gone ({size:,} bytes); --repair removes it"
+        problems.append(_problem("stale unpack staging folder", path.name, detail, repair))
+    return problems
 
 
 def _stuck_runs(registry: Registry, repair: bool, other_hosts: bool) -> list[Problem]:

@@ -102,11 +102,18 @@ def export(
 
 
 def check_target(home: Home, target: Path, force: bool) -> None:
-    """Refuse a link, a file, a folder holding the home, and a non-empty folder without ``force``."""
+    """Refuse a link, a file, a folder holding the home, any octlm home (this one or another: a folder with
+    ``registry.db`` or ``experiments/``, even with ``force``), and a non-empty folder without ``force``."""
     if target.is_symlink():
         raise Refused(f"{target} is a symbolic link: give the folder itself")
     if target.exists() and not target.is_dir():
         raise Refused(f"{target} exists and is not a folder: give a folder")
+    marks = [name for name in ("registry.db", "experiments") if os.path.lexists(target / name)]
+    if marks:
+        raise Refused(
+            f"{target} is an octlm home (it holds {' and '.join(marks)}): export never replaces a home, "
+            "--force or not; give another folder"
+        )
     resolved, root = target.resolve(), Path(home.root).resolve()
     if root.is_relative_to(resolved):
         raise Refused(f"{target} holds the home {home.root}: export to another folder")

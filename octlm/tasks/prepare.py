@@ -15,6 +15,7 @@ from typing import Any
 
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, Reporter
+from octlm.data import tokens
 from octlm.data.pipeline import prepare
 from octlm.run.files import ExperimentFiles
 from octlm.store import experiments
@@ -61,6 +62,7 @@ def run(home: Home, experiment_id: str, reporter: Reporter | None = None) -> dic
     encoding = next((p for p in phases if p["name"] == "encoding"), None)
     text_mb = _megabytes(phases)
     written = home.cache / f"tokens-{prepared.data_hash}.bin" not in existing  # else verified and mapped
+    written = written or tokens.rebuilt(prepared.notes, prepared.data_hash)  # there, but it did not verify
     return {
         "id": experiment_id,
         "data_hash": prepared.data_hash,

@@ -15,7 +15,14 @@ from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home
 from octlm.core.errors import BadInput
 
 PackOutputOption = Annotated[
-    str, typer.Option("--output", "-o", metavar="FILE.tar", help="The pack to write (replaced atomically).")
+    str,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="FILE.tar",
+        help="The pack to write: a file is replaced atomically, a device or a FIFO written in place; a folder "
+        "is refused.",
+    ),
 ]
 StepOption = Annotated[
     int | None,
@@ -47,6 +54,14 @@ ExportOutputOption = Annotated[
     str | None,
     typer.Option(
         "--output", "-o", metavar="FILE", help="Write the records here (default: stdout).", show_default=False
+    ),
+]
+OutsideSourcesOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-outside-sources",
+        help="Accept an experiment whose data.sources name files outside this home and OCTLM_DATA_ROOT (refused "
+        "otherwise, exit 3: training would read them, and the next pack would carry the tokenizer made of them).",
     ),
 ]
 ImportArgument = Annotated[str, typer.Argument(metavar="FILE", help="Records written by `octlm registry export`.")]
@@ -87,12 +102,18 @@ def pack(
 
 
 @handled
-def unpack(ctx: typer.Context, file: PackArgument, as_id: AsOption = None, as_json: JsonOption = False) -> None:
+def unpack(
+    ctx: typer.Context,
+    file: PackArgument,
+    as_id: AsOption = None,
+    allow_outside_sources: OutsideSourcesOption = False,
+    as_json: JsonOption = False,
+) -> None:
     """Verify a pack's checksums, then add its experiment to this home (files and rows); `octlm resume ID`
     continues it. Unpacking the same pack again changes nothing."""
     from octlm.exchange import packing
 
-    report = packing.unpack(home_of(ctx), Path(file), as_id)
+    report = packing.unpack(home_of(ctx), Path(file), as_id, allow_outside_sources=allow_outside_sources)
     if as_json:
         render.emit_json(report)
         return
@@ -127,12 +148,18 @@ def export(
 
 
 @handled
-def import_(ctx: typer.Context, file: ImportArgument, prefix: PrefixOption = None, as_json: JsonOption = False) -> None:
+def import_(
+    ctx: typer.Context,
+    file: ImportArgument,
+    prefix: PrefixOption = None,
+    allow_outside_sources: OutsideSourcesOption = False,
+    as_json: JsonOption = False,
+) -> None:
     """Merge another home's records (from `octlm registry export`) into this registry, in one transaction,
     matched by UUID: importing the same file again changes nothing."""
     from octlm.exchange import importing
 
-    report = importing.import_file(home_of(ctx), Path(file), prefix)
+    report = importing.import_file(home_of(ctx), Path(file), prefix, allow_outside_sources=allow_outside_sources)
     if as_json:
         render.emit_json(report)
         return

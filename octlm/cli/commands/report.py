@@ -25,9 +25,9 @@ OutputOption = Annotated[
         "--output",
         "-o",
         metavar="FILE.html",
-        help="Write the page to this file (default: stdout).",
+        help="Write the page to this file (default: stdout): a file is replaced atomically, a device or a FIFO "
+        "(/dev/stdout) written in place; a folder is refused.",
         show_default=False,
-        dir_okay=False,
     ),
 ]
 FormatOption = Annotated[

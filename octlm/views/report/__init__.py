@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from octlm.config import from_dict, to_yaml
-from octlm.core.errors import BadInput, ConfigError, Refused
-from octlm.core.fsutil import atomic_write
+from octlm.core.errors import BadInput, ConfigError
+from octlm.core.fsutil import write_output
 from octlm.core.home import Home
 from octlm.store.registry import Registry
 from octlm.views import charts, compare
@@ -154,10 +154,6 @@ def templates() -> jinja2.Environment:
 
 
 def save(path: Path, text: str) -> None:
-    """Write the page to ``path`` atomically (wholly the new page or the old file); Refused, in one line,
-    where it cannot be written."""
-    try:
-        atomic_write(path, text.encode("utf-8"))
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise Refused(f"cannot write the report to {path}: {reason}; nothing was written") from None
+    """Write the page to ``path`` as ``fsutil.output_writer`` writes a file the user named (a regular file
+    atomically, a device or a FIFO in place); Refused, in one line, where it cannot be written."""
+    write_output(path, text.encode("utf-8"), "the report")
