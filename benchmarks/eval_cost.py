@@ -23,6 +23,7 @@ from pathlib import Path
 
 STEPS = {"day1": 200, "day2": 60}  # day1 whole; day2: enough for a few evaluations at a shortened interval
 EVAL_INTERVAL = {"day1": 20, "day2": 20}
+WARMUP = {"day1": 20, "day2": 10}  # day2's own 200 warmup steps exceed the shortened run
 
 
 def octlm(home: Path, *args: str) -> str:
@@ -40,6 +41,7 @@ def make(home: Path, preset: str, experiment: str, evaluation: list[str]) -> Non
     settings = {
         "training.steps": steps,
         "training.eval_interval": EVAL_INTERVAL[preset],
+        "training.warmup_steps": WARMUP[preset],
         "checkpoint.interval": steps,
         "training.compile": "false",
     }

@@ -86,6 +86,19 @@ def no_load_warnings() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory):
+    """octlm's per-user state (the token cache's signing key, ``data.tokens``) for the whole session in one
+    temporary folder, never in the runner's ~/.local/state."""
+    previous = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if previous is None:
+        del os.environ["XDG_STATE_HOME"]
+    else:
+        os.environ["XDG_STATE_HOME"] = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
 def compile_cache(tmp_path_factory: pytest.TempPathFactory):
     """torch.compile's graphs for the whole session in one temporary folder, never in ~/.cache."""
     previous = os.environ.get("OCTLM_COMPILE_CACHE")
