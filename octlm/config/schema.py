@@ -225,7 +225,9 @@ class TrainingConfig(_Section):
                 f"begin after the {self.warmup_steps} warmup steps",
             )
         if self.determinism != "local" and self.compile:
-            message = "torch.compile generates code for this machine's instruction set, which no tier can pin"
+            message = (
+                f"torch.compile generates code for this machine's instruction set, which {self.determinism} cannot pin"
+            )
             self.fail("compile", f"{message}; set training.compile: false or training.determinism: local")
 
     def _check_pieces(self) -> None:

@@ -116,15 +116,16 @@ def slurm(tmp_path: Path) -> Iterator[dict[str, str]]:
                 daemon.wait()
 
 
-def readme_script(ship: Path, nodes: Path) -> str:
+def readme_script(ship: Path, nodes: Path, data: Path) -> str:
     """The README's job-array script, its shared and node-local paths pointed into this test's folders."""
     text = README.read_text()
     start = text.index("**A sweep on a Slurm job array.**")
     script = re.search(r"```bash\n(#!/bin/bash\n.*?)```", text[start:], re.S)
     assert script is not None, "the README lost its sweep job-array script"
     body = script.group(1)
-    assert "/shared/sweeps/lr" in body and "/local/$USER" in body
-    return body.replace("/shared/sweeps/lr", str(ship)).replace("/local/$USER", str(nodes))
+    assert "/shared/sweeps/lr" in body and "/local/$USER" in body and "OCTLM_DATA_ROOT=/shared/data" in body
+    body = body.replace("/shared/sweeps/lr", str(ship)).replace("/local/$USER", str(nodes))
+    return body.replace("/shared/data", str(data))
 
 
 def job_state(env: dict[str, str], job: str) -> str:
@@ -139,7 +140,8 @@ def test_a_sweep_on_a_slurm_job_array_survives_a_requeue_mid_trial(
     """``node``: the requeued task starts again on the same node (its local home still there) or, as far as
     octlm can tell, on another one (its local home gone: it starts from what the first start packed back)."""
     driver, shared_data = tmp_path / "driver", write_corpus(tmp_path / "data")
-    long = {"steps": 300, "eval_interval": 100, "log_interval": 20, "warmup_steps": 5}
+    steps = 160
+    long = {"steps": steps, "eval_interval": 80, "log_interval": 20, "warmup_steps": 5}
     data = {"sources": [str(shared_data / "corpus" / "*.txt")]}  # a path every node reads, in no home
     write_experiment(driver, data=data, training=long, checkpoint={"interval": 20, "keep": 20})
     made = cli(driver, "sweep", "new", "lr", "--from", "EXP-001", "--grid", "training.learning_rate=1e-3,3e-3")
@@ -149,7 +151,7 @@ def test_a_sweep_on_a_slurm_job_array_survives_a_requeue_mid_trial(
     bin_dir.mkdir()
     (bin_dir / "octlm").write_text(f'#!/bin/sh\nexec {sys.executable} -m octlm "$@"\n')
     (bin_dir / "octlm").chmod(0o755)
-    (tmp_path / "job.sh").write_text(readme_script(ship, nodes))
+    (tmp_path / "job.sh").write_text(readme_script(ship, nodes, shared_data))
     env = {**slurm, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NO_COLOR": "1"}
     sbatch = ["sbatch", "--parsable", "--array=0-1", "--cpus-per-task=1", "--time=30", "--open-mode=append"]
     sbatch += [f"--output={tmp_path}/task-%a.out", "--chdir", str(tmp_path), str(tmp_path / "job.sh")]
@@ -174,13 +176,14 @@ def test_a_sweep_on_a_slurm_job_array_survives_a_requeue_mid_trial(
         claims = conn.execute("select outcome from sweep_claims order by id").fetchall()
         resumed = conn.execute("select start_step, end_step from runs order by id").fetchall()
     assert claims == ([("released",), ("done",)] if node == "same" else [("done",)]), first
-    assert len(resumed) == 2 and 0 < resumed[1][0] == resumed[0][1] < 300  # the second start went on from the first
+    assert len(resumed) == 2 and 0 < resumed[1][0] == resumed[0][1] < steps  # the second start went on from the first
     for shard in ("shard-0", "shard-1"):
         assert cli(driver, "sweep", "unpack", str(ship / shard)).exit_code == 0
     status = json_out(cli(driver, "sweep", "status", "lr", "--json"))
-    assert status["complete"] and [t["step"] for t in status["trials"]] == [300, 300]
+    assert status["complete"] and [t["step"] for t in status["trials"]] == [steps, steps]
     twin = json_out(cli(driver, "new", "--from", "EXP-002", "--json"))["id"]
-    straight = octlm(driver, "train", twin, "-q", env={"OMP_NUM_THREADS": "1"})
+    root = {"OCTLM_DATA_ROOT": str(shared_data)}  # as the README's job exports it: documents named alike
+    straight = octlm(driver, "train", twin, "-q", env={"OMP_NUM_THREADS": "1", **root})
     assert straight.returncode == 0, straight.stderr
     ends = [checkpoint.read(layout.checkpoints(driver / "checkpoints" / e)[-1][1]) for e in ("EXP-002", twin)]
     assert_same_training_state(*ends)
