@@ -237,12 +237,17 @@ def peak_rss() -> int | None:
 LOAD_CHECK_VARIABLE = "OCTLM_NO_LOAD_CHECK"  # "1": never warn about a busy box (the test suite sets it)
 
 
+SLACK = 1.5  # cores' worth of load forgiven: verify-resume's segment sees the one before it in the average
+
+
 def oversubscribed(threads: int) -> str | None:
     """A one-line warning when the box is already busy enough that a run of ``threads`` threads will wait on its
     own threads (torch's threads spin and wait for each other: measured 12-15x slower than one thread on 2 busy
     cores), or None."""
     load, available = load_average(), cores()
-    if load is None or threads < 2 or os.environ.get(LOAD_CHECK_VARIABLE) == "1" or load + threads <= available + 0.5:
+    if load is None or threads < 2 or os.environ.get(LOAD_CHECK_VARIABLE) == "1":
+        return None
+    if load + threads <= available + SLACK:  # the 1-minute average still holds a process that just ended
         return None
     return (
         f"this box is busy (load {load:.1f} on {available} cores) and this run uses {threads} threads: it may run "
