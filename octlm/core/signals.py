@@ -21,6 +21,17 @@ def handled_signals() -> list[signal.Signals]:
 
 
 @contextmanager
+def handling(handler: Any) -> Iterator[None]:
+    """Within: ``handler`` for each of ``handled_signals()``; after: the handlers that were there before."""
+    previous = {signum: signal.signal(signum, handler) for signum in handled_signals()}
+    try:
+        yield
+    finally:
+        for signum, before in previous.items():
+            signal.signal(signum, before)
+
+
+@contextmanager
 def stopping_at_once(what: str) -> Iterator[None]:
     """Within: SIGHUP, SIGINT or SIGTERM raise ``Interrupted`` at once (exit 129/130/143), so the ``finally``
     blocks of a command that is no training run (``unpack``) take back what it wrote; ``what`` names it."""
@@ -32,12 +43,8 @@ def stopping_at_once(what: str) -> Iterator[None]:
         name = signal.Signals(signum)
         raise Interrupted(f"{what} stopped by {name.name}: nothing was changed", SIGNAL_EXIT[name])
 
-    previous = {signum: signal.signal(signum, stop) for signum in handled_signals()}
-    try:
+    with handling(stop):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 class SignalGuard:

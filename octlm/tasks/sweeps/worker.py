@@ -29,7 +29,7 @@ from octlm.core import layout
 from octlm.core.errors import BadInput, Interrupted, Refused
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
-from octlm.core.signals import SIGNAL_EXIT, handled_signals
+from octlm.core.signals import SIGNAL_EXIT, handled_signals, handling
 from octlm.store import experiments
 from octlm.store.liveness import start_time
 from octlm.store.registry import Registry
@@ -123,12 +123,8 @@ def stoppable() -> Iterator[None]:
         name = signal.Signals(signum).name
         raise Interrupted(f"stopped by {name}", SIGNAL_EXIT[signal.Signals(signum)])
 
-    previous = {signum: signal.signal(signum, stop) for signum in handled_signals()}
-    try:
+    with handling(stop):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def hold() -> None:
