@@ -35,6 +35,7 @@ class PreparedData:
     data_hash: str
     notes: tuple[str, ...]
     world_size: int = 1  # the ranks it is trained on: part of the config's fingerprint above 1
+    in_memory: bool = False  # the token streams are not the cache's token file (no signing key to trust one)
 
     @property
     def fingerprints(self) -> Fingerprints:
@@ -68,12 +69,15 @@ def prepare(
     where = _Where(home, config, tokenizer_path, cached)
     notes = _apart(where, found, report) if apart and _cold(where, found) else None
     tokenizer, data_hash, streams, more = _tokens(where, found, report if notes is None else None)
+    if streams.warning:  # said here, once (never by the child that trained the tokenizer)
+        report.warn(streams.warning)
     notes = [*(notes or []), *more]
     train_blocks = data.make_blocks(streams.train, tokenizer, config.model.context_length)
     eval_blocks = _evaluation_set(config, found, streams, (tokenizer, train_blocks), notes)
     if first_step:
         _first_step(config, device, report)
-    return PreparedData(config, device, tokenizer, train_blocks, eval_blocks, data_hash, tuple(notes))
+    kept = (config, device, tokenizer, train_blocks, eval_blocks, data_hash, tuple(notes))
+    return PreparedData(*kept, in_memory=streams.warning is not None)
 
 
 def evaluation_size(training: TrainingConfig, available: int, context_length: int) -> int:
@@ -138,10 +142,12 @@ def _tokens(
 
 
 def _cold(where: _Where, found: corpus.Corpus) -> bool:
-    """Whether a tokenizer is to be trained or a token file written (a warm start has both)."""
+    """Whether a tokenizer is to be trained or a token file written (a warm start has both; without a signing key
+    no token file is written: ``tokens.signing_key``)."""
+    writes = tokens.signing_key().secret is not None
     if os.path.lexists(where.tokenizer):
-        return not _token_file(where.home, found, where.tokenizer).exists()
-    return not os.path.lexists(where.cached) or not _token_file(where.home, found, where.cached).exists()
+        return writes and not _token_file(where.home, found, where.tokenizer).exists()
+    return not os.path.lexists(where.cached) or writes and not _token_file(where.home, found, where.cached).exists()
 
 
 def _token_file(home: Home, found: corpus.Corpus, tokenizer: Path) -> Path:

@@ -6,7 +6,9 @@ The record is signed: an HMAC-SHA256, under a key of this user's kept outside ev
 (``$XDG_STATE_HOME/octlm/token-cache.key``, else ``~/.local/state/octlm/``; made on first use, mode 0600), of the
 record with the token file's sha256 in it. Whoever can edit a home can rewrite a token file and its checksum, but
 cannot sign it, so a poisoned cache never verifies and is rebuilt. A cache made by another user or box (a copied
-home) is rebuilt once; where no key can be kept, every cache is rebuilt, with a note saying why.
+home) is rebuilt once. Where there is no key to trust (the state folder cannot be written, a read-only HOME; the key
+file is a link, another user's, or readable by others), no token file is read or written: the corpus is encoded in
+memory, as a run without a cache folder is, and one warning names the key's problem and its fix (``signing_key``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Streams:
     train: np.ndarray
     validation: np.ndarray
     note: str | None = None
+    warning: str | None = None  # the cache could not be used at all (no key to trust): said once, as a warning
     lengths: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype="<i8"), np.zeros(0, dtype="<i8"))  # per document
 
 
@@ -61,6 +64,10 @@ def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, 
     """
     if cache_dir is None:
         return _in_memory(tokenizer, corpus.train, corpus.validation)
+    signing = signing_key()
+    if signing.secret is None:
+        warning = f"the token cache is not used: {signing.problem}; the corpus is encoded again each run meanwhile"
+        return dataclasses.replace(_in_memory(tokenizer, corpus.train, corpus.validation), warning=warning)
     path, note = cache_dir / f"tokens-{key}.bin", None
     splits = (corpus.train, corpus.validation)
     if os.path.lexists(path) or os.path.lexists(path.with_suffix(".json")):
@@ -133,7 +140,7 @@ def _write_cache(path: Path, splits: tuple[tuple[Document, ...], ...], tokenizer
             meta[f"{name}_lengths"] = lengths
     record = {"format": CACHE_FORMAT, "key": key, "tokenizer": tokenizer.fingerprint, "dtype": dtype.str, **meta}
     record["sha256"] = digest.hexdigest()
-    secret = cache_key()
+    secret = signing_key().secret
     signed = {**record, "mac": _mac(secret, record) if secret else None}
     atomic_write(path.with_suffix(".json"), json.dumps(signed).encode())
 
@@ -144,38 +151,79 @@ def _mac(secret: bytes, record: Mapping[str, object]) -> str:
     return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
 
 
-def _key_path() -> Path:
+def key_path() -> Path:
+    """Where this user's signing key lives: ``$XDG_STATE_HOME/octlm/token-cache.key``, else under ~/.local/state."""
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "octlm" / "token-cache.key"
 
 
-def cache_key() -> bytes | None:
-    """This user's key for signing token caches (see the module), made on first use; None where none can be kept
-    (no writable state folder, or a key file that is not a private regular file of this user's)."""
-    path = _key_path()
+@dataclass(frozen=True)
+class SigningKey:
+    """This user's key for signing token caches, or why there is none to trust (one line, with its fix)."""
+
+    secret: bytes | None
+    problem: str | None = None
+
+
+def signing_key() -> SigningKey:
+    """The key (see the module), made on first use; without one, ``problem`` says what is wrong and what to do."""
+    path = key_path()
     try:
         if not os.path.lexists(path):
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-            with os.fdopen(
-                os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb"
-            ) as out:
-                out.write(secrets.token_bytes(KEY_BYTES))
-                out.flush()
-                os.fsync(out.fileno())
-            with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the key
-                os.link(temporary, path)
-            temporary.unlink()
+            _make_key(path)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        try:
-            info = os.fstat(fd)
-            private = stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077
-            data = os.read(fd, KEY_BYTES + 1) if private else b""
-        finally:
-            os.close(fd)
-    except OSError:
-        return None
-    return data if len(data) == KEY_BYTES else None
+    except OSError as error:
+        return SigningKey(None, _unusable(path, error))
+    try:
+        info = os.fstat(fd)
+        problem = _not_private(path, info)
+        data = os.read(fd, KEY_BYTES + 1) if problem is None else b""
+    except OSError as error:
+        return SigningKey(None, _unusable(path, error))
+    finally:
+        os.close(fd)
+    if problem is None and len(data) != KEY_BYTES:
+        problem = f"{path} holds {len(data)} bytes, not a key of {KEY_BYTES}: remove it (a new key is made)"
+    return SigningKey(data if problem is None else None, problem)
+
+
+def _make_key(path: Path) -> None:
+    """A new random key at ``path``, mode 0600, never over one another process made first."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as out:
+        out.write(secrets.token_bytes(KEY_BYTES))
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the key
+            os.link(temporary, path)
+    finally:
+        temporary.unlink()
+
+
+def _unusable(path: Path, error: OSError) -> str:
+    if os.path.islink(path):
+        return f"{path} is a symbolic link, and octlm keeps its key in a file of its own: remove the link"
+    reason = error.strerror or str(error)
+    return (
+        f"its signing key {path} cannot be made or read ({reason}): set XDG_STATE_HOME to a folder of yours that "
+        "can be written"
+    )
+
+
+def _not_private(path: Path, info: os.stat_result) -> str | None:
+    """Why the key file cannot be trusted (None: a regular file of this user's that only they can read)."""
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path} is not a regular file: remove it (a new key is made)"
+    if info.st_uid != os.geteuid():
+        return f"{path} belongs to another user: remove it (a new key is made)"
+    if info.st_mode & 0o077:
+        return (
+            f"{path} can be read by others (mode {stat.S_IMODE(info.st_mode):04o}), so caches signed with it cannot "
+            f"be trusted: `chmod 600 {path}`, or remove it for a new key"
+        )
+    return None
 
 
 def _read_cache(
@@ -199,11 +247,12 @@ def _read_cache(
     for stream, counts, split in zip(streams, lengths, splits, strict=True):
         _check_stream(stream, counts, split, tokenizer)
     # last, so the checks above name what is wrong; whatever they miss, an unsigned record never passes
-    secret = cache_key()
-    if secret is None:
-        raise ValueError(f"no key to check its signature with ({_key_path()} cannot be kept)")
-    if not verified and not hmac.compare_digest(str(record.get("mac")), _mac(secret, record)):
-        raise ValueError("its record is not signed by this user's key (made elsewhere, or edited)")
+    if not verified:
+        secret = signing_key().secret
+        if secret is None:
+            raise ValueError(f"no key to check its signature with ({key_path()})")
+        if not hmac.compare_digest(str(record.get("mac")), _mac(secret, record)):
+            raise ValueError("its record is not signed by this user's key (made elsewhere, or edited)")
     return Streams(*streams, lengths=(lengths[0], lengths[1]))
 
 

@@ -71,7 +71,7 @@ def run(home: Home, experiment_id: str, reporter: Reporter | None = None) -> dic
         "blocks": {"train": len(prepared.train_blocks), "evaluation": len(prepared.eval_blocks)},
         "phases": phases,
         "seconds": round(seconds, 3),
-        "token_file": "written" if written else "reused",
+        "token_file": "not kept" if prepared.in_memory else "written" if written else "reused",
         "encoding_mb_per_second": round(text_mb / encoding["seconds"], 2) if written and encoding and text_mb else None,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "notes": list(prepared.notes),
