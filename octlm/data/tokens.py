@@ -48,8 +48,8 @@ class Streams:
     train: np.ndarray
     validation: np.ndarray
     note: str | None = None
-    warning: str | None = None  # the cache could not be used at all (no key to trust): said once, as a warning
     lengths: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype="<i8"), np.zeros(0, dtype="<i8"))  # per document
+    warning: str | None = None  # the cache could not be used at all (no key to trust): said once, as a warning
 
 
 def token_streams(corpus: Corpus, tokenizer: Tokenizer, cache_dir: Path | None, key: str) -> Streams:
