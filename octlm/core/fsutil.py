@@ -12,12 +12,16 @@ for octlm's own files (``follow=False``), refuse a final path component that is 
 (a linked folder above it is fine). The refusals are ``UnsafeFile`` (an ``OSError`` whose
 ``strerror`` says why), which each caller turns into its own one-line error.
 
-A file the user named (``-o FILE`` of ``report``, ``pack``, ``registry export``): ``output_writer`` owns it. The
-target is looked at with ``lstat`` first: nothing there or a regular file is replaced atomically (as above); a
-character device or a FIFO, or a link to one (``/dev/stdout``, ``/dev/null``), is written in place, as the user
-means (a FIFO without a reader is refused at once rather than waited on); a link to a regular file replaces the
-file it names and stays a link; a folder, a socket, a block device or a link to nothing is refused. Every refusal
-and every failed write is ``Refused``: one line naming the path, what it is and why.
+Every output file (``-o FILE`` of ``report``, ``pack``, ``registry export``, and the files ``sweep pack`` names in
+its folder): ``output_writer`` owns it. The target is looked at with ``lstat`` first: nothing there or a regular
+file is replaced atomically (as above). A file the user named may also be a character device or a FIFO, or a link
+to one (``/dev/stdout``, ``/dev/null``), written in place, as the user means (a FIFO without a reader is refused at
+once rather than waited on). A link to a regular file is refused (anyone who can write the folder could have
+planted it to have octlm overwrite its target), but for the kernel's own links under ``/dev`` and ``/proc``
+(``-o /dev/stdout`` with stdout redirected to a file). A file octlm names itself (``own_name``: a trial's pack in
+``sweep pack``'s folder) is written only as a regular file: any link, device or FIFO there is refused. A folder, a
+socket, a block device or a link to nothing is always refused. Every refusal and every failed write is
+``Refused``: one line naming the path, what it is and why; nothing is written then.
 """
 
 from __future__ import annotations
@@ -217,11 +221,12 @@ class Output:
 
 
 @contextmanager
-def output_writer(path: Path, what: str) -> Iterator[Output]:
-    """``what`` ("the report") written to ``path``, the file the user named: in place to a character device or a
-    FIFO (or a link to one), atomically over a regular file or nothing; Refused for anything else, and for a
-    write that fails (see the module). An error of the caller's own between the writes passes through as it is."""
-    target, kind = _output_target(path)
+def output_writer(path: Path, what: str, *, own_name: bool = False) -> Iterator[Output]:
+    """``what`` ("the report") written to ``path``: atomically over a regular file or nothing; in place to a character
+    device or a FIFO (or a link to one) the user named; Refused for anything else (and, with ``own_name``, for
+    anything but a regular file or nothing), and for a write that fails (see the module). An error of the caller's
+    own between the writes passes through as it is."""
+    target, kind = _output_target(path, own_name)
     if kind != "a regular file":
         fd = _open_in_place(path, kind, what)
         try:
@@ -249,16 +254,24 @@ def output_writer(path: Path, what: str) -> Iterator[Output]:
         raise
 
 
-def write_output(path: Path, payload: bytes, what: str) -> int:
+def write_output(path: Path, payload: bytes, what: str, *, own_name: bool = False) -> int:
     """``payload`` written as ``output_writer`` writes; the bytes written."""
-    with output_writer(path, what) as out:
+    with output_writer(path, what, own_name=own_name) as out:
         out.write(payload)
     return out.written
 
 
-def _output_target(path: Path) -> tuple[Path, str]:
+def check_output(path: Path, *, own_name: bool = False) -> None:
+    """Refused now when ``output_writer`` would refuse ``path`` (a caller writing many files checks them all first)."""
+    _output_target(path, own_name)
+
+
+KERNEL_LINKS = ("/dev/", "/proc/")  # where only the system makes links (/dev/stdout, /dev/fd/1, /proc/self/fd/1)
+
+
+def _output_target(path: Path, own_name: bool = False) -> tuple[Path, str]:
     """Where to write and what it is: (a path to replace atomically, "a regular file"), or (``path``, "a character
-    device" / "a FIFO", possibly through a link); Refused for anything else."""
+    device" / "a FIFO", possibly through a link); Refused for anything else (see the module)."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -268,14 +281,29 @@ def _output_target(path: Path) -> tuple[Path, str]:
     if stat.S_ISREG(info.st_mode):
         return path, "a regular file"
     linked = stat.S_ISLNK(info.st_mode)
+    if linked and own_name:
+        raise Refused(
+            f"{path} is a symbolic link to {os.readlink(path)}: octlm writes the files it names only as files of "
+            "their own, never through a link; remove it; nothing was written"
+        )
     if linked:
         try:
             info = os.stat(path)
         except OSError:
             raise Refused(f"{path} is a symbolic link to nothing ({os.readlink(path)}): nothing was written") from None
     if stat.S_ISREG(info.st_mode):
-        return Path(os.path.realpath(path)), "a regular file"  # the file a link names is replaced; the link stays
+        resolved = Path(os.path.realpath(path))
+        if not os.path.abspath(path).startswith(KERNEL_LINKS):
+            raise Refused(
+                f"{path} is a symbolic link to the file {resolved}: octlm does not write through a link (anyone who "
+                f"can write its folder could have planted it); give the file itself; nothing was written"
+            )
+        return resolved, "a regular file"  # -o /dev/stdout redirected to a file: that file is replaced
     kind = kind_of(info.st_mode)
+    if own_name:
+        raise Refused(
+            f"{path} is {kind}: octlm writes the files it names only as regular files; remove it; nothing was written"
+        )
     if stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
         return path, kind
     shown = f"a symbolic link to {kind}" if linked else kind

@@ -50,9 +50,16 @@ Source = Path | bytes
 
 
 def pack(
-    home: Home, experiment_id: str, output: Path, *, step: int | None = None, every: bool = False
+    home: Home,
+    experiment_id: str,
+    output: Path,
+    *,
+    step: int | None = None,
+    every: bool = False,
+    own_name: bool = False,
 ) -> dict[str, Any]:
-    """Write the pack of ``experiment_id`` to ``output`` (atomically), under the experiment's lock."""
+    """Write the pack of ``experiment_id`` to ``output`` (atomically), under the experiment's lock; ``own_name``: a
+    name octlm chose (``sweep pack``), written only as a regular file (``fsutil.output_writer``)."""
     if not output.parent.is_dir():
         raise BadInput(f"-o {output}: there is no folder {output.parent}")
     if not home.config_path(experiment_id).is_file():
@@ -80,7 +87,7 @@ def pack(
             "files": files,
         }
         members[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-        written = _write_tar(output, members)
+        written = _write_tar(output, members, own_name)
     return {
         "schema_version": exchange.SCHEMA_VERSION,
         "file": str(output),
@@ -135,10 +142,10 @@ def _records(
     return "".join(json.dumps(item) + "\n" for item in found).encode("utf-8")  # in a fixed order: rows, columns
 
 
-def _write_tar(output: Path, members: dict[str, Source]) -> int:
-    """The tar, written as ``fsutil.output_writer`` writes a file the user named; its size."""
+def _write_tar(output: Path, members: dict[str, Source], own_name: bool = False) -> int:
+    """The tar, written as ``fsutil.output_writer`` writes an output; its size."""
     with (
-        output_writer(output, "the pack") as out,
+        output_writer(output, "the pack", own_name=own_name) as out,
         tarfile.open(fileobj=cast(IO[bytes], out), mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
         for name in sorted(members):

@@ -145,18 +145,19 @@ def test_a_link_to_proc_self_fd_1_writes_to_stdout(registered: Path, tmp_path: P
 
 
 @pytest.mark.parametrize("writer", WRITERS)
-def test_a_regular_file_is_replaced_and_a_link_to_one_replaces_its_target(
-    registered: Path, tmp_path: Path, writer: str
-) -> None:
+def test_a_regular_file_is_replaced_and_a_link_to_one_is_refused(registered: Path, tmp_path: Path, writer: str) -> None:
+    """Issue 33 item 13: a link is never written through (it may have been planted in a shared folder)."""
     want = expected(registered, tmp_path, writer)
     old, link = tmp_path / "old", tmp_path / "link"
     old.write_bytes(b"old content")
+    result = cli(registered, *WRITERS[writer](old))
+    assert result.exit_code == 0 and old.read_bytes() == want, result.stderr
+    old.write_bytes(b"old content")
     link.symlink_to(old)
-    for target in (old, link):
-        old.write_bytes(b"old content")
-        result = cli(registered, *WRITERS[writer](target))
-        assert result.exit_code == 0, result.stderr
-        assert old.read_bytes() == want and link.is_symlink() and os.readlink(link) == str(old)
+    result = cli(registered, *WRITERS[writer](link))
+    line = one_line(result)
+    assert result.exit_code == 3 and "symbolic link" in line and str(old) in line and "nothing was written" in line
+    assert old.read_bytes() == b"old content" and link.is_symlink() and os.readlink(link) == str(old)
     dangling = tmp_path / "dangling"
     dangling.symlink_to(tmp_path / "nowhere")
     result = cli(registered, *WRITERS[writer](dangling))
@@ -164,23 +165,96 @@ def test_a_regular_file_is_replaced_and_a_link_to_one_replaces_its_target(
     no_temporaries(tmp_path)
 
 
-# ---------------------------------------------------------------- item 3: export -o DIR into another home
+# ---------------------------------------------------------------- issue 33 item 13: sweep pack's own names
 
 
-@pytest.mark.parametrize("mark", ["registry.db", "experiments"])
-@pytest.mark.parametrize("force", [False, True])
-def test_export_never_replaces_another_home(registered: Path, tmp_path: Path, mark: str, force: bool) -> None:
-    other = tmp_path / "other-home"
-    (other / "checkpoints" / "EXP-007").mkdir(parents=True)
-    (other / "checkpoints" / "EXP-007" / "step-000004.pt").write_bytes(b"weights")
-    if mark == "experiments":
-        (other / "experiments").mkdir()
-        (other / "experiments" / "EXP-007.yaml").write_text("id: EXP-007\n")
-    else:
-        (other / "registry.db").write_bytes(b"a registry")
-    before = sorted(str(p.relative_to(other)) for p in other.rglob("*"))
-    result = cli(registered, "export", "EXP-001", "-o", str(other), *(["--force"] if force else []))
-    assert result.exit_code == 3, result.stderr
+@pytest.fixture
+def swept(registered: Path) -> Path:
+    """A sweep of two replicates of EXP-001 (EXP-002, EXP-003), untrained: every one packs."""
+    made = cli(registered, "sweep", "new", "two", "--from", "EXP-001", "--seeds", "2")
+    assert made.exit_code == 0, made.stderr
+    return registered
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    return victim
+
+
+PLANTED: dict[str, Callable[[Path, Path], Path]] = {  # (the -o DIR, a victim file) -> the path planted in DIR
+    "link at a trial's pack": lambda out, victim: _link(out / "EXP-002.tar", victim),
+    "link at sweep.json": lambda out, victim: _link(out / "sweep.json", victim),
+    "dangling link at a trial's pack": lambda out, victim: _link(out / "EXP-003.tar", out / "nothing"),
+    "FIFO at a trial's pack": lambda out, victim: _fifo(out / "EXP-002.tar"),
+    "device at a trial's pack": lambda out, victim: device(out, "EXP-003.tar", NULL),
+    "folder at sweep.json": lambda out, victim: _folder(out / "sweep.json"),
+}
+
+
+def _link(path: Path, target: Path) -> Path:
+    path.symlink_to(target)
+    return path
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_sweep_pack_never_writes_through_what_was_planted_in_its_folder(swept: Path, tmp_path: Path, case: str) -> None:
+    out, victim = tmp_path / "shared", _victim(tmp_path)
+    out.mkdir()
+    planted = PLANTED[case](out, victim)
+    kind = planted.lstat().st_mode
+    result = cli(swept, "sweep", "pack", "two", "-o", str(out))
+    assert result.exit_code == 3, (result.stdout, result.stderr)
     line = one_line(result)
-    assert str(other) in line and "octlm home" in line and mark in line
-    assert sorted(str(p.relative_to(other)) for p in other.rglob("*")) == before
+    assert str(planted) in line and "nothing was written" in line
+    assert victim.read_bytes() == b"precious" and planted.lstat().st_mode == kind
+    assert sorted(p.name for p in out.iterdir()) == [planted.name], "nothing written before the refusal"
+
+
+def test_sweep_pack_refuses_a_linked_shard_folder(swept: Path, tmp_path: Path) -> None:
+    out, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "shard-1").symlink_to(elsewhere)
+    result = cli(swept, "sweep", "pack", "two", "-o", str(out), "--shards", "2")
+    assert result.exit_code == 3 and "shard-1" in one_line(result) and "symbolic link" in one_line(result)
+    assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in out.iterdir()) == ["shard-1"]
+    assert cli(swept, "sweep", "pack", "two", "-o", str(tmp_path / "fresh"), "--shards", "2").exit_code == 0
+
+
+OUTPUT_WRITERS: dict[str, Callable[[Path], list[str]]] = {
+    **WRITERS,
+    "export": lambda out: ["export", "EXP-001", "--format", "safetensors", "-o", str(out)],
+    "sweep pack": lambda out: ["sweep", "pack", "two", "-o", str(out)],
+}
+
+
+@pytest.mark.parametrize("writer", OUTPUT_WRITERS)
+def test_no_writer_follows_a_planted_link(swept: Path, tmp_path: Path, writer: str) -> None:
+    """Every writer: a link where it writes (the ``-o`` file, export's ``-o`` folder, or the trial's pack that
+    ``sweep pack`` names in its ``-o`` folder) is refused, and what the link names is left as it was."""
+    victim = tmp_path / "victim"
+    if writer == "export":
+        victim.mkdir()
+    else:
+        victim.write_bytes(b"precious")
+    out = tmp_path / "out"
+    if writer == "sweep pack":
+        out.mkdir()
+        _link(out / "EXP-002.tar", victim)
+    else:
+        _link(out, victim)
+    result = cli(swept, *OUTPUT_WRITERS[writer](out))
+    assert result.exit_code == 3, (result.stdout, result.stderr)
+    assert "symbolic link" in one_line(result)
+    assert list(victim.iterdir()) == [] if victim.is_dir() else victim.read_bytes() == b"precious"

@@ -14,11 +14,12 @@ Successive halving and Optuna decide across all of a sweep's trials, so they shi
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from octlm.core.errors import BadInput, Refused
-from octlm.core.fsutil import atomic_write, read_regular
+from octlm.core.fsutil import check_output, read_regular, write_output
 from octlm.core.home import Home, validate_id
 from octlm.exchange import packing
 from octlm.store.registry import Registry
@@ -48,19 +49,44 @@ def pack(home: Home, name: str, output: Path, shards: int = 1) -> dict[str, Any]
     if not 1 <= shards <= max(1, len(trials)):
         raise BadInput(f"--shards {shards}: give 1 to {max(1, len(trials))} (one trial a shard at most)")
     folders = [output] if shards == 1 else [output / f"shard-{index}" for index in range(shards)]
+    _check_places(folders, trials, output)
     for index, folder in enumerate(folders):
-        folder.mkdir(parents=True, exist_ok=True)
+        _make_folder(folder, own_name=folder != output)
         mine = trials[index::shards]
         for trial in mine:
-            packing.pack(home, trial["experiment_id"], folder / f"{trial['experiment_id']}.tar")
+            packing.pack(home, trial["experiment_id"], folder / f"{trial['experiment_id']}.tar", own_name=True)
         manifest = {
             "format": FORMAT,
             "version": VERSION,
             "sweep": {key: sweep[key] for key in SWEEP_FIELDS},
             "trials": [{key: trial[key] for key in TRIAL_FIELDS} for trial in mine],
         }
-        atomic_write(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
+        write_output(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode(), MANIFEST, own_name=True)
     return {"sweep": name, "folders": [str(f) for f in folders], "trials": [t["experiment_id"] for t in trials]}
+
+
+def _check_places(folders: list[Path], trials: list[dict[str, Any]], output: Path) -> None:
+    """Every place a shipped sweep writes, checked before anything is written: a shard folder octlm names is no link,
+    and no link, device or FIFO sits where a trial's pack or ``sweep.json`` goes (``fsutil.output_writer``)."""
+    for index, folder in enumerate(folders):
+        if folder != output and folder.is_symlink():
+            raise Refused(f"{folder} is a symbolic link to {os.readlink(folder)}: remove it; nothing was written")
+        for trial in trials[index :: len(folders)]:
+            check_output(folder / f"{trial['experiment_id']}.tar", own_name=True)
+        check_output(folder / MANIFEST, own_name=True)
+
+
+def _make_folder(folder: Path, own_name: bool) -> None:
+    """The folder a shipped sweep (or a shard) goes in; a shard folder octlm names is never a link (anyone who can
+    write ``-o DIR`` could have planted one), and nothing in the way is written through."""
+    if own_name and folder.is_symlink():  # planted since the check
+        raise Refused(f"{folder} is a symbolic link to {os.readlink(folder)}: remove it; nothing was written there")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise Refused(f"{folder} exists and is not a folder: give another -o DIR; nothing was written there") from None
+    except OSError as error:
+        raise Refused(f"{folder} cannot be made: {error.strerror or error}; nothing was written there") from None
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
