@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +205,33 @@ def run_on_terminal(
             answer = None
     os.close(master)
     return process.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+
+
+def screen(shown: str, columns: int = 120, lines: int = 400) -> list[str]:
+    """What a terminal of ``columns`` shows at the end of ``shown`` (its cursor moves and redraws applied, by the
+    pyte emulator), one string per line, trailing blanks cut; tall enough that nothing scrolls away."""
+    import pyte
+
+    terminal = pyte.Screen(columns, lines)
+    pyte.Stream(terminal).feed(shown.replace("\n", "\r\n"))
+    display = [line.rstrip() for line in terminal.display]
+    while display and not display[-1]:
+        display.pop()
+    return display
+
+
+@contextlib.contextmanager
+def busy_box(processes: int | None = None) -> Iterator[None]:
+    """Other work on the box: ``processes`` (default: one per core) Python processes spinning, gone afterwards."""
+    count = processes or len(os.sched_getaffinity(0))
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(1.0)  # they run before what is measured starts
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 # ---------------------------------------------------------------- run files and the registry's metrics

@@ -109,6 +109,7 @@ class ConsoleReporter:
         self.lock = threading.RLock()
         self.ticker: threading.Thread | None = None
         self.plain = ("", "")  # off a terminal: the phase under way, and what it found, not yet said
+        self.repeated: list[str] = []  # the warnings that explain a slow run: said again after the summary
 
     def _safely(self, write: Callable[[], None]) -> None:
         with self.lock:
@@ -140,13 +141,13 @@ class ConsoleReporter:
 
     # ------------------------------------------------------------ phases
 
-    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
+    def phase(self, name: str, detail: str = "") -> None:
         if self.quiet:
             return
         if not self.interactive:
             self._safely(lambda: self._plain_phase(name, detail))
             return
-        self._safely(lambda: self._phase(name, detail, own_progress))
+        self._safely(lambda: self._phase(name, detail))
 
     def _plain_phase(self, name: str, detail: str) -> None:
         """A phase's line: at once when it begins with a detail; what it found (a detail that comes later)
@@ -164,16 +165,12 @@ class ConsoleReporter:
             self._print(self.plain[1])
         self.plain = (self.plain[0], "")
 
-    def _phase(self, name: str, detail: str, own_progress: bool) -> None:
+    def _phase(self, name: str, detail: str) -> None:
         text = render.plain(f"{name}: {detail}" if detail else name)
         if self.current is not None and self.current[0] == name and self.phases is not None:
             self.phases.update(self.current[1], description=text)
             return
         self._end_phase()
-        if own_progress:  # the work draws below; the rows so far stay as they are
-            self._freeze()
-            self._print(stamped(text))
-            return
         if self.phases is None:
             self.phases = Progress(
                 SpinnerColumn(finished_text="✓"),
@@ -328,7 +325,9 @@ class ConsoleReporter:
         if not self.quiet:
             self._safely(lambda: self._print(message))
 
-    def warn(self, message: str) -> None:
+    def warn(self, message: str, again: bool = False) -> None:
+        if again and message not in self.repeated:
+            self.repeated.append(message)
         self._safely(lambda: self._print(f"octlm: warning: {message}", style="yellow"))
 
     def finish(self) -> None:

@@ -16,6 +16,7 @@ from octlm.cli import render
 from octlm.cli.progress import interactive_stderr, stamped
 
 STEP = re.compile(r"step (\d+)[: ]")
+WARNING = "octlm: warning: "
 
 
 class SegmentsView:
@@ -24,6 +25,7 @@ class SegmentsView:
         self.console = render.PlainConsole(stderr=True, highlight=False)
         self.progress: Progress | None = None
         self.tasks: dict[str, tuple[TaskID, int]] = {}  # label: its bar and its last step
+        self.warnings: dict[str, list[str]] = {}  # what the segments warned of: message -> the segments that did
         if interactive_stderr(self.console):
             self.progress = Progress(
                 TextColumn("{task.fields[label]}", markup=False),
@@ -55,6 +57,11 @@ class SegmentsView:
         self.tasks[label] = (task, start)
 
     def line(self, label: str, text: str) -> None:
+        if WARNING in text:  # its own line, above the bars, and kept for the summary
+            message = text.split(WARNING, 1)[1]
+            self.warnings.setdefault(message, []).append(label)
+            self._say(f"{label} {text}")
+            return
         if self.progress is None:
             self._say(f"{label} {text}")
             return

@@ -28,6 +28,7 @@ ID_HELP = (
     f"with a letter) joined by '-', then '-' and 1 to 9 digits, at most {ID_MAX_CHARS} characters"
 )
 DEFAULT_PREFIX = "EXP-"
+CACHE_VARIABLE = "OCTLM_CACHE_DIR"  # a cache folder outside the home, named on purpose
 
 
 def validate_id(value: str) -> str:
@@ -127,8 +128,20 @@ class Home:
 
     experiments = _Under("experiments")
     runs = _Under("runs")
-    cache = _Under("cache")
     locks = _Under("locks")
+
+    @property
+    def cache(self) -> Path:
+        """The token files and shared tokenizers: ``cache/`` in the home, or the folder ``OCTLM_CACHE_DIR`` names
+        (``verify-resume`` gives its scratch homes the experiment's own so; a user may share one between homes)."""
+        named = os.environ.get(CACHE_VARIABLE)
+        return Path(named).expanduser().resolve() if named else self.root / "cache"
+
+    def own_folders(self) -> tuple[Path, ...]:
+        """The home's folders every writer checks first (``refuse_links``): runs, locks, experiments, and the cache
+        when it is the home's own."""
+        own_cache = () if os.environ.get(CACHE_VARIABLE) else (self.cache,)
+        return (self.runs, self.locks, self.experiments, *own_cache)
 
     @property
     def registry(self) -> Path:

@@ -14,27 +14,29 @@ from octlm.core.records import RunRecord
 
 
 class Reporter(Protocol):
-    interactive: bool  # a live display on a terminal: work may show its own progress there
+    interactive: bool  # a live display on a terminal
 
-    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
+    def phase(self, name: str, detail: str = "") -> None:
         """Long work named ``name`` begins now (the previous phase ends), or, called again with the same
         name, what is now known about it (``detail``). A spinner on a terminal; elsewhere one timestamped
-        line for each call that carries a detail. ``own_progress``: the work draws its own progress on
-        the terminal, so the reporter draws nothing until the next call."""
+        line for each call that carries a detail."""
 
     def start(self, info: dict[str, Any]) -> None: ...
     def step(self, step: int) -> None: ...
     def eval(self, record: RunRecord) -> None: ...
     def checkpoint(self, step: int, path: Path) -> None: ...
     def note(self, message: str) -> None: ...
-    def warn(self, message: str) -> None: ...
+    def warn(self, message: str, again: bool = False) -> None:
+        """A warning, on its own line (never inside a live display); ``again``: it explains why the run is slower
+        than it should be, so the command says it again after its summary."""
+
     def finish(self) -> None: ...
 
 
 class QuietReporter:
     interactive = False
 
-    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
+    def phase(self, name: str, detail: str = "") -> None:
         pass
 
     def start(self, info: dict[str, Any]) -> None:
@@ -52,7 +54,7 @@ class QuietReporter:
     def note(self, message: str) -> None:
         pass
 
-    def warn(self, message: str) -> None:
+    def warn(self, message: str, again: bool = False) -> None:
         pass
 
     def finish(self) -> None:

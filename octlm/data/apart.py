@@ -38,14 +38,14 @@ class _PipeReporter(QuietReporter):
         self.pipe.write(json.dumps({"call": method, "args": list(args)}) + "\n")
         self.pipe.flush()
 
-    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
-        self._send("phase", name, detail, own_progress)
+    def phase(self, name: str, detail: str = "") -> None:
+        self._send("phase", name, detail)
 
     def note(self, message: str) -> None:
         self._send("note", message)
 
-    def warn(self, message: str) -> None:
-        self._send("warn", message)
+    def warn(self, message: str, again: bool = False) -> None:
+        self._send("warn", message, again)
 
 
 def available() -> bool:

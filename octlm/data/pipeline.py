@@ -187,14 +187,14 @@ def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
 
 
 def _tokenizer(where: _Where, found: corpus.Corpus, report: Reporter) -> tuple[Tokenizer, str]:
-    """The experiment's tokenizer, the cached one, or a newly trained one (the library's own progress
-    on a terminal); and how it was found."""
+    """The experiment's tokenizer, the cached one, or a newly trained one (said as a phase of octlm's own display:
+    the library's progress bars stay off); and how it was found."""
     vocab_size, count, path = where.config.tokenizer.vocab_size, len(found.train), where.tokenizer
     if not os.path.lexists(path) and from_cache(where.cached) is None:
         detail = f"{vocab_size:,} tokens on {count:,} documents"
-        report.phase("training tokenizer", detail, own_progress=report.interactive)
+        report.phase("training tokenizer", detail)
     texts = (d.text for d in found.train)  # read again from their files
-    return load_or_train(path, texts, vocab_size, where.cached, show_progress=report.interactive, length=count)
+    return load_or_train(path, texts, vocab_size, where.cached, length=count)
 
 
 def _tokenizer_note(how: str, tokenizer: Tokenizer, path: Path, cached: Path) -> str:

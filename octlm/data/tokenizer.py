@@ -55,10 +55,9 @@ class Tokenizer:
                 self.byte_lengths[index] = len(token)
 
     @classmethod
-    def train(
-        cls, texts: Iterable[str], vocab_size: int, show_progress: bool = False, length: int | None = None
-    ) -> Tokenizer:
-        """BPE trained from ``texts`` in batches, read as they come (``length``: how many, for the progress)."""
+    def train(cls, texts: Iterable[str], vocab_size: int, length: int | None = None) -> Tokenizer:
+        """BPE trained from ``texts`` in batches, read as they come (``length``: how many). The library's own
+        progress bars are off: they would draw over octlm's display, which says what the tokenizer is doing."""
         inner = HFTokenizer(models.BPE())
         inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         inner.decoder = decoders.ByteLevel()
@@ -66,7 +65,7 @@ class Tokenizer:
             vocab_size=vocab_size,
             special_tokens=list(SPECIALS),
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=show_progress,
+            show_progress=False,
         )
         remaining = iter(texts)
         batches = iter(lambda: list(itertools.islice(remaining, TRAIN_BATCH)), [])  # fewer crossings into Rust
@@ -152,7 +151,6 @@ def load_or_train(
     texts: Iterable[str],
     vocab_size: int,
     cache: Path | None = None,
-    show_progress: bool = False,
     length: int | None = None,
 ) -> tuple[Tokenizer, str]:
     """Reuse ``path`` if it exists (never retrain silently); else take the cached one at ``cache`` (a
@@ -175,4 +173,4 @@ def load_or_train(
     cached = from_cache(cache) if cache is not None else None
     if cached is not None:
         return cached, "cached"
-    return Tokenizer.train(texts, vocab_size, show_progress, length), "trained"
+    return Tokenizer.train(texts, vocab_size, length), "trained"

@@ -45,7 +45,7 @@ class ExperimentFiles:
         """One writer per experiment, for every track; the one place that builds the lock. Every writer comes
         here first, so a folder of the experiment's that is a link (or resolves outside the home) is refused here,
         before anything is written or deleted (``Home.refuse_links``)."""
-        self.home.refuse_links(self.overfit.folder, self.home.runs, self.home.locks, self.home.experiments)
+        self.home.refuse_links(self.overfit.folder, *self.home.own_folders())
         self.held = ExperimentLock(self.home.lock_path(self.experiment_id), self.experiment_id)
         return self.held
 

@@ -27,8 +27,8 @@ from octlm.data.blocks import TokenBlocks
 from octlm.data.fingerprints import Fingerprints
 from octlm.run.files import Track
 from octlm.run.keeper import Cadence, CheckpointKeeper
+from octlm.runtime import load, rng
 from octlm.runtime import machine as runtime
-from octlm.runtime import rng
 from octlm.runtime.distributed import Ranks
 from octlm.store import runfile
 from octlm.store.bookkeeping import BOOKKEEPING_TIMEOUT_S, SETTLE_TIMEOUT_S, Bookkeeping
@@ -212,9 +212,9 @@ class Session(_Steps):
                 "ranks": self.ranks.world_size,
             }
         )
-        busy = runtime.oversubscribed(torch.get_num_threads())
+        busy = load.oversubscribed(torch.get_num_threads(), load.others_since_begin())
         if busy:
-            self.reporter.warn(busy)
+            self.reporter.warn(busy, again=True)
 
     def _run_fields(
         self, state: TrainState, until: int, resumed_from: Path | None, forked_from: Path | None
@@ -236,7 +236,7 @@ class Session(_Steps):
             "tokenizer_hash": self.fingerprints.tokenizer,
             **provenance.run_fields(self.home_root),
             "resumed_from": origin,
-            "load_average": runtime.load_average(),
+            "load_average": load.load_average(),
             "world_size": self.ranks.world_size,
             "nnodes": self.ranks.nnodes,
             "backend": self.ranks.backend(state.device),

@@ -17,7 +17,7 @@ from octlm import __version__
 from octlm.config import Config
 from octlm.core.errors import BadInput, ConfigError
 from octlm.core.reporting import Reporter
-from octlm.runtime import allocator, determinism
+from octlm.runtime import allocator, determinism, load
 
 
 def _mps_available() -> bool:
@@ -107,6 +107,7 @@ def set_threads(config: Config, recorded: int | None = None) -> None:
 
 def prepare_process(config: Config) -> torch.device:
     """Everything a training process decides once, first: device, profile, threads, determinism, allocator."""
+    load.begin()  # what other processes do from here to the first step (the busy-box warning)
     device = device_for(config)
     require_profile(config)
     set_threads(config)
@@ -208,22 +209,6 @@ def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list
     return lines
 
 
-def cores() -> int:
-    """The processors this process may run on (its affinity, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def load_average() -> float | None:
-    """The 1-minute load average (None where the system has none)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
 def peak_rss() -> int | None:
     """This process's peak resident memory, in bytes (None where ``resource`` is missing)."""
     try:
@@ -232,25 +217,3 @@ def peak_rss() -> int | None:
         return None
     scale = 1 if platform.system() == "Darwin" else 1024  # ru_maxrss is in bytes on macOS, KiB on Linux
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
-
-
-LOAD_CHECK_VARIABLE = "OCTLM_NO_LOAD_CHECK"  # "1": never warn about a busy box (the test suite sets it)
-
-
-SLACK = 1.5  # cores' worth of load forgiven: verify-resume's segment sees the one before it in the average
-
-
-def oversubscribed(threads: int) -> str | None:
-    """A one-line warning when the box is already busy enough that a run of ``threads`` threads will wait on its
-    own threads (torch's threads spin and wait for each other: measured 12-15x slower than one thread on 2 busy
-    cores), or None."""
-    load, available = load_average(), cores()
-    if load is None or threads < 2 or os.environ.get(LOAD_CHECK_VARIABLE) == "1":
-        return None
-    if load + threads <= available + SLACK:  # the 1-minute average still holds a process that just ended
-        return None
-    return (
-        f"this box is busy (load {load:.1f} on {available} cores) and this run uses {threads} threads: it may run "
-        "many times slower than it should; give it fewer (training.threads: 1, or OMP_NUM_THREADS=1), or wait "
-        "until the box is quieter"
-    )

@@ -28,7 +28,7 @@ class PhaseTimer:
         self.inner, self.interactive = inner, inner.interactive
         self.phases: list[dict[str, Any]] = []
 
-    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
+    def phase(self, name: str, detail: str = "") -> None:
         now = time.perf_counter()
         if not self.phases or self.phases[-1]["name"] != name:
             if self.phases:
@@ -36,7 +36,7 @@ class PhaseTimer:
             self.phases.append({"name": name, "detail": "", "_started": now})
         if detail:
             self.phases[-1]["detail"] = detail
-        self.inner.phase(name, detail, own_progress)
+        self.inner.phase(name, detail)
 
     def end(self) -> list[dict[str, Any]]:
         if self.phases and "_started" in self.phases[-1]:

@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli, octlm, run_on_terminal, write_experiment
+from conftest import busy_box, cli, octlm, run_on_terminal, screen, write_experiment
 
 from octlm.cli.progress import ConsoleReporter
 from octlm.core.home import Home
@@ -64,7 +65,8 @@ def test_phases_and_a_moving_bar_on_a_terminal(home: Path) -> None:
     shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn)
     assert code == 0, shown
     assert "\x1b[" in drawn  # drawn, not plain
-    assert "training tokenizer: 300 tokens on" in shown and "Compute merges" in shown  # and the library's own bar
+    assert "training tokenizer: 300 tokens on" in shown
+    assert "Compute merges" not in shown and "Pre-processing" not in shown  # the library's own bars stay off
     assert "✓ reading corpus: 0.0 MB, 10 documents" in shown and "✓ encoding: 0.0 MB with" in shown
     assert re.search(r"EXP-001 \S+ 0/5 first step \d+ s", shown), shown  # the first step waits in the bar
     bars = re.findall(r"EXP-001 \S+ (\d)/5", shown)
@@ -126,3 +128,48 @@ def test_verify_resume_streams_each_segment(home: Path) -> None:
     assert re.search(r"^\(b2\) step 8: loss", result.stderr, re.M), result.stderr
     if RUNNER_REPORTS_PHASES:
         assert re.search(r"^\(a\) " + STAMP + "reading corpus", result.stderr, re.M)
+
+
+# ---------------------------------------------------------------- issue 33 items 1 and 2: the first ten minutes
+
+
+def _joined(lines: list[str]) -> str:
+    """The screen's lines as one text (a long line wraps across several)."""
+    return "".join(lines)
+
+
+@pytest.mark.slow
+def test_verify_resume_on_a_busy_box_keeps_its_warning_on_screen_and_repeats_it(home: Path) -> None:
+    """With the threads fixed by the user (OMP_NUM_THREADS=2) on a box another process keeps busy, the segments warn:
+    each warning is a line of its own above the bars, and the summary says it again."""
+    command = [sys.executable, "-m", "octlm", "--home", str(home), "verify-resume", "EXP-001", "--split-at", "4"]
+    with busy_box(1), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "2")
+        patch.setenv("OCTLM_NO_LOAD_CHECK", "0")
+        code, shown = run_on_terminal(command, columns=100)
+    assert code == 0, shown
+    lines = screen(shown, columns=100)
+    summary = next(i for i, line in enumerate(lines) if line.startswith("EXP-001: PASS"))
+    before, after = _joined(lines[:summary]), _joined(lines[summary:])
+    assert "octlm: warning: this box is busy" in before and "or wait until the box is quieter" in before, lines
+    assert "a resume under another thread count is not bit-exact" in before
+    assert "octlm: warning: (a)" in after and "said by the segment, and again here" in after, lines
+    assert "2 threads (as asked)" in _joined(lines)
+
+
+@pytest.mark.slow
+def test_verify_resume_takes_its_threads_from_the_free_cores(home: Path) -> None:
+    """Nothing set: the proof takes the cores other processes leave free (here none: one thread), says so first and
+    in its summary, and passes."""
+    with busy_box(), pytest.MonkeyPatch.context() as patch:
+        patch.delenv("OMP_NUM_THREADS", raising=False)
+        result = octlm(home, "verify-resume", "EXP-001", "--split-at", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["identical"] and found["threads"]["threads"] == 1 and found["threads"]["how"] == "chosen"
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("verify-resume EXP-001: (a) 0 -> 12 in one process, (b) split at 4; 1 thread (")
+    assert "cores busy with other work" in first
+    write_experiment(home, training={"threads": 2})
+    asked = json.loads(octlm(home, "verify-resume", "EXP-001", "--split-at", "4", "--json").stdout)
+    assert asked["threads"] == {"threads": 2, "how": "asked", "said": "2 threads (as asked)"}

@@ -24,8 +24,8 @@ class Recorder(QuietReporter):
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
-        self.calls.append(("phase", name, detail, own_progress))
+    def phase(self, name: str, detail: str = "") -> None:
+        self.calls.append(("phase", name, detail))
 
     def note(self, message: str) -> None:
         self.calls.append(("note", message))
@@ -33,14 +33,14 @@ class Recorder(QuietReporter):
 
 def test_the_child_s_result_and_reports_come_back_in_order() -> None:
     def work(reporter) -> dict:
-        reporter.phase("training tokenizer", "4 tokens", True)
+        reporter.phase("training tokenizer", "4 tokens")
         reporter.note("done")
         return {"pid": os.getpid(), "notes": ["a", "b"]}
 
     recorder = Recorder()
     result = apart.run_apart(work, recorder)
     assert result["notes"] == ["a", "b"] and result["pid"] != os.getpid()
-    assert recorder.calls == [("phase", "training tokenizer", "4 tokens", True), ("note", "done")]
+    assert recorder.calls == [("phase", "training tokenizer", "4 tokens"), ("note", "done")]
 
 
 def test_a_failure_in_the_child_leaves_the_work_to_this_process() -> None:
@@ -50,7 +50,7 @@ def test_a_failure_in_the_child_leaves_the_work_to_this_process() -> None:
 
     recorder = Recorder()
     assert apart.run_apart(work, recorder) is None
-    assert recorder.calls == [("phase", "encoding", "", False)]
+    assert recorder.calls == [("phase", "encoding", "")]
 
 
 def trained_where(home: Path, monkeypatch: pytest.MonkeyPatch, **options) -> tuple[int, object]:

@@ -276,7 +276,7 @@ def test_a_vendor_run_moved_to_another_vendor_names_the_tier_that_covers_it() ->
         def __init__(self) -> None:
             self.warnings: list[str] = []
 
-        def warn(self, message: str) -> None:
+        def warn(self, message: str, again: bool = False) -> None:
             self.warnings.append(message)
 
     there = {"torch": "2.13.0", "device": "cpu", "threads": 1, "determinism": "vendor (MKL_CBWR=AVX2,STRICT ...)"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import cli, json_out, octlm
 
-from octlm.runtime import launch
+from octlm.runtime import launch, load
 
 
 @pytest.mark.slow
@@ -73,12 +73,12 @@ def test_rounds_summarise_medians_spread_and_load() -> None:
         return {"results": [{**row, "ms_per_step": 1000 / rate, **dict.fromkeys(rounds.MEDIANS[1:], 0.0)}]}
 
     runs = [
-        (a, found(100.0), rounds.Busy(0.5, 0.1)),
-        (b, found(150.0), rounds.Busy(0.7, 0.0)),
-        (b, found(190.0), rounds.Busy(0.6, 0.2)),
-        (a, found(110.0), rounds.Busy(0.4, 0.1)),
-        (a, found(120.0), rounds.Busy(0.9, None)),
-        (b, found(170.0), rounds.Busy(0.3, 0.1)),
+        (a, found(100.0), load.Busy(0.5, 0.1)),
+        (b, found(150.0), load.Busy(0.7, 0.0)),
+        (b, found(190.0), load.Busy(0.6, 0.2)),
+        (a, found(110.0), load.Busy(0.4, 0.1)),
+        (a, found(120.0), load.Busy(0.9, None)),
+        (b, found(170.0), load.Busy(0.3, 0.1)),
     ]
     one, two = rounds.summarise(runs, [a, b])
     assert one["tokens_per_second"] == 110.0 and one["spread"] == pytest.approx(20 / 110, abs=1e-4)
@@ -93,9 +93,8 @@ def test_rounds_summarise_medians_spread_and_load() -> None:
 
 
 def test_the_meter_sees_what_other_processes_keep_busy() -> None:
-    from octlm.tasks.bench import rounds
 
-    meter = rounds.Meter()
+    meter = load.Meter()
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)  # not our child's time
     try:
         time.sleep(1.5)

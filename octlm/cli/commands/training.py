@@ -120,6 +120,14 @@ def _summary_line(result: RunSummary) -> str:
     return line
 
 
+def repeat_warnings(warnings: list[str], where: str = "") -> None:
+    """After a summary: the warnings that explain why the run was slower than it should be, again (said at the start,
+    they may have scrolled away)."""
+    with output_may_vanish():
+        for message in warnings:
+            render.warn(f"{where}{message} (said at the start, and again here: it slowed this run)")
+
+
 def _finish(result: RunSummary, as_json: bool) -> None:
     """The summary of a run that is already recorded: a reader that left cannot turn it into a failure."""
     with output_may_vanish():
@@ -203,6 +211,7 @@ def _train(
         if not leader or result is None:
             return
         _finish(result, as_json)
+        repeat_warnings(reporter.repeated)
 
 
 def _confirm_before_ranks(ctx: typer.Context, experiment_id: str) -> bool:
@@ -240,7 +249,7 @@ def verify_resume(
 ) -> None:
     """Prove exact resume: one run 0->M against runs split at N in new processes, compared bit for bit."""
     config = pin_experiment(ctx, experiment_id)  # before torch loads, here and in the segments
-    from octlm.tasks import verify  # imports torch
+    from octlm.tasks.proof import verify  # imports torch
 
     sizes = verify.parse_sizes(nproc)
 
@@ -263,10 +272,13 @@ def verify_resume(
         finally:
             reporter.close()
             segments.close()
+    result["warnings"] = [{"segments": labels, "message": message} for message, labels in segments.warnings.items()]
     if as_json:
         render.emit_json(result)
     else:
         _print_verify_resume(experiment_id, result)
+    for message, labels in segments.warnings.items():
+        render.warn(f"{', '.join(labels)}: {message} (said by the segment, and again here)")
     if not result["identical"]:
         raise typer.Exit(1)
 
@@ -285,7 +297,8 @@ def _print_verify_resume(experiment_id: str, result: dict[str, Any]) -> None:
     seconds = result["seconds"]
     print(
         f"{experiment_id}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; "
-        f"next-batch loss {result['next_loss']:.6f}; (a) {seconds['a']:.1f} s, (b) {seconds['b']:.1f} s"
+        f"next-batch loss {result['next_loss']:.6f}; (a) {seconds['a']:.1f} s, (b) {seconds['b']:.1f} s; "
+        f"{result['threads']['said']}"
     )
 
 

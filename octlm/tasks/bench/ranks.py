@@ -36,7 +36,7 @@ import torch
 
 from octlm.config import Config
 from octlm.core.errors import OctlmError
-from octlm.runtime import determinism, distributed, launch
+from octlm.runtime import determinism, distributed, launch, load
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
 from octlm.runtime.pieces import PieceSum
@@ -151,7 +151,7 @@ def compare(
     planned = bench_rounds.variants(spec.world_size, chosen, _threads_per_rank(spec.nproc))
     runs = []
     for each in bench_rounds.order(planned, rounds):
-        meter = bench_rounds.Meter()
+        meter = load.Meter()
         found = _run_variant(each, argv, run_id)
         runs.append((each, found, meter.stop()))
     rows = bench_rounds.summarise(runs, planned)

@@ -1,5 +1,5 @@
 """``bench --nproc N``'s rounds, torch-free: what is timed (``variants``), in which order (``order``), how busy the box
-was meanwhile (``Meter``), and what the medians say (``summarise``, ``load_warning``).
+was meanwhile (``runtime.load.Meter``), and what the medians say (``summarise``, ``load_warning``).
 
 Every variant runs in processes of its own, at equal total threads: one process gets N x t threads where each of N
 ranks gets t (``OMP_NUM_THREADS``, else cores / N). The variants alternate, forwards then backwards, round after
@@ -10,11 +10,11 @@ other processes kept busy during its runs (``/proc/stat`` less this process and 
 
 from __future__ import annotations
 
-import os
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
+
+from octlm.runtime.load import Busy
 
 BUSY_SHARE = 0.2  # other processes busy on more than this share of the cores: the ratios mean little
 MEDIANS = ("ms_per_step", "all_reduce_ms", "all_reduce_longest_ms", "all_reduce_share")
@@ -46,47 +46,6 @@ def variants(world_size: int, pieces: int, threads: int) -> list[Variant]:
 def order(planned: list[Variant], rounds: int) -> list[Variant]:
     """Every variant once per round: in order in even rounds, reversed in odd ones (A B C D, D C B A, ...)."""
     return [variant for r in range(rounds) for variant in (planned if r % 2 == 0 else planned[::-1])]
-
-
-@dataclass(frozen=True)
-class Busy:
-    """How busy the box was during one run: the highest 1-minute load average seen at its start and end, and the
-    cores that processes other than this one and its children kept busy on average (None: not measurable here)."""
-
-    load_average: float
-    others: float | None
-
-
-def _busy_seconds() -> float | None:
-    """CPU seconds the whole box has spent busy (``/proc/stat``: user, nice, system, irq, softirq, steal)."""
-    try:
-        with open("/proc/stat", encoding="ascii") as stat:
-            fields = [int(value) for value in stat.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    busy = sum(fields[:3]) + sum(fields[5:8])
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-def _own_seconds() -> float:
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
-
-
-class Meter:
-    """Started before a run, ``stop``-ped after it (its children waited for)."""
-
-    def __init__(self) -> None:
-        self.load = os.getloadavg()[0]
-        self.wall, self.own, self.box = time.monotonic(), _own_seconds(), _busy_seconds()
-
-    def stop(self) -> Busy:
-        wall = max(time.monotonic() - self.wall, 1e-9)
-        box, load = _busy_seconds(), max(self.load, os.getloadavg()[0])
-        if box is None or self.box is None:
-            return Busy(round(load, 2), None)
-        others = max(0.0, (box - self.box) - (_own_seconds() - self.own)) / wall
-        return Busy(round(load, 2), round(others, 2))
 
 
 def summarise(runs: list[tuple[Variant, dict[str, Any], Busy]], planned: list[Variant]) -> list[dict[str, Any]]:

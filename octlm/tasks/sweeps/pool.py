@@ -20,16 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from octlm.core.signals import SIGNAL_EXIT, handled_signals
+from octlm.runtime.load import cores
 
 NVIDIA = Path("/proc/driver/nvidia/gpus")
-
-
-def cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def share(workers: int, threads: int = 0) -> int:

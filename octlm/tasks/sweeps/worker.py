@@ -84,7 +84,7 @@ class TrialLog:
         with contextlib.suppress(OSError), open(self.path, "a", encoding="utf-8") as handle:
             handle.write(stamped + "\n")
 
-    def phase(self, name: str, detail: str = "", own_progress: bool = False) -> None:
+    def phase(self, name: str, detail: str = "") -> None:
         if detail:
             self.line(f"{name}: {detail}")
 
@@ -106,7 +106,7 @@ class TrialLog:
     def note(self, message: str) -> None:
         self.line(message)
 
-    def warn(self, message: str) -> None:
+    def warn(self, message: str, again: bool = False) -> None:
         self.line(f"warning: {message}")
 
     def finish(self) -> None:

@@ -11,40 +11,38 @@ runs (a) on the first size and each segment of (b) on the next size in the list,
 ranks is continued on 2. Every rank's random state of a canonical run is the same (``train.state.load_record``):
 each side's distinct states are compared, so (a) on 4 ranks and (b) on 2 compare alike.
 
-Each segment is a child interpreter started with ``-P`` (no working directory on ``sys.path``) in
-the scratch home, so a ``./octlm_cli`` planted where the user stands never runs; the user's own
-environment (``PYTHONPATH``, user site-packages) still applies. Each runs in a process group of its
-own: a signal to ``verify-resume`` stops the child and its group, removes the scratch folder (unless
-``--keep-scratch``) and exits 129/130/143.
+The scratch homes and the child processes that train in them are ``scratch``'s; a signal to ``verify-resume`` stops
+the child, removes the scratch folder (unless ``--keep-scratch``) and exits 129/130/143.
+
+With neither ``training.threads`` nor ``OMP_NUM_THREADS`` set, every process of the proof takes the threads of the
+cores free at its start (``thread_choice``): its two sides are compared with each other, never with another run, so
+a shared box's load may choose them; the first line and the summary say which.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from octlm.config import Config, to_yaml
-from octlm.core.errors import BadInput, Interrupted, OctlmError
+from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, QuietSegments, Reporter, Segments
-from octlm.core.signals import SIGNAL_EXIT, handled_signals
 from octlm.data.pipeline import PreparedData, prepare
 from octlm.data.sources import data_root
 from octlm.run.files import ExperimentFiles
 from octlm.run.restore import restore
-from octlm.runtime.launch import Launch, octlm_command
+from octlm.runtime import load
+from octlm.runtime.launch import Launch
 from octlm.store import experiments, runfile
 from octlm.store.registry import Registry
-from octlm.tasks import compare
+from octlm.tasks.proof import bitcompare as compare
+from octlm.tasks.proof import scratch
+from octlm.tasks.proof.scratch import Plan
 from octlm.train import checkpoint
 from octlm.train.loop import train_step
 
@@ -86,95 +84,6 @@ def check_sizes(config: Config, sizes: list[int]) -> None:
         config.training.check_split(size)
 
 
-def _scratch_home(root: Path, plan: Plan) -> Home:
-    """A home with the experiment's config (checkpoint cadence adjusted), its tokenizer and the shared cache."""
-    home = Home(root)
-    home.experiments.mkdir(parents=True)
-    home.config_path(plan.experiment_id).write_text(plan.config_text)
-    files = ExperimentFiles(home, plan.experiment_id)
-    files.folder.mkdir(parents=True)
-    shutil.copy2(plan.tokenizer, files.tokenizer)
-    plan.cache.mkdir(parents=True, exist_ok=True)
-    home.cache.symlink_to(plan.cache, target_is_directory=True)
-    if plan.init_checkpoint:  # a fork starts from its parent's checkpoint, at the same place in the home
-        (root / plan.init_checkpoint).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(plan.home / plan.init_checkpoint, root / plan.init_checkpoint)
-    return home
-
-
-def _segment(home: Home, args: list[str], plan: Plan, label: str, segments: Segments) -> float:
-    """One segment in a child process, its stderr lines passed on as they come; its failure is one line,
-    a signal to this process stops it."""
-    command = octlm_command(["--home", str(home.root), *args])
-    env = {**os.environ, "NO_COLOR": "1", "OCTLM_DATA_ROOT": str(plan.data_root)}
-    started, said = time.perf_counter(), ["(no output)"]
-    with subprocess.Popen(
-        command,
-        cwd=home.root,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: a Ctrl-C reaches this process, which stops it
-    ) as child:
-        try:
-            assert child.stderr is not None
-            for line in child.stderr:
-                said = [line.rstrip("\n")] if line.strip() else said
-                segments.line(label, said[0])
-            child.wait()
-        except BaseException:
-            _stop(child)
-            raise
-    segments.end(label)
-    if child.returncode != 0:
-        raise OctlmError(f"segment `octlm {' '.join(args)}` failed with exit {child.returncode}: {said[0]}")
-    return time.perf_counter() - started
-
-
-def _stop(child: subprocess.Popen[str]) -> None:
-    """SIGTERM to the child's process group, SIGKILL to whatever is left of it after a grace period."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(STOP_GRACE_S)
-    with contextlib.suppress(ProcessLookupError):  # the group outlives its leader while members remain
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
-
-
-@contextlib.contextmanager
-def _stopped_by_signals(outcome: str) -> Iterator[None]:
-    """The first SIGHUP/SIGINT/SIGTERM raises ``Interrupted`` (129/130/143) where it lands, saying
-    ``outcome``; later ones are ignored while the command stops its child and cleans up."""
-    stopping = False
-
-    def handle(signum: int, frame: object) -> None:
-        nonlocal stopping
-        if not stopping:
-            stopping = True
-            name = signal.Signals(signum)
-            raise Interrupted(f"verify-resume stopped by {name.name}; {outcome}", SIGNAL_EXIT[name])
-
-    previous = {signum: signal.signal(signum, handle) for signum in handled_signals()}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Signals wait until the block is done (a cleanup that must not stop halfway), then arrive."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_EXIT)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNAL_EXIT)
-
-
 def _next_loss(prepared: PreparedData, loaded: checkpoint.Loaded) -> float:
     """The loss of the next global batch in this one process (a checkpoint of several ranks is continued
     here as a reshard would: its random streams reseeded alike for (a) and (b); one of canonical pieces is
@@ -210,87 +119,64 @@ def verify_resume(
     check_sizes(config, sizes)  # one line before anything is prepared or started
     files = ExperimentFiles(home, experiment_id)
     home.ensure_writable()
+    threads = thread_choice(config)
+    report(f"{_shape(experiment_id, splits, final, sizes)}; {threads.said()}")
     outcome = "its child process was stopped and its scratch folder " + ("kept" if keep_scratch else "removed")
-    with _stopped_by_signals(outcome), Registry(home.registry) as registry:
+    with scratch.stopped_by_signals(outcome), Registry(home.registry) as registry:
         experiments.register(home, registry, config)
         with files.lock():
             # trains the experiment's tokenizer once if it has none
             prepared = prepare(home, config, files.tokenizer, reporter, first_step=False)
-        result = _in_scratch(
-            _plan(home, config, splits, final, sizes), prepared, keep_scratch, report, segments or QuietSegments()
+        torch.set_num_threads(threads.threads)  # the next-batch losses, here, as the segments train
+        plan = _plan(home, config, splits, final, sizes, threads)
+        shown_by = segments or QuietSegments()
+        result = scratch.in_scratch(
+            plan, keep_scratch, report, lambda folder: _both_runs(folder, plan, prepared, shown_by)
         )
         shown: int | list[int] = sizes[0] if len(sizes) == 1 else sizes
         result.update({"id": experiment_id, "split_at": splits, "until": final, "nproc": shown})
+        result["threads"] = {"threads": threads.threads, "how": threads.how, "said": threads.said()}
         registry.add_verification(experiment_id, "verify-resume", result["verdict"], result)
         return result
 
 
-def _plan(home: Home, config: Config, splits: list[int], final: int, sizes: list[int]) -> Plan:
+def thread_choice(config: Config) -> load.Choice:
+    """The threads of every process of the proof: ``training.threads`` or ``OMP_NUM_THREADS`` when set, else the
+    cores free at the start (its sides are compared with each other, never with another run, so the box's load may
+    choose; a segment on N ranks gives each rank its share)."""
+    if config.training.threads:
+        return load.Choice(config.training.threads, "asked")
+    asked = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if asked.isdigit() and int(asked) > 0:
+        return load.Choice(int(asked), "asked")
+    return load.free_threads()
+
+
+def _shape(experiment_id: str, splits: list[int], final: int, sizes: list[int]) -> str:
+    """The proof's first line: ``verify-resume EXP-008: (a) 0 -> 200 in one process, (b) split at 100``."""
+    where = "in one process" if sizes[0] == 1 else f"on {sizes[0]} ranks"
+    then = f" (segments on {','.join(map(str, sizes[1:]))} ranks, cycling)" if len(sizes) > 1 else ""
+    return f"verify-resume {experiment_id}: (a) 0 -> {final} {where}, (b) split at {','.join(map(str, splits))}{then}"
+
+
+def _plan(home: Home, config: Config, splits: list[int], final: int, sizes: list[int], threads: load.Choice) -> Plan:
     # Both runs checkpoint only where they must: at the splits (by --until) and at the end.
     scratch = config.with_keys({"checkpoint.interval": final, "checkpoint.keep": len(splits) + 1})
     tokenizer = ExperimentFiles(home, config.id).tokenizer
     cadence = (to_yaml(scratch), tokenizer, splits, final, data_root(home), home.cache)
-    return Plan(config.id, *cadence, home.root, config.init.checkpoint, tuple(sizes))
+    chosen = threads.threads if threads.how == "chosen" else None
+    return Plan(config.id, *cadence, home.root, config.init.checkpoint, tuple(sizes), chosen)
 
 
-@dataclass(frozen=True)
-class Plan:
-    """The two runs to compare: (a) 0 -> until in one process; (b) split at ``splits``."""
-
-    experiment_id: str
-    config_text: str
-    tokenizer: Path
-    splits: list[int]
-    until: int
-    data_root: Path
-    cache: Path
-    home: Path  # the experiment's own home: a fork's parent checkpoint (init.checkpoint) is linked from it
-    init_checkpoint: str = ""
-    sizes: tuple[int, ...] = (1,)  # ranks of (a), then of each segment of (b), cycling
-
-    def size_of(self, segment: int) -> int:
-        """The ranks of segment ``segment``: 0 is (a), 1 ... of (b)."""
-        return self.sizes[segment % len(self.sizes)]
-
-
-def _in_scratch(
-    plan: Plan, prepared: PreparedData, keep_scratch: bool, report: Callable[[str], None], segments: Segments
-) -> dict[str, Any]:
-    scratch: Path | None = None
-    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_EXIT)  # no signal until the cleanup knows the folder
-    try:
-        scratch = Path(tempfile.mkdtemp(prefix=f"octlm-verify-{plan.experiment_id}-"))
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNAL_EXIT)
-        result = _both_runs(scratch, plan, prepared, segments)
-    finally:
-        with _signals_held():  # the folder goes entirely, even if a signal arrives meanwhile
-            if scratch is not None and keep_scratch:
-                report(f"scratch kept at {scratch}")
-            elif scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
-    return result
-
-
-def _both_runs(scratch: Path, plan: Plan, prepared: PreparedData, segments: Segments) -> dict[str, Any]:
-    a = _scratch_home(scratch / "a", plan)
-    b = _scratch_home(scratch / "b", plan)
+def _both_runs(folder: Path, plan: Plan, prepared: PreparedData, segments: Segments) -> dict[str, Any]:
+    a, b = scratch.scratch_home(folder / "a", plan), scratch.scratch_home(folder / "b", plan)
     bounds = [0, *plan.splits, plan.until]
-    seconds = {"a": _run_segment(a, plan, 0, 0, plan.until, segments), "b": 0.0}
+    seconds = {"a": scratch.run_segment(a, plan, 0, 0, plan.until, segments), "b": 0.0}
     for index, (begin, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        seconds["b"] += _run_segment(b, plan, index + 1, begin, stop, segments)
+        seconds["b"] += scratch.run_segment(b, plan, index + 1, begin, stop, segments)
     result = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
     result["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
     return result
-
-
-def _run_segment(home: Home, plan: Plan, segment: int, begin: int, stop: int, segments: Segments) -> float:
-    """Segment ``segment`` (0: (a); 1 ...: (b1) ...) on its world size."""
-    label, size = "(a)" if segment == 0 else f"(b{segment})", plan.size_of(segment)
-    label += f" x{size}" if len(set(plan.sizes)) > 1 else ""
-    segments.begin(label, begin, stop)
-    verb = "resume" if begin else "train"
-    ranks = ["--nproc", str(size)] if size > 1 else []
-    return _segment(home, [verb, plan.experiment_id, "--until", str(stop), *ranks], plan, label, segments)
 
 
 def _final(home: Home, plan: Plan) -> checkpoint.Loaded:
