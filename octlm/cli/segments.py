@@ -17,6 +17,7 @@ from octlm.cli.progress import interactive_stderr, stamped
 
 STEP = re.compile(r"step (\d+)[: ]")
 WARNING = "octlm: warning: "
+REPEATED = " (said at the start, and again here: it slowed this run)"  # how a segment's summary repeats a warning
 
 
 class SegmentsView:
@@ -57,8 +58,10 @@ class SegmentsView:
         self.tasks[label] = (task, start)
 
     def line(self, label: str, text: str) -> None:
-        if WARNING in text:  # its own line, above the bars, and kept for the summary
+        if WARNING in text:  # its own line, above the bars, and kept for the summary (once: not its repetition)
             message = text.split(WARNING, 1)[1]
+            if message.endswith(REPEATED):
+                return
             self.warnings.setdefault(message, []).append(label)
             self._say(f"{label} {text}")
             return

@@ -2,10 +2,9 @@
 
 Torch-free: ``octlm new`` and ``octlm show`` run through here and must start fast.
 
-An experiment's identity (its UUID) is kept in its YAML too, as a comment octlm writes at registration
-(``# octlm identity: EXP-001 <uuid>``: no config key, so the fingerprint is unchanged), so a registry rebuilt by
-``doctor --repair`` gives the experiment its UUID back; the comment counts only for the ID it names (a YAML copied
-under another ID gets a new UUID), and a YAML without one (an older octlm's) gets one at its next registration.
+An experiment's identity (its UUID) is kept outside the registry too, in ``.octlm/identities/<ID>`` (``kept``), at
+registration, so a registry rebuilt by ``doctor --repair`` gives the experiment its UUID back; it is kept by ID (a
+YAML copied under another ID gets a new UUID), and never in the YAML itself: a clone's tracked files stay untouched.
 """
 
 from __future__ import annotations
@@ -22,13 +21,11 @@ from octlm.config.presets import preset as preset_raw
 from octlm.core import layout
 from octlm.core.errors import BadInput, OctlmError, Refused
 from octlm.core.fsutil import (
-    atomic_write,
     atomic_writer,
     check_regular,
     create_temporary,
     file_sha256,
     open_regular,
-    read_regular,
 )
 from octlm.core.home import (
     DEFAULT_PREFIX,
@@ -39,12 +36,10 @@ from octlm.core.home import (
     validate_id,
     validate_prefix,
 )
+from octlm.store import kept
 from octlm.store.registry import Registry
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes of YAML
-IDENTITY = re.compile(
-    r"^# octlm identity: (\S+) ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\s*$", re.M
-)
 FORK_POINT = re.compile(rf"(?P<parent>{ID_PATTERN.pattern})@(?P<step>[0-9]{{1,12}})")
 
 
@@ -69,13 +64,13 @@ def load(home: Home, experiment_id: str) -> cfg.Config:
 
 
 def register(home: Home, registry: Registry, config: cfg.Config) -> None:
-    """Insert or update the experiment's row from its config; a new row takes the UUID its YAML keeps (when it
-    keeps one), and the YAML is made to keep the row's (see the module)."""
-    kept = identity(home, config.id)
-    registry.sync_experiment(config.id, **row_fields(home, config), **({"uuid": kept} if kept else {}))
+    """Insert or update the experiment's row from its config; a new row takes the UUID kept for its ID (when one is
+    kept), and the row's UUID is kept (see the module)."""
+    found = kept.identity(home, config.id)
+    registry.sync_experiment(config.id, **row_fields(home, config), **({"uuid": found} if found else {}))
     row = registry.experiment(config.id) or {}
-    if isinstance(row.get("uuid"), str) and row["uuid"] != kept:
-        keep_identity(home, config.id, row["uuid"])
+    if isinstance(row.get("uuid"), str) and (row["uuid"] != found or not kept.kept_identity(home, config.id)):
+        kept.keep_identity(home, config.id, row["uuid"])
 
 
 def row_fields(home: Home, config: cfg.Config) -> dict[str, str]:
@@ -87,30 +82,6 @@ def row_fields(home: Home, config: cfg.Config) -> dict[str, str]:
         "config_json": config.canonical_json(),
         "config_hash": config.fingerprint,
     }
-
-
-def identity(home: Home, experiment_id: str) -> str | None:
-    """The UUID the experiment's YAML keeps for this ID (None: none, or only another ID's)."""
-    try:
-        text = read_regular(home.config_path(experiment_id), max_bytes=MAX_CONFIG_BYTES, follow=False)
-    except OSError:
-        return None
-    found = [m.group(2) for m in IDENTITY.finditer(text.decode("utf-8", "replace")) if m.group(1) == experiment_id]
-    return found[-1] if found else None
-
-
-def keep_identity(home: Home, experiment_id: str, uuid: str) -> None:
-    """Write ``# octlm identity: ID UUID`` as the YAML's last line (replacing any identity line it holds),
-    atomically; the config itself is left byte for byte as it is. A YAML that cannot be written keeps none."""
-    path = home.config_path(experiment_id)
-    try:
-        home.refuse_links(path.parent)  # never written through a linked experiments/ (outside the home)
-        text = read_regular(path, max_bytes=MAX_CONFIG_BYTES, follow=False).decode("utf-8")
-        kept = "".join(line for line in text.splitlines(keepends=True) if not IDENTITY.match(line.rstrip("\n")))
-        line = f"# octlm identity: {experiment_id} {uuid}\n"
-        atomic_write(path, (kept if kept.endswith("\n") or not kept else kept + "\n").encode() + line.encode())
-    except (OSError, UnicodeDecodeError, Refused):
-        return
 
 
 def build(

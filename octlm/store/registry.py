@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from octlm.core.liveness import effective_status, start_time
 from octlm.core.records import NESTED_FIELDS, RunRecord
 from octlm.store.base import (
     BUSY_TIMEOUT_S,
@@ -46,7 +47,6 @@ from octlm.store.base import (
     now,
     untag_text,
 )
-from octlm.store.liveness import effective_status, start_time
 from octlm.store.migrations import (
     TABLE_COLUMNS,
     CheckpointRow,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from octlm.core.errors import BadInput, Refused
+from octlm.core.liveness import effective_status
 from octlm.store.base import EXPERIMENT_COLUMNS, RegistryBase, checked, decoded, now, writable
-from octlm.store.liveness import effective_status
 from octlm.store.migrations import Json
 
 

@@ -31,8 +31,8 @@ from octlm.core import layout
 from octlm.core.errors import OctlmError, Refused
 from octlm.core.fsutil import file_sha256
 from octlm.core.home import Home
+from octlm.core.liveness import alive, is_other_host
 from octlm.store import experiments
-from octlm.store.liveness import alive, is_other_host
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import Registry, now
 from octlm.train import checkpoint

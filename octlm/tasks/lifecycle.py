@@ -20,7 +20,7 @@ from typing import Any
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.home import Home, validate_id
-from octlm.store import experiments
+from octlm.store import experiments, kept
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import MAX_NOTE_CHARS, Registry
 
@@ -79,7 +79,7 @@ def _files(home: Home, experiment_id: str) -> list[Path]:
     candidates = [home.config_path(experiment_id), home.checkpoint_dir(experiment_id)]
     if home.runs.is_dir():
         candidates += sorted(path for path in home.runs.iterdir() if pattern.fullmatch(path.name))
-    candidates.append(home.lock_path(experiment_id))
+    candidates += [kept.folder(home) / "identities" / experiment_id, home.lock_path(experiment_id)]
     return [path for path in candidates if path.exists() or path.is_symlink()]
 
 

@@ -154,6 +154,7 @@ def test_verify_resume_on_a_busy_box_keeps_its_warning_on_screen_and_repeats_it(
     assert "octlm: warning: this box is busy" in before and "or wait until the box is quieter" in before, lines
     assert "a resume under another thread count is not bit-exact" in before
     assert "octlm: warning: (a)" in after and "said by the segment, and again here" in after, lines
+    assert "said at the start, and again here" not in after  # a segment's own repetition is not said a third time
     assert "2 threads (as asked)" in _joined(lines)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import cli, json_out, write_corpus, write_experiment
 
-from octlm.store.liveness import start_time
+from octlm.core.liveness import start_time
 
 BIG = 3 << 30  # the checkpoint member as the manifest lists it: copying it takes seconds
 STEP = "octlm-pack/checkpoints/step-000004.pt"

@@ -194,7 +194,7 @@ def test_an_imported_running_run_is_unknown_and_removable_after_repair(
 
 
 def test_a_running_row_without_a_pid_start_time_is_not_alive(tmp_path: Path) -> None:
-    from octlm.store.liveness import alive, effective_status, start_time
+    from octlm.core.liveness import alive, effective_status, start_time
 
     assert start_time(os.getpid()) is not None  # this box records start times
     assert not alive(os.getppid(), None)

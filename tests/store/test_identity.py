@@ -1,7 +1,7 @@
 """Issue 25 item 14: after ``rm registry.db && octlm doctor --repair`` an experiment keeps its UUID, so the home
-accepts its own packs and exports as the same experiment. The identity is kept in the experiment's YAML, as a
-comment octlm writes (``# octlm identity: ID UUID``: no config key, the fingerprint unchanged); a home without it
-keeps working and gets it at the next registration; a YAML copied under another ID never takes the original's."""
+accepts its own packs and exports as the same experiment. The identity is kept in ``.octlm/identities/<ID>`` (issue 33
+item 4: never in the YAML, so a clone's tracked files stay untouched); an older octlm's YAML comment
+(``# octlm identity: ID UUID``) still counts; a YAML copied under another ID never takes the original's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import cli, json_out
 
 from octlm.core.home import Home
-from octlm.store import experiments
+from octlm.store import kept
 
 
 def uuid_of(home: Path, experiment_id: str = "EXP-001") -> str:
@@ -27,7 +27,8 @@ def forget_registry(home: Path) -> None:
 def test_repair_after_losing_the_registry_keeps_every_uuid(home: Path, tmp_path: Path) -> None:
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
     before, fingerprint = uuid_of(home), json_out(cli(home, "show", "EXP-001", "--json"))["fingerprints"]["config"]
-    assert f"# octlm identity: EXP-001 {before}" in (home / "experiments" / "EXP-001.yaml").read_text()
+    assert (home / ".octlm" / "identities" / "EXP-001").read_text() == f"EXP-001 {before}\n"
+    assert "octlm identity" not in (home / "experiments" / "EXP-001.yaml").read_text()
     assert cli(home, "pack", "EXP-001", "-o", str(tmp_path / "p.tar")).exit_code == 0
     assert cli(home, "registry", "export", "-o", str(tmp_path / "e.jsonl")).exit_code == 0
     forget_registry(home)
@@ -40,17 +41,32 @@ def test_repair_after_losing_the_registry_keeps_every_uuid(home: Path, tmp_path:
     assert imported.exit_code == 0, imported.stderr
 
 
-def test_a_home_without_the_comment_keeps_its_uuid_and_gets_it(home: Path) -> None:
+def test_an_older_octlm_s_yaml_comment_still_counts_and_is_never_written(home: Path) -> None:
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
     path, before = home / "experiments" / "EXP-001.yaml", uuid_of(home)
-    old = "".join(
-        line for line in path.read_text().splitlines(keepends=True) if not line.startswith("# octlm identity")
-    )
-    path.write_text(old)  # as an older octlm left it
-    assert experiments.identity(Home(home), "EXP-001") is None
-    assert cli(home, "show", "EXP-001").exit_code == 0
+    (home / ".octlm" / "identities" / "EXP-001").unlink()
+    forget_registry(home)
+    path.write_text(path.read_text() + f"# octlm identity: EXP-001 {before}\n")  # as an older octlm left it
+    text = path.read_bytes()
+    assert kept.identity(Home(home), "EXP-001") == before
+    assert cli(home, "doctor", "--repair").exit_code == 0 and uuid_of(home) == before
     assert cli(home, "resume", "EXP-001", "--until", "8", "-q").exit_code == 0
-    assert uuid_of(home) == before and experiments.identity(Home(home), "EXP-001") == before
+    assert path.read_bytes() == text and (home / ".octlm" / "identities" / "EXP-001").is_file()
+
+
+def test_a_clone_stays_clean_and_rm_forgets_the_identity(home: Path) -> None:
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(home)], check=True)
+    (home / ".gitignore").write_text("registry.db*\ncheckpoints/\nruns/\ncache/\nlocks/\n")
+    subprocess.run(["git", "-C", str(home), "add", "-A"], check=True)
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "-C", str(home), *identity, "commit", "-qm", "a clone"], check=True)
+    assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    status = subprocess.run(["git", "-C", str(home), "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == "", status.stdout  # nothing tracked changed, nothing new to track
+    assert cli(home, "rm", "EXP-001", "--yes").exit_code == 0
+    assert not (home / ".octlm" / "identities" / "EXP-001").exists()
 
 
 def test_a_yaml_copied_under_another_id_gets_its_own_uuid(home: Path) -> None:
@@ -59,4 +75,4 @@ def test_a_yaml_copied_under_another_id_gets_its_own_uuid(home: Path) -> None:
     (home / "experiments" / "EXP-002.yaml").write_text(text.replace("id: EXP-001", "id: EXP-002"))
     assert cli(home, "doctor", "--repair").exit_code == 0
     assert uuid_of(home, "EXP-002") != uuid_of(home)
-    assert experiments.identity(Home(home), "EXP-002") == uuid_of(home, "EXP-002")
+    assert kept.identity(Home(home), "EXP-002") == uuid_of(home, "EXP-002")

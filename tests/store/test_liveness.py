@@ -9,8 +9,8 @@ from pathlib import Path
 
 from conftest import cli, json_out
 
+from octlm.core import liveness
 from octlm.core.home import Home
-from octlm.store import liveness
 from octlm.store.experiments import load, register
 from octlm.store.registry import Registry
 

@@ -38,7 +38,7 @@ def worker(**fields: object) -> dict:
     import os
     import socket
 
-    from octlm.store.liveness import start_time
+    from octlm.core.liveness import start_time
 
     return {**WORKER, "host": socket.gethostname(), "pid": os.getpid(), "pid_start": start_time(os.getpid()), **fields}
 
@@ -86,7 +86,7 @@ def test_a_dead_claimants_trial_is_taken_over_and_another_hosts_is_left_alone(tm
     sweep_id = queue(path, 2)
     code = (
         "import sys, os, socket; from pathlib import Path; from octlm.store.registry import Registry; "
-        "from octlm.store.liveness import start_time; r = Registry(Path(sys.argv[1])); "
+        "from octlm.core.liveness import start_time; r = Registry(Path(sys.argv[1])); "
         "w = {'host': socket.gethostname(), 'pid': os.getpid(), 'pid_start': start_time(os.getpid())}; "
         "print(r.claim(None, w)['experiment_id'])"
     )
@@ -107,7 +107,7 @@ def test_a_dead_claimants_trial_is_taken_over_and_another_hosts_is_left_alone(tm
 CLAIMER = """
 import os, socket, sys, time
 from pathlib import Path
-from octlm.store.liveness import start_time
+from octlm.core.liveness import start_time
 from octlm.store.registry import Registry
 worker = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": start_time(os.getpid()), "threads": 1}
 path = Path(sys.argv[1])
@@ -207,7 +207,7 @@ def test_removing_a_trial_takes_its_trial_and_claim_rows(home: Path) -> None:
 def test_a_signal_between_a_claim_and_its_trial_releases_only_that_workers_claim(tmp_path: Path) -> None:
     from octlm.core.errors import Interrupted
     from octlm.core.home import Home
-    from octlm.store.liveness import start_time
+    from octlm.core.liveness import start_time
     from octlm.tasks.sweeps.worker import releasing
 
     path = tmp_path / "registry.db"

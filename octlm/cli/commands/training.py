@@ -17,7 +17,7 @@ from octlm.cli.common import IdArgument, JsonOption, QuietOption, UntilOption, h
 from octlm.cli.profile import pin_experiment
 from octlm.cli.progress import ConsoleReporter, hangup_safe, output_may_vanish
 from octlm.cli.ranks import EndpointOption, NnodesOption, NodeRankOption, NprocOption, start_ranks
-from octlm.cli.segments import SegmentsView
+from octlm.cli.segments import REPEATED, SegmentsView
 from octlm.config import Config
 from octlm.core.errors import Refused
 from octlm.runtime import launch
@@ -120,12 +120,12 @@ def _summary_line(result: RunSummary) -> str:
     return line
 
 
-def repeat_warnings(warnings: list[str], where: str = "") -> None:
+def repeat_warnings(warnings: list[str]) -> None:
     """After a summary: the warnings that explain why the run was slower than it should be, again (said at the start,
     they may have scrolled away)."""
     with output_may_vanish():
         for message in warnings:
-            render.warn(f"{where}{message} (said at the start, and again here: it slowed this run)")
+            render.warn(f"{message}{REPEATED}")
 
 
 def _finish(result: RunSummary, as_json: bool) -> None:

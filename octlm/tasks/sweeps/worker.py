@@ -28,10 +28,10 @@ from typing import Any
 from octlm.core import layout
 from octlm.core.errors import BadInput, Interrupted, Refused
 from octlm.core.home import Home
+from octlm.core.liveness import start_time
 from octlm.core.records import RunRecord
 from octlm.core.signals import SIGNAL_EXIT, handled_signals, handling
 from octlm.store import experiments
-from octlm.store.liveness import start_time
 from octlm.store.registry import Registry
 from octlm.tasks.sweeps import asking, halving
 

@@ -1,0 +1,109 @@
+"""What the registry holds that must survive its loss, kept in files of the home's own ``.octlm/`` folder (torch-free):
+each experiment's identity (its UUID, ``identities/<ID>``), so that ``doctor --repair`` gives a rebuilt registry its
+experiments' UUIDs back, and each sweep's record (``sweeps/<name>.json``: its row, its trials, halving's decisions),
+so that it rebuilds the sweeps too.
+
+``.octlm/`` holds a ``.gitignore`` of ``*``: a home that is a git clone (this repository, a research repository with
+its experiments) stays clean, and no tracked file (an experiment's YAML) is ever written to keep an identity. An
+older octlm kept the identity as a last comment of the YAML, ``# octlm identity: ID UUID``: still read, never
+written. Every write is atomic and never through a link (``Home.refuse_links`` on the folders, ``fsutil``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from octlm.core.errors import Refused
+from octlm.core.fsutil import atomic_write, read_regular
+from octlm.core.home import Home, validate_id
+
+FOLDER = ".octlm"
+IGNORE = "# octlm's own records (see octlm/store/kept.py): never to be committed\n*\n"
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+IDENTITY_LINE = re.compile(rf"(\S+) ({UUID})\s*")
+LEGACY = re.compile(rf"^# octlm identity: (\S+) ({UUID})\s*$", re.M)  # an older octlm's last line of the YAML
+MAX_RECORD_BYTES = 64 << 20
+
+
+def folder(home: Home) -> Path:
+    return home.root / FOLDER
+
+
+def _ready(home: Home, *parts: str) -> Path:
+    """``.octlm/<parts>``, made (with its ``.gitignore``) and checked to be no link and inside the home."""
+    base = folder(home)
+    home.refuse_links(base / Path(*parts))
+    (base / Path(*parts)).mkdir(parents=True, exist_ok=True)
+    ignore = base / ".gitignore"
+    if not ignore.exists():
+        atomic_write(ignore, IGNORE.encode())
+    return base / Path(*parts)
+
+
+def identity(home: Home, experiment_id: str) -> str | None:
+    """The UUID kept for this ID (None: none kept), from ``.octlm/identities/<ID>``, else an older octlm's YAML
+    comment naming this ID (a YAML copied under another ID keeps the other's, which does not count)."""
+    path = folder(home) / "identities" / validate_id(experiment_id)
+    try:
+        found = IDENTITY_LINE.fullmatch(read_regular(path, max_bytes=4096, follow=False).decode("ascii"))
+        if found and found.group(1) == experiment_id:
+            return found.group(2)
+    except (OSError, UnicodeDecodeError):
+        pass
+    return _legacy(home, experiment_id)
+
+
+def _legacy(home: Home, experiment_id: str) -> str | None:
+    try:
+        text = read_regular(home.config_path(experiment_id), max_bytes=1 << 20, follow=False)
+    except OSError:
+        return None
+    found = [m.group(2) for m in LEGACY.finditer(text.decode("utf-8", "replace")) if m.group(1) == experiment_id]
+    return found[-1] if found else None
+
+
+def keep_identity(home: Home, experiment_id: str, uuid: str) -> bool:
+    """Keep ``uuid`` as the identity of ``experiment_id``; False where it cannot be kept (a read-only home, a linked
+    ``.octlm/``): the registry still holds it, only a rebuild would give another."""
+    try:
+        place = _ready(home, "identities") / validate_id(experiment_id)
+        atomic_write(place, f"{experiment_id} {uuid}\n".encode("ascii"))
+    except (OSError, Refused):
+        return False
+    return True
+
+
+def kept_identity(home: Home, experiment_id: str) -> bool:
+    """Whether ``.octlm/identities/<ID>`` is there (not only an older octlm's YAML comment)."""
+    return (folder(home) / "identities" / validate_id(experiment_id)).is_file()
+
+
+def forget(home: Home, experiment_id: str) -> None:
+    """The identity of a removed experiment (``rm``, a repair that removes its rows) goes with it."""
+    (folder(home) / "identities" / validate_id(experiment_id)).unlink(missing_ok=True)
+
+
+def keep_record(home: Home, kind: str, name: str, record: dict[str, Any]) -> bool:
+    """``.octlm/<kind>/<name>.json``: a record the registry's loss must not take (a sweep's); False where it cannot
+    be kept."""
+    try:
+        place = _ready(home, kind) / f"{name}.json"
+        atomic_write(place, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    except (OSError, Refused):
+        return False
+    return True
+
+
+def records(home: Home, kind: str) -> dict[str, Any]:
+    """Every record of ``kind`` kept, by name (an unreadable one is left out: it reads as not kept)."""
+    found: dict[str, Any] = {}
+    place = folder(home) / kind
+    for path in sorted(place.glob("*.json")) if place.is_dir() else []:
+        try:
+            found[path.stem] = json.loads(read_regular(path, max_bytes=MAX_RECORD_BYTES, follow=False))
+        except (OSError, ValueError):
+            continue
+    return found
