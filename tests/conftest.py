@@ -80,6 +80,12 @@ def write_experiment(home: Path, experiment_id: str = "EXP-001", **sections: dic
     return path
 
 
+# One thread per test process, before anything imports torch: the suite runs on several workers (pytest-xdist, a
+# worker a core), and a torch of every core in each would make the workers wait on each other's threads. A test of
+# what the thread count changes sets its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_load_warnings() -> None:
     """The suite keeps the box busy: a run's warning about a busy box (``runtime.oversubscribed``) would be noise in

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
+from rich import box
 from rich.console import Group
 from rich.live import Live
 from rich.table import Table
@@ -37,27 +38,39 @@ def watch(home: Home, targets: tuple[str, ...], interval: float, once: bool = Fa
 
 
 def _live(home: Home, targets: tuple[str, ...], interval: float, screen: live.Screen) -> None:
-    with Live(draw(screen), console=render.out_console(), auto_refresh=False, transient=False) as shown:
+    console = render.out_console()
+    with Live(draw(screen, console.width), console=console, auto_refresh=False, transient=False) as shown:
         while True:
             time.sleep(interval)
-            shown.update(draw(live.snapshot(home, targets)), refresh=True)
+            shown.update(draw(live.snapshot(home, targets), console.width), refresh=True)
 
 
-def draw(screen: live.Screen) -> Group:
-    """The experiments' table and the sweeps' queues."""
-    table = Table(title=Text(f"octlm watch  {time.strftime('%H:%M:%S')}  (Ctrl-C to leave)"), title_justify="left")
-    for name in COLUMNS:
-        table.add_column(
-            Text(name), no_wrap=True, justify="right" if name in ("train loss", "eval loss", "tokens/s") else "left"
-        )
-    for e in screen.experiments:
-        cells = (e.id, e.status, f"{e.step or 0}/{e.steps or '?'}", _metric(e.train_loss), _metric(e.eval_loss))
-        table.add_row(
-            *(
-                Text(render.plain(c))
-                for c in (*cells, render.format_cell("count", e.tokens_per_second), e.eta or "-", e.spark)
+DROPPABLE = ("train loss, recent", "tokens/s", "train loss", "eval loss")  # first to go on a narrow terminal
+NUMBERS = ("train loss", "eval loss", "tokens/s")
+
+
+def draw(screen: live.Screen, width: int = 200) -> Group:
+    """The experiments' table and the sweeps' queues, in ``width`` columns: the sparkline and then the figures go
+    first (said in the title), ID, status, step and ETA stay whole."""
+    body = [
+        [
+            render.plain(cell)
+            for cell in (
+                *(e.id, e.status, f"{e.step or 0}/{e.steps or '?'}", _metric(e.train_loss), _metric(e.eval_loss)),
+                *(render.format_cell("count", e.tokens_per_second), e.eta or "-", e.spark),
             )
-        )
+        ]
+        for e in screen.experiments
+    ]
+    header = list(COLUMNS)
+    keep, dropped = render.fit(header, body, ["raw"] * len(header), width, DROPPABLE)
+    title = f"octlm watch  {time.strftime('%H:%M:%S')}  (Ctrl-C to leave)"
+    title += f"  {width} columns: left out {', '.join(dropped)}" if dropped else ""
+    table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for index in keep:
+        table.add_column(Text(header[index]), no_wrap=True, justify="right" if header[index] in NUMBERS else "left")
+    for row in body:
+        table.add_row(*(Text(row[index]) for index in keep))
     queues = Table(title=Text("sweeps"), title_justify="left")
     for name in ("sweep", "queued", "running", "done", "failed", "stopped", "where"):
         queues.add_column(Text(name), no_wrap=name != "where")

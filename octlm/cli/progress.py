@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from octlm.cli import render
+from octlm.cli import bars, render
 from octlm.core.records import RunRecord
 
 REFRESH_S = 0.1  # the bar is redrawn by the training thread at most this often (no refresh thread)
@@ -261,7 +261,7 @@ class ConsoleReporter:
             BarColumn(bar_width=12),
             TextColumn("{task.completed}/{task.total}"),
             TextColumn("{task.fields[metrics]}", markup=False),
-            TimeRemainingColumn(),
+            bars.TimeLeft(),
             console=self.console,
             transient=False,
             auto_refresh=False,  # every write happens here, in the training thread, where a failure is caught
@@ -298,14 +298,14 @@ class ConsoleReporter:
         self._safely(lambda: self._eval(record))
 
     def _eval(self, record: RunRecord) -> None:
-        if self.progress is not None:  # fits 80 columns beside the bar and the ETA
-            self.progress.update(
-                self.task,
-                metrics=(
-                    f"loss {record['train_loss']:.3f} eval {record['eval_loss']:.3f} lr {record['lr']:.1e} "
-                    f"{record['tokens_per_second'] / 1000:.1f}k tok/s"
-                ),
+        if self.progress is not None:  # what fits beside the bar and the time left, whole items only
+            items = (
+                f"loss {record['train_loss']:.3f}",
+                f"eval {record['eval_loss']:.3f}",
+                f"lr {record['lr']:.1e}",
+                f"{record['tokens_per_second'] / 1000:.1f}k tok/s",
             )
+            self.progress.update(self.task, metrics=bars.parts(items, self._room()))
             self._advance(record["step"], force=True)
             return
         text = (
@@ -316,6 +316,13 @@ class ConsoleReporter:
             self._print(
                 f"step {record['step']}: {text} ppl {record['perplexity']:.2f} bpb {record['bits_per_byte']:.4f}"
             )
+
+    def _room(self) -> int:
+        """The bar's room for its metrics: the terminal's width less the ID, the bar, the steps and the time left."""
+        assert self.progress is not None
+        task = next(t for t in self.progress.tasks if t.id == self.task)
+        steps = len(f"{task.total:.0f}") * 2 + 1
+        return self.console.width - (len(task.fields["id"]) + 1 + 12 + 1 + steps + 1 + bars.TimeLeft.WIDTH + 1) - 1
 
     def checkpoint(self, step: int, path: Path) -> None:
         if self.progress is None and not self.quiet:

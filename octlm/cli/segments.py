@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
-from octlm.cli import render
+from octlm.cli import bars, render
 from octlm.cli.progress import interactive_stderr, stamped
 
 STEP = re.compile(r"step (\d+)[: ]")
@@ -32,7 +32,7 @@ class SegmentsView:
                 TextColumn("{task.fields[label]}", markup=False),
                 BarColumn(bar_width=12),
                 TextColumn("{task.completed}/{task.total}"),
-                TimeElapsedColumn(),
+                bars.TimeElapsed(),
                 TextColumn("{task.fields[said]}", markup=False),
                 console=self.console,
                 refresh_per_second=4,
@@ -71,7 +71,14 @@ class SegmentsView:
         task, start = self.tasks[label]
         found = STEP.match(text)
         completed = int(found.group(1)) - start if found else None
-        self.progress.update(task, completed=completed, said=render.plain(text)[:60])
+        self.progress.update(task, completed=completed, said=bars.words(render.plain(text), self._room(label)))
+
+    def _room(self, label: str) -> int:
+        """A bar's room for the newest line: the terminal's width less the label, the bar, the steps and the time."""
+        assert self.progress is not None
+        task = next(t for t in self.progress.tasks if t.id == self.tasks[label][0])
+        used = len(task.fields["label"]) + 1 + 12 + 1 + len(f"{task.total:.0f}") * 2 + 2 + bars.TimeElapsed.WIDTH + 1
+        return self.console.width - used - 1
 
     def end(self, label: str) -> None:
         if self.progress is not None:

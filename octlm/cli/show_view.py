@@ -155,7 +155,8 @@ def print_sweep(shown: Shown) -> None:
         for c in found["configurations"]
     ]
     title = f"sweep {found['name']}: configurations by {metric} (mean ± sd over the seeds), the furthest step first"
-    render.print_table(("rank", "params", "trials", "step", metric, "eval loss se"), rows, title=title)
+    header = ("rank", "params", "trials", "step", metric, "eval loss se")
+    render.print_table(header, rows, title=title, droppable=("eval loss se", "trials", "step"))
     print(render.plain(found["verdict"]))
     if found["best_so_far"]:
         best = found["best_so_far"][-1]
