@@ -94,7 +94,8 @@ def build(
 ) -> cfg.Config:
     """Resolve a new experiment's config (without its ID) from a preset or another experiment, and with
     ``init`` (``fork_init``) the checkpoint its step 0 starts from. Copied from another experiment, the
-    description defaults to where it came from: "from EXP-008: training.learning_rate=1e-3". From a preset, the
+    description defaults to where it came from and what changed: "from EXP-008: training.learning_rate=1e-3". From a
+    preset, the
     keys of ``NEW_DEFAULTS`` the preset leaves out take the defaults of experiments made now (epochs, the
     evaluation's budget); copied from another, everything is the other's."""
     if preset and from_config is not None:
@@ -108,23 +109,13 @@ def build(
         raw["init"] = init
     parent = init["parent"] if init is not None else from_config.id if from_config is not None else None
     if description is None and parent:
-        description = f"{_changes(overrides)} (from {parent})" if overrides else f"from {parent}"
+        description = (
+            f"from {parent}: {', '.join(item.strip() for item in overrides)}" if overrides else f"from {parent}"
+        )
     if description is not None:
         raw["description"] = description
     raw.pop("id", None)
     return cfg.from_dict(raw, "--set" if overrides else "new")
-
-
-def _changes(overrides: list[str]) -> str:
-    """What ``--set`` changed, shortly, first: ``learning_rate=1e-3, min_learning_rate=1e-4`` (the section left out
-    where the key's name alone is unambiguous), so that a listing's cut description still says what differs."""
-    every = [str(key["key"]).rpartition(".")[2] for key in cfg.describe_keys()]
-    shown = []
-    for item in overrides:
-        name, _, value = item.partition("=")
-        short = name.strip().rpartition(".")[2]
-        shown.append(f"{short}={value.strip()}" if every.count(short) == 1 else item.strip())
-    return ", ".join(shown)
 
 
 def _new_defaults() -> dict[str, Any]:

@@ -16,6 +16,7 @@ from octlm.config import flatten
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
 from octlm.store.registry import Registry
+from octlm.views import noise
 from octlm.views.details import SCHEMA_VERSION, Detail, RegistryRow, detail, run_records
 from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import Group
@@ -111,8 +112,9 @@ def compare(home: Home, ids: list[str], all_keys: bool = False) -> Comparison:
         "config": differing_keys([d["config"] for d in details], all_keys),
         "all_keys": all_keys,
         "versus": [
-            versus(records[ids[0]], records[other], other, seed_noise(ids[0], other, groups[0], groups[index]))
+            versus(records[ids[0]], records[other], other, seed_noise(ids[0], other, groups[0], groups[index], twin))
             for index, other in enumerate(ids[1:], 1)
+            for twin in [replicates.twins(details[0]["config"], details[index]["config"])]
         ],
         "replicates": groups,
     }
@@ -139,8 +141,15 @@ def final_values(records: Records) -> dict[str, Any]:
     return merged
 
 
-def seed_noise(first: str, other: str, a: Group | None, b: Group | None) -> SeedNoise:
-    """``within_seed_noise`` and ``seed_noise`` of ``other`` against ``first``, by their replicate groups."""
+def seed_noise(first: str, other: str, a: Group | None, b: Group | None, twin: bool = False) -> SeedNoise:
+    """``within_seed_noise`` and ``seed_noise`` of ``other`` against ``first``, by their replicate groups (``twin``:
+    the two share their config, seed included: no replicates of each other)."""
+    if twin:
+        return {
+            "within_seed_noise": None,
+            "seed_noise": f"{other} is a twin of {first} (the same config, seed included): no replicate, and their "
+            "difference is not seed noise (exact training makes it 0)",
+        }
     if a is not None and b is not None and other in a["ids"]:
         spread = replicates.shown(a["metrics"]["eval_loss"])
         return {
@@ -195,39 +204,26 @@ def _figures(item: Detail, records: Records, common: int) -> Figures:
     }
 
 
-NOISE = 2.0  # a difference within twice the combined standard error is within evaluation noise
-
-
 def versus(first: Records, other: Records, other_id: str, seeds: SeedNoise | None = None) -> Versus:
-    """``other`` against ``first``: the final eval losses' difference and its combined standard error (the two
-    evaluations taken as independent: an upper bound when they read the same blocks), and the data order."""
+    """``other`` against ``first``: the final eval losses' difference (other - first) and its combined standard error
+    (the two evaluations taken as independent: an upper bound when they read the same blocks), and the data order."""
     loss_a, loss_b = _latest(first, "eval_loss"), _latest(other, "eval_loss")
     se_a, se_b = _latest_of(first, "eval_loss_se"), _latest_of(other, "eval_loss_se")
     difference = None if loss_a is None or loss_b is None else loss_b - loss_a
     combined = None if difference is None or se_a is None or se_b is None else math.hypot(se_a, se_b)
-    within = None if combined is None or difference is None else abs(difference) <= NOISE * combined
+    judged = noise.judge(difference, combined, "evaluation noise", "unpaired")
     same, order = _data_order(first, other)
     return {
         "id": other_id,
         "eval_loss_difference": difference,
         "combined_se": combined,
-        "within_noise": within,
-        "noise": _noise_words(difference, combined),
+        "within_noise": judged.within,
+        "noise": judged.words if difference is not None else "no eval loss to compare",
         "same_data_order": same,
         "data_order": order,
         "within_seed_noise": seeds["within_seed_noise"] if seeds else None,
         "seed_noise": seeds["seed_noise"] if seeds else "no replicates compared",
     }
-
-
-def _noise_words(difference: float | None, combined: float | None) -> str:
-    if difference is None:
-        return "no eval loss to compare"
-    if combined is None:
-        return f"{difference:+.4f} (no standard error: a one-block evaluation, or an older octlm's run)"
-    if abs(difference) <= NOISE * combined:
-        return f"{difference:+.4f} ± {combined:.4f}: within evaluation noise"
-    return f"{difference:+.4f} ± {combined:.4f}: {abs(difference) / combined:.1f}x the combined error"
 
 
 def _data_order(first: Records, other: Records) -> tuple[bool | None, str]:
@@ -300,7 +296,13 @@ def differing_keys(configs: list[dict[str, Any]], all_keys: bool) -> Differing:
 
 
 def table_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
-    """A comparison as (field, [value per experiment]) rows, for the text table and ``--csv``."""
+    """A comparison as (field, [value per experiment]) rows, for the text table and ``--csv``: its figures, then the
+    config keys that differ."""
+    return figure_rows(result) + config_rows(result)
+
+
+def figure_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
+    """The figures' rows: metrics (final, best, at equal tokens), the differences, verdicts, the data order."""
     exps, at = result["experiments"], f"at {result['equal_tokens']:,} tokens"
     rows: list[tuple[str, list[Any]]] = [("status", [e["status"] for e in exps]), ("step", [e["step"] for e in exps])]
     for group in ("final", "best"):
@@ -310,13 +312,17 @@ def table_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
             rows.append(("final eval_loss_se", [e["eval_loss_se"] for e in exps]))
             rows.append((f"eval_loss - {first}", [None, *(v["eval_loss_difference"] for v in result["versus"])]))
             rows.append(("combined se", [None, *(v["combined_se"] for v in result["versus"])]))
-            rows.append(("replicates eval_loss", [_spread(g) for g in result["replicates"]]))
+            if any(group is not None for group in result["replicates"]):  # no empty row when none has replicates
+                rows.append(("replicates eval_loss", [_spread(g) for g in result["replicates"]]))
     rows.append((f"{at}: step tokens", [e["at_equal_tokens"]["tokens"] for e in exps]))
     rows += [(f"{at}: {metric}", [e["at_equal_tokens"][metric] for e in exps]) for metric in METRICS]
     for key in ("tokens", "tokens_per_second", "wall_seconds", "verify_resume", "overfit"):
         rows.append((key, [e[key] for e in exps]))
     rows.append(("epochs", [e["epochs"] for e in exps]))
     rows.append(("data_receipt", [e["data_receipt"] for e in exps]))
-    for keys in result["config"].values():
-        rows += [(key, values) for key, values in keys.items() if key != "description"]  # one line each: not here
     return rows
+
+
+def config_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
+    """The config keys that differ (every key with ``--all-keys``), one row each; descriptions are said beside."""
+    return [(k, values) for keys in result["config"].values() for k, values in keys.items() if k != "description"]

@@ -307,7 +307,7 @@ def test_new_from_describes_its_parent_and_warns_about_a_twin(home: Path) -> Non
     varied = cli(home, "new", "--from", "EXP-001", "--set", "training.learning_rate=1e-3")
     assert varied.exit_code == 0 and "warning" not in varied.stderr
     described = yaml.safe_load((home / "experiments" / "EXP-002.yaml").read_text())["description"]
-    assert described == "learning_rate=1e-3 (from EXP-001)"  # what changed first: a cut listing still says it
+    assert described == "from EXP-001: training.learning_rate=1e-3"  # as the README shows it
     twin = cli(home, "new", "--from", "EXP-001", "--json")
     assert "octlm: warning: same config fingerprint as EXP-001\n" in twin.stderr
     assert json_out(twin)["same_fingerprint"] == ["EXP-001"] and json_out(twin)["config"]["description"] == (
@@ -344,7 +344,7 @@ def test_init_from_writes_the_checkpoint_path_and_sha256(home: Path) -> None:
     }
     kept = home / "checkpoints" / "forks" / f"{digest}.pt"
     assert kept.read_bytes() == (home / "checkpoints" / "EXP-001" / "step-000004.pt").read_bytes()
-    assert written["training"]["steps"] == 24 and written["description"] == "steps=24 (from EXP-001@4)"
+    assert written["training"]["steps"] == 24 and written["description"] == "from EXP-001@4: training.steps=24"
     assert "warning" not in result.stderr  # the parent's checkpoint is part of the fingerprint
     alone = cli(home, "new", "--init-from", "EXP-001@4", "--json")  # the parent's config is the base
     assert alone.exit_code == 0 and json_out(alone)["config"]["init"]["optimizer"] is False

@@ -81,4 +81,4 @@ def test_show_a_b_says_when_a_difference_is_within_evaluation_noise_and_whether_
     text = cli(home, "show", "EXP-001", "EXP-002", "EXP-003").stdout
     lines = [line for line in text.splitlines() if "against EXP-001" in line]
     assert "within evaluation noise" in lines[0] and "the same blocks in the same order for the first 48" in lines[0]
-    assert "x the combined error" in lines[1]
+    assert "beyond evaluation noise" in lines[1] and "x its standard error" in lines[1]

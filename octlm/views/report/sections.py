@@ -243,9 +243,7 @@ class SideBySide:
 
 
 def comparison(result: compare.Comparison) -> SideBySide:
-    rows = compare.table_rows(result)
-    keys = sum(len(section) for section in result["config"].values())
-    metrics, config = rows[: len(rows) - keys], rows[len(rows) - keys :]
+    metrics, config = compare.figure_rows(result), compare.config_rows(result)
     return SideBySide(
         result["ids"],
         [(name, *values) for name, values in metrics],

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from octlm.config import BOOKKEEPING, canonical, flatten
+from octlm.views import noise
 
 SEED = "training.seed"
-NOISE = 2.0  # a difference within twice its standard error is within seed noise
 METRICS = ("train_loss", "eval_loss", "perplexity", "bits_per_byte")
 
 
@@ -42,6 +42,11 @@ class Group(TypedDict):
 def key(config: Mapping[str, Any]) -> str:
     """What replicates share: the config's fingerprinted keys without the seed (canonical JSON)."""
     return canonical({k: v for k, v in flatten(dict(config)).items() if k not in BOOKKEEPING and k != SEED})
+
+
+def twins(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two configs train the same bits: the same fingerprinted keys, seed included (not replicates)."""
+    return bool(a) and key(a) == key(b) and flatten(dict(a)).get(SEED) == flatten(dict(b)).get(SEED)
 
 
 def spread(values: Sequence[float | None]) -> Spread:
@@ -103,16 +108,12 @@ def shown(value: Spread, digits: int = 4) -> str:
 
 
 def difference(a: Spread, b: Spread, eval_se: float | None = None) -> tuple[bool | None, str]:
-    """Whether ``b``'s mean differs from ``a``'s within seed noise, and that in words (``eval_se``: the
-    evaluations' own standard error, said beside it when known)."""
+    """Whether ``b``'s mean differs from ``a``'s (``b - a``) within noise, and that in words: judged by the seeds'
+    spread, unless the evaluations' own standard error (``eval_se``) could explain the lead (``noise.over_seeds``)."""
     if a["mean"] is None or b["mean"] is None:
         return None, "no metric to compare"
     delta = b["mean"] - a["mean"]
     if a["sd"] is None or b["sd"] is None:
         return None, f"{delta:+.4f}; no seed spread to judge it by (give each configuration --seeds 2 or more)"
-    error = math.sqrt(a["sd"] ** 2 / a["n"] + b["sd"] ** 2 / b["n"])
-    own = f"; the evaluations' own standard error is {eval_se:.4f}" if eval_se is not None else ""
-    if error == 0 or abs(delta) > NOISE * error:
-        ratio = f"{abs(delta) / error:.1f}x" if error else "infinitely many times"
-        return False, f"{delta:+.4f} ± {error:.4f} (seed spread): {ratio} its standard error, beyond seed noise{own}"
-    return True, f"{delta:+.4f} ± {error:.4f} (seed spread): within seed noise{own}"
+    judged = noise.over_seeds(delta, math.sqrt(a["sd"] ** 2 / a["n"] + b["sd"] ** 2 / b["n"]), eval_se)
+    return judged.within, judged.words

@@ -9,6 +9,7 @@ best one's lead over the next exceeds that spread.
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypedDict
 
 from octlm.core.errors import BadInput
@@ -183,8 +184,10 @@ def verdict(configurations: list[Configuration], metric: str) -> str:
     ranked = [c for c in configurations if c["value"]["mean"] is not None]
     if len(ranked) < 2 or ranked[1]["step"] != ranked[0]["step"]:
         return "fewer than two configurations measured at the same step: nothing to rank yet"
-    best, next_ = ranked[0], ranked[1]
-    _, words = replicates.difference(best["value"], next_["value"], best["eval_loss_se"])
+    best, next_ = ranked[0], ranked[1]  # the best minus the next: negative when the best is lower
+    errors = [e for e in (best["eval_loss_se"], next_["eval_loss_se"]) if e is not None]
+    own = math.hypot(*errors) if len(errors) == 2 else None
+    _, words = replicates.difference(next_["value"], best["value"], own)
     return f"the best ({_params(best['params'])}) against the next ({_params(next_['params'])}): {metric} {words}"
 
 

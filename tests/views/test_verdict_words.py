@@ -1,0 +1,81 @@
+"""Issue 33 items 7 and 8: words that match the figures. One verdict wording and one sign convention everywhere
+(beyond as readily as within; the best minus the next is negative), the evaluations' own error named when it could
+explain a lead over the seeds, a twin told from a replicate, no empty replicates row, the HTML comparison's config
+keys only config keys, and the variant's default description as the README shows it. Nothing is trained."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import cli, json_out, write_experiment
+
+from octlm.core.home import Home
+from octlm.store.experiments import load, register
+from octlm.store.registry import Registry
+from octlm.views import compare, noise
+from octlm.views.report import sections
+from octlm.views.sweeps import status
+
+
+def test_beyond_is_said_as_readily_as_within() -> None:
+    beyond = noise.judge(-0.0300, 0.0100, "evaluation noise", "unpaired")
+    within = noise.judge(0.0150, 0.0100, "evaluation noise", "unpaired")
+    assert beyond.within is False and within.within is True
+    assert beyond.words == "-0.0300 ± 0.0100 (unpaired): beyond evaluation noise, 3.0x its standard error"
+    assert within.words == "+0.0150 ± 0.0100 (unpaired): within evaluation noise, 1.5x its standard error"
+    assert noise.judge(0.01, None, "evaluation noise", "unpaired").within is None
+
+
+def test_a_lead_the_evaluations_own_error_could_explain_names_the_fix() -> None:
+    judged = noise.over_seeds(-0.0200, 0.0010, 0.0150)  # far beyond the seeds' spread, within the evaluation's
+    assert judged.within is True and "within evaluation noise" in judged.words
+    assert "training.eval_tokens" in judged.words and "more seeds" in judged.words
+    assert "beyond seed noise" in noise.over_seeds(-0.0200, 0.0010, 0.0010).words
+
+
+def _configuration(value: float, sd: float, params: dict) -> dict:
+    return {
+        "params": params,
+        "step": 12,
+        "value": {"n": 3, "mean": value, "sd": sd, "values": []},
+        "eval_loss_se": 0.001,
+        "trials": [],
+        "rank": 0,
+    }
+
+
+def test_the_best_against_the_next_is_negative() -> None:
+    best, runner_up = _configuration(4.50, 0.01, {"lr": 3e-3}), _configuration(5.00, 0.02, {"lr": 1e-3})
+    said = status.verdict([best, runner_up], "eval_loss")  # type: ignore[list-item]
+    assert said.startswith("the best (lr=0.003) against the next (lr=0.001): eval_loss -0.5000 ± ")
+    assert "beyond seed noise" in said
+
+
+def _registered(home: Path, experiment_id: str, **training: object) -> None:
+    write_experiment(home, experiment_id, training=dict(training))
+    record = {"step": 12, "tokens": 768, "eval_loss": 5.0, "eval_loss_se": 0.004, "data_receipt": "0" * 16}
+    (home / "runs").mkdir(exist_ok=True)
+    (home / "runs" / f"{experiment_id}.jsonl").write_text(json.dumps(record) + "\n")
+    with Registry(home / "registry.db") as registry:
+        register(Home(home), registry, load(Home(home), experiment_id))
+
+
+def test_a_twin_is_no_replicate_and_no_empty_replicates_row(home: Path) -> None:
+    _registered(home, "EXP-001")
+    _registered(home, "EXP-002")  # the same config, seed included
+    result = compare.compare(Home(home), ["EXP-001", "EXP-002"])
+    assert "is a twin of EXP-001" in result["versus"][0]["seed_noise"], result["versus"][0]
+    assert "replicate of" not in result["versus"][0]["seed_noise"]
+    assert "replicates eval_loss" not in [name for name, _ in compare.table_rows(result)]
+    _registered(home, "EXP-003", seed=7, learning_rate=0.001)
+    side = sections.comparison(compare.compare(Home(home), ["EXP-001", "EXP-003"]))
+    assert [row[0] for row in side.config] == ["training.learning_rate", "training.seed"]
+    assert "data_receipt" in [row[0] for row in side.metrics]
+
+
+def test_a_variant_is_described_as_the_readme_shows(home: Path) -> None:
+    made = cli(home, "new", "--from", "EXP-001", "--set", "training.learning_rate=1e-3", "--json")
+    assert made.exit_code == 0, made.stderr
+    shown = json_out(cli(home, "show", json_out(made)["id"], "--json"))
+    assert shown["description"] == "from EXP-001: training.learning_rate=1e-3"
