@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from octlm.cli import render
 from octlm.config import flatten
-from octlm.views import compare
+from octlm.views import side_by_side as compare
 from octlm.views.show import Request, Shown
 from octlm.views.sweeps import replicates
 

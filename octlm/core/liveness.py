@@ -6,8 +6,9 @@ for as long as some other process holds its old pid. ``start_time`` reads field 
 ``Registry.start_run`` records beside the pid; a live pid with another start time is another process.
 A row written on another host cannot be checked from here: it reads ``unknown (host X)``, never
 ``running`` forever; ``registry import`` and ``unpack`` store a ``running`` row so, since a row from another home
-is never checkable here, whatever its host says. A row without a start time, where start times can be read, is not
-alive. Imports nothing of octlm.
+is never checkable here, whatever its host says; one whose host is this one reads ``crashed`` unless its pid and
+start time show it alive. A row without a start time, where start times can be read, is not alive. Imports nothing
+of octlm.
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ def alive(pid: int, recorded_start: int | None) -> bool:
 def effective_status(row: dict[str, Any]) -> dict[str, Any]:
     """A ``running`` row as it really is: ``crashed`` when its process is gone (or its pid now names
     another process), ``unknown (host X)`` when it was written on another host."""
+    host, pid = row.get("host"), row.get("pid")
+    if str(row.get("status")).startswith("unknown (host ") and host == socket.gethostname():
+        return _imported(row)  # imported from another home on this very host: checkable after all
     if row.get("status") != "running":
         return row
-    host, pid = row.get("host"), row.get("pid")
     if host != socket.gethostname():
         return {**row, "status": f"unknown (host {host or 'unrecorded'})"}
     if not isinstance(pid, int) or pid <= 0:
@@ -66,3 +69,12 @@ def effective_status(row: dict[str, Any]) -> dict[str, Any]:
 
 def is_other_host(row: dict[str, Any]) -> bool:
     return str(row.get("status", "")).startswith("unknown (host ")
+
+
+def _imported(row: dict[str, Any]) -> dict[str, Any]:
+    """An imported ``unknown (host <this host>)`` row: ``crashed`` unless its process can be shown alive (a pid with
+    its start time); without a start time it never can."""
+    pid = row.get("pid")
+    if isinstance(pid, int) and pid > 0 and row.get("pid_start") is not None and alive(pid, row.get("pid_start")):
+        return row
+    return {**row, "status": "crashed"}

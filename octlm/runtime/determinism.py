@@ -80,6 +80,15 @@ def pin(config: Config) -> None:
             "imported torch without them: run it as its own `octlm` command (a new process)"
         )
     os.environ.update(missing)
+    _PINNED_HERE.update(missing)
+
+
+_PINNED_HERE: dict[str, str] = {}  # what ``pin`` set in this process (not what the user exported)
+
+
+def pinned_here() -> list[str]:
+    """The variables ``pin`` set in this process (a worker starting afresh drops them: ``sweeps.worker.restart``)."""
+    return list(_PINNED_HERE)
 
 
 def covers(determinism: str, path: str = "") -> str:

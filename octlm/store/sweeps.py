@@ -233,8 +233,14 @@ class SweepRows(RegistryBase):
 
     def open_claims(self, host: str, pid: int) -> list[int]:
         """The ids of the claims a process (host, pid) holds open."""
-        sql = "select id from sweep_claims where released is null and host = ? and pid = ? order by id"
-        return [int(row["id"]) for row in self._rows(sql, (host, pid))]
+        return [int(row["id"]) for row in self.claims_held(host, pid)]
+
+    def claims_held(self, host: str | None = None, pid: int | None = None) -> list[dict[str, Any]]:
+        """The open claims (of one process, when ``host`` and ``pid`` are given), oldest first."""
+        if host is None or pid is None:
+            return self._rows("select * from sweep_claims where released is null order by id")
+        sql = "select * from sweep_claims where released is null and host = ? and pid = ? order by id"
+        return self._rows(sql, (host, pid))
 
     def decisions(self, sweep_id: int) -> list[dict[str, Any]]:
         return self._rows("select * from sweep_decisions where sweep_id = ? order by rung", (sweep_id,))
@@ -268,9 +274,10 @@ class SweepRows(RegistryBase):
                     continue
                 fields = {"trial_id": row["id"], "sweep_id": row["sweep_id"], "experiment_id": row["experiment_id"]}
                 fields = {**fields, "target_step": row["target_step"], "claimed": now(), **worker}
+                lost = {"host": row["host"], "pid": row["pid"]} if row["status"] == "running" else None
                 claim_id = _insert(conn, "sweep_claims", fields)
                 conn.execute("update sweep_trials set status = 'running', updated = ? where id = ?", (now(), row["id"]))
-                return {**row, **fields, "id": row["id"], "status": "running", "claim_id": claim_id}
+                return {**row, **fields, "id": row["id"], "status": "running", "claim_id": claim_id, "taken_over": lost}
         return None
 
     @staticmethod
@@ -285,11 +292,13 @@ class SweepRows(RegistryBase):
 
     def settle_claim(self, claim_id: int, status: str, decide: Decide | None = None, **trial: Any) -> list[Decision]:
         """Close an open claim and set its trial's ``status`` (done, failed, or queued again when it was released
-        by a signal: outcome ``released``; ``busy``: another process held the experiment) with ``trial``'s fields
+        by a signal: outcome ``released``; ``busy``: another process held the experiment; ``deferred``: this
+        process cannot run it, another will; ``lost``: its claimant died) with ``trial``'s fields
         (``value``, ``error``); then, in the same transaction, ``decide`` on the sweep as it now stands, as many
         rungs as complete. The decisions taken. A claim already closed (taken over) changes nothing."""
         outcome = {"queued": "released"}.get(status, status)
-        outcome, status = ("busy", "queued") if status == "busy" else (outcome, status)
+        if status in ("busy", "deferred", "lost"):  # another process holds it, must run it, or the claimant died
+            outcome, status = status, "queued"
         with self._transaction() as conn:
             row = conn.execute("select trial_id, sweep_id, released from sweep_claims where id = ?", (claim_id,))
             claim = row.fetchone()

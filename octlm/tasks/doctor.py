@@ -35,6 +35,7 @@ from octlm.core.liveness import alive, is_other_host
 from octlm.store import experiments
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import Registry, now
+from octlm.store.sweeps import claim_is_dead
 from octlm.train import checkpoint
 
 Problem = dict[str, Any]
@@ -42,6 +43,7 @@ Problem = dict[str, Any]
 
 # What --repair cannot fix: the files themselves are wrong, and only a person can tell how.
 UNREPAIRABLE = frozenset({"invalid config", "invalid checkpoint", "foreign checkpoint"})
+OTHER_HOSTS = ("run on another host", "claim on another host")  # repaired with --other-hosts only
 
 
 def _problem(kind: str, where: str, detail: str, repaired: bool = False) -> Problem:
@@ -60,6 +62,7 @@ def run(home: Home, repair: bool = False, other_hosts: bool = False) -> dict[str
     with Registry(home.registry, create=repair) as registry:  # checking never creates or writes a registry
         problems = _damaged_cells(home, registry, repair)
         problems += _experiments(home, registry, repair) + _stuck_runs(registry, repair, other_hosts)
+        problems += _open_claims(registry, repair, other_hosts)
     problems += _staging(home, repair)
     unrepaired = [p for p in problems if not p["repaired"]]
     return {
@@ -79,7 +82,9 @@ def advice(problems: list[Problem]) -> str:
     fixable = [p for p in left if p["repairable"]]
     if not fixable:
         return f"problems found ({len(left)}) that --repair cannot fix: see the detail of each"
-    hosts = " --other-hosts" if any(p["kind"] == "run on another host" for p in fixable) else ""
+    hosts = (
+        " --other-hosts" if any(p["kind"] in ("run on another host", "claim on another host") for p in fixable) else ""
+    )
     share = "" if len(fixable) == len(left) else f" ({len(fixable)} of {len(left)} it can fix)"
     return f"problems found: run `octlm doctor --repair{hosts}`{share}"
 
@@ -171,6 +176,30 @@ def _stuck_runs(registry: Registry, repair: bool, other_hosts: bool) -> list[Pro
             hint = "" if fixed else "; if it runs no more, `octlm doctor --repair --other-hosts` marks it crashed"
             detail = f"{row['status']}: pid {row['pid']} cannot be checked from this host{hint}"
             problems.append(_problem("run on another host", where, detail, fixed))
+    return problems
+
+
+def _open_claims(registry: Registry, repair: bool, other_hosts: bool) -> list[Problem]:
+    """Claims on the sweeps' queue that no worker here will ever release: a dead worker's on this host (the next
+    worker takes it over; ``--repair`` releases it now) and any on another host (a copied home, a container renamed;
+    ``--repair --other-hosts`` releases it): released, the trial is queued again and resumes from its checkpoint."""
+    problems, here = [], socket.gethostname()
+    for claim in registry.claims_held():
+        where = f"claim {claim['id']} of {claim['experiment_id']}"
+        if claim["host"] == here:
+            if not claim_is_dead(claim):
+                continue
+            if repair:
+                registry.settle_claim(claim["id"], "lost")
+            detail = f"its worker (pid {claim['pid']}) is gone; --repair queues the trial again"
+            problems.append(_problem("lost claim", where, detail, repair))
+            continue
+        fixed = repair and other_hosts
+        if fixed:
+            registry.settle_claim(claim["id"], "lost")
+        hint = "" if fixed else "; no worker here takes it: `octlm doctor --repair --other-hosts` queues it again"
+        detail = f"held by pid {claim['pid']} on host {claim['host']} since {claim['claimed']}{hint}"
+        problems.append(_problem("claim on another host", where, detail, fixed))
     return problems
 
 

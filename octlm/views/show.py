@@ -11,7 +11,9 @@ from typing import Any, Literal
 from octlm.core.errors import BadInput
 from octlm.core.home import ID_PATTERN, Home
 from octlm.store.registry import Registry
-from octlm.views import compare, listing, plots
+from octlm.views import listing
+from octlm.views import side_by_side as compare
+from octlm.views.curves import plots
 from octlm.views.details import SCHEMA_VERSION, detail, flat
 from octlm.views.sweeps import status
 

@@ -13,8 +13,8 @@ import pytest
 from conftest import cli, run_on_terminal, screen
 from rich.console import Console
 
-from octlm.cli import bars
-from octlm.cli.live import draw
+from octlm.cli.live import bars
+from octlm.cli.live.watch import draw
 from octlm.views.sweeps import live
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import busy_box, cli, octlm, run_on_terminal, screen, write_experiment
 
-from octlm.cli.progress import ConsoleReporter
+from octlm.cli.live.progress import ConsoleReporter
 from octlm.core.home import Home
 from octlm.data import pipeline as prepare
 from octlm.run import runner
@@ -35,7 +35,7 @@ import sys, time
 from pathlib import Path
 from octlm.store import experiments
 from octlm.data import pipeline as prepare
-from octlm.cli.progress import ConsoleReporter
+from octlm.cli.live.progress import ConsoleReporter
 from octlm.core.home import Home
 
 home = Home(Path(sys.argv[1]))

@@ -152,7 +152,7 @@ def test_stderr_notes_are_never_wrapped_when_piped(tmp_path: Path) -> None:
     assert done.stderr.splitlines() == [message, f"octlm: warning: {message}"]
 
 
-def test_the_readme_s_variant_is_side_by_side_at_120_columns_and_its_listing_says_what_changed(
+def test_the_readme_s_variant_is_side_by_side_at_120_columns_and_its_listing_says_where_it_came_from(
     home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     changes = ("--set", "training.learning_rate=1e-3", "--set", "training.min_learning_rate=1e-4")
@@ -166,4 +166,4 @@ def test_the_readme_s_variant_is_side_by_side_at_120_columns_and_its_listing_say
     assert max(len(line) for line in text.splitlines()) <= 120
     listing = draw(home, monkeypatch, 120)
     row = next(line for line in listing.splitlines() if line.startswith(variant))
-    assert "learning_rate=1e-3" in row  # what changed comes first, so the cut description still says it
+    assert "from EXP-001" in row  # where it came from; what changed is the comparison's (issue 33 item 8)

@@ -77,7 +77,8 @@ def test_watch_draws_a_live_screen_in_tmux_and_leaves_on_ctrl_c(home: Path, tmp_
     done, session = tmp_path / "exit", "watch"
     command = f"{sys.executable} -m octlm --home {home} watch --interval 0.3; echo $? > {done}; sleep 30"
     env = {**os.environ, "TERM": "xterm-256color"}
-    env.pop("NO_COLOR", None)
+    for variable in ("NO_COLOR", "COLUMNS", "LINES"):  # the pane's own size decides (a runner may set COLUMNS)
+        env.pop(variable, None)
     tmux = ["tmux", "-L", f"octlm-test-{os.getpid()}"]  # a server of its own, started with this environment
     subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True, env=env)
     try:

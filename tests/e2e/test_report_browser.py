@@ -17,7 +17,7 @@ import pytest
 from conftest import cli, write_corpus, write_experiment
 from playwright.sync_api import Page, sync_playwright
 
-from octlm.views.charts import NAMES, number
+from octlm.views.curves.charts import NAMES, number
 
 CHROMIUM = next(
     (

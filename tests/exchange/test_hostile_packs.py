@@ -17,7 +17,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import cli, write_corpus, write_experiment
+from conftest import cli, json_out, write_corpus, write_experiment
 
 SHORT = {"training": {"steps": 8}, "checkpoint": {"interval": 4, "keep": 3}}
 STEP = "octlm-pack/checkpoints/step-000004.pt"
@@ -172,7 +172,7 @@ def export_with_a_running_run(home: Path, tmp_path: Path, **run: object) -> Path
     result = cli(home, "registry", "export")
     records = [json.loads(line) for line in result.stdout.splitlines()]
     last = max(i for i, r in enumerate(records) if r["type"] == "run")
-    records[last].update(status="running", host=socket.gethostname(), pid=os.getpid(), **run)
+    records[last].update({"status": "running", "host": socket.gethostname(), "pid": os.getpid(), **run})
     out = tmp_path / "running.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in records))
     return out
@@ -181,15 +181,29 @@ def export_with_a_running_run(home: Path, tmp_path: Path, **run: object) -> Path
 def test_an_imported_running_run_is_unknown_and_removable_after_repair(
     trained: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    """Issue 33 item 22: a row imported as running on this very host, with no start time, can never be shown alive:
+    it reads crashed, ``doctor --repair`` marks it so (no --other-hosts needed), and ``rm`` proceeds."""
     path = export_with_a_running_run(trained[0], tmp_path, pid_start=None)
     home = tmp_path / "b"
     home.mkdir()
     assert cli(home, "registry", "import", str(path)).exit_code == 0
     statuses = [row[0] for row in table(home, "select status from runs order by id")]
     assert statuses[-1] == f"unknown (host {socket.gethostname()})" and "running" not in statuses
-    assert cli(home, "rm", "EXP-001", "--yes").exit_code == 3  # not checked here: refused until marked
-    assert cli(home, "doctor", "--repair", "--other-hosts").exit_code == 0
+    assert json_out(cli(home, "show", "EXP-001", "--json"))["runs"][-1]["status"] == "crashed"
+    assert cli(home, "doctor", "--repair").exit_code == 0
     assert table(home, "select status from runs order by id")[-1][0] == "crashed"
+    assert cli(home, "rm", "EXP-001", "--yes").exit_code == 0
+
+
+def test_an_imported_run_of_another_host_still_waits_for_other_hosts(
+    trained: tuple[Path, Path], tmp_path: Path
+) -> None:
+    path = export_with_a_running_run(trained[0], tmp_path, pid_start=None, host="elsewhere")
+    home = tmp_path / "b"
+    home.mkdir()
+    assert cli(home, "registry", "import", str(path)).exit_code == 0
+    assert cli(home, "rm", "EXP-001", "--yes").exit_code == 3  # another host's run cannot be checked here
+    assert cli(home, "doctor", "--repair", "--other-hosts").exit_code == 0
     assert cli(home, "rm", "EXP-001", "--yes").exit_code == 0
 
 

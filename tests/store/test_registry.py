@@ -96,7 +96,8 @@ def test_registry_from_a_newer_octlm_is_refused(tmp_path: Path) -> None:
 
 
 def test_registry_module_never_imports_torch() -> None:
-    modules = ("store.registry", "views.show", "views.details", "views.listing", "views.compare", "views.plots")
+    modules = ("store.registry", "views.show", "views.details", "views.listing", "views.side_by_side")
+    modules = (*modules, "views.curves.plots")
     imports = ", ".join(f"octlm.{name}" for name in (*modules, "store.experiments", "cli.app"))
     code = f"import sys; import {imports}; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,7 +12,7 @@ from conftest import cli, json_out, octlm, write_corpus, write_experiment
 from octlm.core.home import Home
 from octlm.store.experiments import load, register
 from octlm.store.registry import Registry
-from octlm.views.plots import chart
+from octlm.views.curves.plots import chart
 
 
 @pytest.fixture(scope="module")

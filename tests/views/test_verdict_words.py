@@ -13,7 +13,8 @@ from conftest import cli, json_out, write_experiment
 from octlm.core.home import Home
 from octlm.store.experiments import load, register
 from octlm.store.registry import Registry
-from octlm.views import compare, noise
+from octlm.views import noise
+from octlm.views import side_by_side as compare
 from octlm.views.report import sections
 from octlm.views.sweeps import status
 

@@ -220,7 +220,7 @@ def work(
     if threads is not None and threads < 1:
         raise BadInput(f"--threads {threads}: give 1 or more")
     if workers > 1:
-        raise typer.Exit(pool.run(home.root, names, workers, threads or 0, until_empty, quiet))
+        raise typer.Exit(pool.run(home.root, names, workers, threads or 0, until_empty, quiet, render.info))
     _pin(home, names)
     from octlm.tasks.sweeps import worker  # imports torch when the first trial trains
 
@@ -239,8 +239,8 @@ def _device() -> str:
 
 
 def _pin(home: Home, names: tuple[str, ...]) -> None:
-    """Pin the trials' determinism profile before torch loads (one profile for all; mixed profiles: none, and a
-    trial whose profile this process cannot hold fails, saying so)."""
+    """Pin the determinism tier of the first queued trial before torch loads; a trial of another tier is left for a
+    fresh process of this worker (``worker.runnable``, ``worker.restart``)."""
     from octlm.runtime import determinism
     from octlm.store.registry import Registry
     from octlm.tasks.sweeps import worker
@@ -248,13 +248,15 @@ def _pin(home: Home, names: tuple[str, ...]) -> None:
     with Registry(home.registry, create=False) as registry:
         ids = worker.sweep_ids(registry, names) or [row["id"] for row in registry.sweeps()]
         configs = registry.configs()
-        trials = [t["experiment_id"] for i in ids for t in registry.trials(i)]
-    profiles = {(configs.get(t) or {}).get("training", {}).get("determinism", "local") for t in trials}
-    if len(profiles) == 1:
+        queued = [t["experiment_id"] for i in ids for t in registry.trials(i) if t["status"] in ("queued", "running")]
+    if queued and configs.get(queued[0]):
         from octlm.config import from_dict
+        from octlm.core.errors import OctlmError
 
-        config = from_dict(configs[trials[0]], "registry")
-        determinism.pin(config)
+        try:
+            determinism.pin(from_dict(configs[queued[0]], "registry"))
+        except OctlmError:
+            return  # its config is wrong: training it says so
 
 
 FolderOption = Annotated[
@@ -316,7 +318,7 @@ def watch(
 ) -> None:
     """Watch experiments and sweeps live: step, loss, tokens/s, ETA and a sparkline each; each sweep's queue.
     Read-only, never takes a lock; off a terminal one line per change; Ctrl-C leaves (exit 0)."""
-    from octlm.cli import live
+    from octlm.cli.live import watch as live
 
     if not 0.05 <= interval <= 3600:
         raise BadInput(f"--interval {interval}: give 0.05 to 3600 seconds")

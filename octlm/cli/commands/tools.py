@@ -158,7 +158,7 @@ def doctor(
 def prepare(ctx: typer.Context, experiment_id: IdArgument, as_json: JsonOption = False) -> None:
     """Prepare an experiment's data alone (corpus, tokenizer, token file) and say what it cost: the next
     train starts warm."""
-    from octlm.cli.progress import ConsoleReporter
+    from octlm.cli.live.progress import ConsoleReporter
     from octlm.tasks import prepare as preparation  # imports torch and tokenizers
 
     pin_experiment(ctx, experiment_id)

@@ -14,10 +14,10 @@ import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, QuietOption, UntilOption, handled, home_of
+from octlm.cli.live.progress import ConsoleReporter, hangup_safe, output_may_vanish
+from octlm.cli.live.segments import REPEATED, SegmentsView
 from octlm.cli.profile import pin_experiment
-from octlm.cli.progress import ConsoleReporter, hangup_safe, output_may_vanish
 from octlm.cli.ranks import EndpointOption, NnodesOption, NodeRankOption, NprocOption, start_ranks
-from octlm.cli.segments import REPEATED, SegmentsView
 from octlm.config import Config
 from octlm.core.errors import Refused
 from octlm.runtime import launch

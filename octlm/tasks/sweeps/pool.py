@@ -6,16 +6,21 @@ Each worker gets its share of the cores this process may use (``cores // N``, at
 On a box with GPUs (``CUDA_VISIBLE_DEVICES``, else the driver's list) worker i gets GPU i mod G alone. The
 workers run in sessions of their own: a SIGTERM (SIGINT, SIGHUP) to the pool reaches each once, each running
 trial checkpoints and releases its claim, and the pool exits with the signal's code (143, 130, 129); otherwise
-with the highest code a worker ended with (0 when all ended well).
+with the highest code a worker ended with (0 when all ended well; 137 for a worker SIGKILLed, whose trial the pool
+queues again and names). A worker dies with its pool: the pool killed, each worker is sent SIGTERM
+(``PR_SET_PDEATHSIG``), checkpoints its trial and releases its claim.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,12 @@ from octlm.core.signals import SIGNAL_EXIT, handled_signals
 from octlm.runtime.load import cores
 
 NVIDIA = Path("/proc/driver/nvidia/gpus")
+PR_SET_PDEATHSIG = 1  # from linux/prctl.h
+Say = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    pass
 
 
 def share(workers: int, threads: int = 0) -> int:
@@ -46,8 +57,18 @@ def worker_command(home: Path, sweeps: Sequence[str], threads: int, until_empty:
     return [sys.executable, "-m", "octlm", "--home", str(home), "work", *sweeps, *flags]
 
 
-def run(home: Path, sweeps: Sequence[str], workers: int, threads: int, until_empty: bool, quiet: bool = False) -> int:
-    """Start the workers, pass signals on, wait for them all; the exit code as the module says."""
+def run(
+    home: Path,
+    sweeps: Sequence[str],
+    workers: int,
+    threads: int,
+    until_empty: bool,
+    quiet: bool = False,
+    say: Say = _quiet,
+) -> int:
+    """Start the workers, pass signals on, wait for them all; the exit code as the module says. A signal that arrives
+    while the workers start reaches every worker started (and no more start); a worker killed by a signal is said
+    (which, and its trial, queued again to resume from its newest checkpoint)."""
     found, each = gpus(), share(workers, threads)
     children: list[subprocess.Popen[bytes]] = []
     received: list[int] = []
@@ -61,12 +82,16 @@ def run(home: Path, sweeps: Sequence[str], workers: int, threads: int, until_emp
     previous = {signum: signal.signal(signum, forward) for signum in handled_signals()}
     try:
         for index in range(workers):
+            if received:
+                break  # stopped while starting: the ones started have the signal, no more start
             env = {**os.environ, "OMP_NUM_THREADS": str(each)}
             if found:
                 env["CUDA_VISIBLE_DEVICES"] = found[index % len(found)]
             command = worker_command(home, sweeps, each, until_empty, quiet)
-            children.append(subprocess.Popen(command, env=env, start_new_session=True))
-        codes = [_wait(child) for child in children]
+            children.append(_start(command, env))
+            if received:  # the signal came while this one started
+                children[-1].send_signal(received[0])
+        codes = [_wait(home, index, child, say, received) for index, child in enumerate(children)]
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -75,10 +100,48 @@ def run(home: Path, sweeps: Sequence[str], workers: int, threads: int, until_emp
     return max(codes, default=0)
 
 
-def _wait(child: subprocess.Popen[bytes]) -> int:
+def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A worker in a session of its own (a signal to the pool reaches it once, passed on), dying with the pool."""
+    return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_dies_with(os.getpid()))
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """In a worker before it runs: SIGTERM when the pool dies (SIGKILL too): the worker then checkpoints its trial and
+    releases its claim, as on any SIGTERM, rather than go on training unwatched."""
+
+    def arrange() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the pool died before the line above
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arrange
+
+
+def _wait(home: Path, index: int, child: subprocess.Popen[bytes], say: Say, received: list[int]) -> int:
     while True:
         try:
             code = child.wait()
         except InterruptedError:
             continue
+        if code < 0:
+            _killed(home, index, child.pid, signal.Signals(-code), say, received)
         return 128 - code if code < 0 else code
+
+
+def _killed(home: Path, index: int, pid: int, signum: signal.Signals, say: Say, received: list[int]) -> None:
+    """A worker killed by a signal (not the pool's own, passed on): its claims go back to the queue, said."""
+    from octlm.core.home import Home
+    from octlm.store.registry import Registry
+
+    if signum in received:
+        return
+    with Registry(Home(home).registry) as registry:
+        held = registry.claims_held(socket.gethostname(), pid)
+        for claim in held:
+            registry.settle_claim(claim["id"], "lost")
+    trials = ", ".join(claim["experiment_id"] for claim in held)
+    what = (
+        f"while training {trials}: queued again, it resumes from its newest checkpoint" if held else "holding no trial"
+    )
+    say(f"work: worker {index + 1} (pid {pid}) was killed by {signum.name} {what}")

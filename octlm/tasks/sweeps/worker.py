@@ -9,34 +9,40 @@ ended, and claims the next. Torch is imported when the first trial trains.
 - SIGTERM (SIGINT, SIGHUP): a trial in training checkpoints at its next step and stops, its claim released
   (queued again, to resume later); an idle worker stops at once. Either way exit 143 (130, 129).
 - ``until_empty``: stop once no trial of its sweeps is queued or running (it waits while other workers' trials
-  run: halving may promote them); otherwise wait for new trials until stopped.
+  run: halving may promote them; a trial claimed on another host is said once and not waited for); otherwise wait
+  for new trials until stopped.
+- A worker takes only trials it can run: once torch is loaded under one determinism tier, a trial of another is left
+  queued (``deferred``), and when nothing else is left the worker starts afresh in its own process (``exec``), where
+  it pins the other tier (``restart``).
+- Said as it happens: a trial taken over from a lost worker ("resuming at step N"); on a signal, what became of the
+  trial (queued again, for the queue to continue; not ``octlm resume``).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
+import json
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from octlm.core import layout
-from octlm.core.errors import BadInput, Interrupted, Refused
+from octlm.core.errors import BadInput, Interrupted, OctlmError, Refused
 from octlm.core.home import Home
 from octlm.core.liveness import start_time
-from octlm.core.records import RunRecord
 from octlm.core.signals import SIGNAL_EXIT, handled_signals, handling
+from octlm.runtime import determinism
 from octlm.store import experiments
 from octlm.store.registry import Registry
 from octlm.tasks.sweeps import asking, halving
+from octlm.tasks.sweeps.trial_log import TALLY_VARIABLE, Tally, TrialLog
 
 POLL_S = 0.5
-TAIL_LINES = 20
 Say = Callable[[str], None]
 
 
@@ -47,70 +53,6 @@ class Options:
     threads: int = 0  # this worker's share of the cores (0: torch's default)
     device: str = "cpu"  # what the pool gave it: "cuda:0" (CUDA_VISIBLE_DEVICES holds one GPU) or "cpu"
     poll: float = POLL_S
-
-
-@dataclass
-class Tally:
-    """What a worker did: trials by outcome, and the seconds spent outside training (claim, start, record)."""
-
-    done: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    overhead_s: float = 0.0
-    trained_s: float = 0.0
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "done": self.done,
-            "failed": self.failed,
-            "overhead_s": round(self.overhead_s, 3),
-            "trained_s": round(self.trained_s, 3),
-        }
-
-
-class TrialLog:
-    """The reporter of a trial: timestamped lines to ``runs/<ID>.log`` (appended), the last ones kept for a failure,
-    and each evaluation said on the worker's stderr."""
-
-    interactive = False
-
-    def __init__(self, path: Path, experiment_id: str, say: Say):
-        self.path, self.id, self.say = path, experiment_id, say
-        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def line(self, text: str) -> None:
-        stamped = f"{time.strftime('%H:%M:%S')} {text}"
-        self.tail.append(stamped)
-        with contextlib.suppress(OSError), open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(stamped + "\n")
-
-    def phase(self, name: str, detail: str = "") -> None:
-        if detail:
-            self.line(f"{name}: {detail}")
-
-    def start(self, info: dict[str, Any]) -> None:
-        self.line(f"{info['kind']} {info['id']}: steps {info['start']} -> {info['until']} on {info['device']}")
-
-    def step(self, step: int) -> None:
-        pass
-
-    def eval(self, record: RunRecord) -> None:
-        losses = f"train loss {record.get('train_loss', 0):.4f}, eval loss {record.get('eval_loss', 0):.4f}"
-        text = f"step {record.get('step')}: {losses}"
-        self.line(text)
-        self.say(f"{self.id} {text}")
-
-    def checkpoint(self, step: int, path: Path) -> None:
-        self.line(f"checkpoint {path.name}")
-
-    def note(self, message: str) -> None:
-        self.line(message)
-
-    def warn(self, message: str, again: bool = False) -> None:
-        self.line(f"warning: {message}")
-
-    def finish(self) -> None:
-        pass
 
 
 @contextlib.contextmanager
@@ -136,18 +78,20 @@ def hold() -> None:
 
 def work(home: Home, options: Options, say: Say) -> Tally:
     """Claim and train trials until the queue is empty (``until_empty``) or a signal stops the worker."""
-    identity = _identity(options)
-    if options.threads:
-        import torch
-
-        torch.set_num_threads(options.threads)
-    tally, busy, idle = Tally(), set[int](), False
+    identity, tally = _identity(options), Tally.resumed()
+    busy, deferred, idle = set[int](), set[int](), False
     with stoppable(), releasing(home, identity):
         while True:
             began = time.perf_counter()
-            trial = _claim(home, options, identity, busy)
+            trial = _claim(home, options, identity, busy | deferred)
+            if trial is not None and not runnable(home, trial):
+                deferred.add(trial["id"])
+                _settle(home, trial, "deferred")
+                continue
             if trial is None:
-                if options.until_empty and not _waiting(home, options):
+                if deferred:  # trials of another determinism tier: a fresh process of this worker pins theirs
+                    restart(tally, say, deferred)
+                if options.until_empty and not _waiting(home, options, say):
                     return tally
                 if not idle:
                     say("work: no trial to claim now; waiting for one (SIGTERM or Ctrl-C stops)")
@@ -157,7 +101,34 @@ def work(home: Home, options: Options, say: Say) -> Tally:
                 continue
             idle = False
             tally.overhead_s += time.perf_counter() - began
-            _run(home, trial, say, tally, busy)
+            _run(home, trial, say, tally, busy, options.threads)
+
+
+def runnable(home: Home, trial: dict[str, Any]) -> bool:
+    """Whether this process can train the trial: it holds the trial's determinism tier, or can still pin it (torch
+    not loaded yet). A trial whose config cannot be read is runnable: training it says what is wrong."""
+    try:
+        config = experiments.load(home, trial["experiment_id"])
+    except OctlmError:
+        return True
+    if not determinism.unpinned(config.training.determinism, config.training.micro_batches > 0):
+        return True
+    if "torch" in sys.modules:
+        return False
+    determinism.pin(config)
+    return True
+
+
+def restart(tally: Tally, say: Say, deferred: set[int]) -> None:
+    """Start this worker afresh in the same process (``exec``), its own pinned settings dropped, so that it can pin
+    the tier of the trials it left queued; what it did so far goes along (``Tally.resumed``)."""
+    say(f"work: {len(deferred)} queued trial(s) need another determinism tier than this process holds: starting afresh")
+    for variable in determinism.pinned_here():
+        os.environ.pop(variable, None)
+    os.environ[TALLY_VARIABLE] = json.dumps(tally.as_json())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 @contextlib.contextmanager
@@ -199,26 +170,42 @@ def _claim(home: Home, options: Options, identity: dict[str, Any], busy: set[int
         return registry.claim(sweep_ids(registry, options.sweeps), identity, skip=busy)
 
 
-def _waiting(home: Home, options: Options) -> bool:
-    """Whether a trial of the worker's sweeps is queued or running (somewhere)."""
+def _waiting(home: Home, options: Options, say: Say) -> bool:
+    """Whether a trial of the worker's sweeps is queued or running on this host; a trial claimed on another host (a
+    copied home, a container restarted under another name) is said once and not waited for."""
     with Registry(home.registry, create=False) as registry:
         ids = sweep_ids(registry, options.sweeps) or [row["id"] for row in registry.sweeps()]
-        return any(t["status"] in ("queued", "running") for i in ids for t in registry.trials(i))
+        trials = [t for i in ids for t in registry.trials(i) if t["status"] in ("queued", "running")]
+    here = socket.gethostname()
+    foreign = [t for t in trials if t["status"] == "running" and t["host"] not in (None, here)]
+    for trial in foreign:
+        if trial["id"] not in _FOREIGN_SAID:
+            _FOREIGN_SAID.add(trial["id"])
+            say(
+                f"{trial['experiment_id']} is claimed by host {trial['host']} (another box, or this home copied): not "
+                "waited for; `octlm doctor --repair --other-hosts` releases its claim"
+            )
+    return len(trials) > len(foreign)
 
 
-def _run(home: Home, trial: dict[str, Any], say: Say, tally: Tally, busy: set[int]) -> None:
+_FOREIGN_SAID: set[int] = set()
+
+
+def _run(home: Home, trial: dict[str, Any], say: Say, tally: Tally, busy: set[int], threads: int = 0) -> None:
     """Train one claimed trial and settle its claim: done, failed, released (a signal) or busy (locked)."""
     experiment_id = trial["experiment_id"]
     log = TrialLog(home.runs / f"{experiment_id}.log", experiment_id, say)
     say(f"{experiment_id}: claimed (step {trial['target_step']}, {trial['threads'] or 'default'} threads)")
+    if trial.get("taken_over"):
+        say(_taken_over(home, experiment_id, trial["taken_over"]))
     began = time.perf_counter()
     try:
-        value = train_trial(home, trial, log)
-    except Interrupted:
+        value = train_trial(home, trial, log, threads)
+    except Interrupted as error:
         hold()
         _settle(home, trial, "queued")
         say(f"{experiment_id}: stopped; its claim is released and it resumes from its checkpoint later")
-        raise
+        raise _requeued(experiment_id, error) from None
     except Refused as error:
         if "already being trained" not in str(error):
             return _failed(home, trial, error, log, say, tally)
@@ -240,9 +227,30 @@ def _run(home: Home, trial: dict[str, Any], say: Say, tally: Tally, busy: set[in
     return None
 
 
-def train_trial(home: Home, trial: dict[str, Any], log: TrialLog) -> float | None:
+def _taken_over(home: Home, experiment_id: str, lost: dict[str, Any]) -> str:
+    steps = layout.checkpoints(home.checkpoint_dir(experiment_id))
+    where = f"pid {lost['pid']} on {lost['host']}" if lost.get("pid") else "no process recorded"
+    return f"{experiment_id}: taken over from a lost worker ({where}), resuming at step {steps[-1][0] if steps else 0}"
+
+
+def _requeued(experiment_id: str, error: Interrupted) -> Interrupted:
+    """A worker's last word on a signal: not `octlm resume` (the queue continues the trial), but what became of it."""
+    name = signal.Signals(error.exit_code - 128).name
+    return Interrupted(
+        f"stopped by {name}; {experiment_id} checkpointed and is queued again: the next `octlm work` on its sweep "
+        "continues it",
+        error.exit_code,
+    )
+
+
+def train_trial(home: Home, trial: dict[str, Any], log: TrialLog, threads: int = 0) -> float | None:
     """Resume the trial to its target step (nothing to train when its checkpoint is there already); its metric there."""
+    import torch
+
     from octlm.run import runner  # imports torch
+
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
     experiment_id, target = trial["experiment_id"], trial["target_step"]
     config = experiments.load(home, experiment_id)

@@ -23,8 +23,9 @@ from octlm.core.errors import BadInput, ConfigError
 from octlm.core.fsutil import write_output
 from octlm.core.home import Home
 from octlm.store.registry import Registry
-from octlm.views import charts, compare
-from octlm.views.charts import Drawing
+from octlm.views import side_by_side as compare
+from octlm.views.curves import charts
+from octlm.views.curves.charts import Drawing
 from octlm.views.details import Detail, detail, run_records
 from octlm.views.report import sections as report_sections
 from octlm.views.report import sweep as report_sweep

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from octlm.core.home import Home
-from octlm.views import charts, compare
-from octlm.views.charts import Drawing, number
+from octlm.views import side_by_side as compare
+from octlm.views.curves import charts
+from octlm.views.curves.charts import Drawing, number
 from octlm.views.details import Detail, RegistryRow, run_records
 
 Cells = tuple[Any, ...]  # a table's row: one value a column, written as ``charts.number`` writes it

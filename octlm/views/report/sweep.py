@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from octlm.core.home import Home
-from octlm.views import axes
-from octlm.views.charts import AREA, PALETTE, Area, Tick, coordinate, number, tick_label
+from octlm.views.curves import axes
+from octlm.views.curves.charts import AREA, PALETTE, Area, Tick, coordinate, number, tick_label
 from octlm.views.sweeps import replicates, status
 from octlm.views.sweeps.status import SweepRanking, SweepStatus
 

@@ -12,7 +12,7 @@ from typing import Literal, TypedDict
 
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
-from octlm.views import axes
+from octlm.views.curves import axes
 from octlm.views.details import SCHEMA_VERSION, detail, run_records
 
 MARKERS = "*o+x#@%&"

@@ -20,7 +20,8 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from octlm.cli import bars, render
+from octlm.cli import render
+from octlm.cli.live import bars
 from octlm.core.records import RunRecord
 
 REFRESH_S = 0.1  # the bar is redrawn by the training thread at most this often (no refresh thread)

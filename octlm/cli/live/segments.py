@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
-from octlm.cli import bars, render
-from octlm.cli.progress import interactive_stderr, stamped
+from octlm.cli import render
+from octlm.cli.live import bars
+from octlm.cli.live.progress import interactive_stderr, stamped
 
 STEP = re.compile(r"step (\d+)[: ]")
 WARNING = "octlm: warning: "

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from octlm.core.records import RunRecord
-from octlm.views import axes
+from octlm.views.curves import axes
 
 PALETTE = ("#1f6fb4", "#d1495b", "#2a9d4b", "#8d5fd3", "#e08a00", "#6d4c41", "#d43d9f", "#178ca4")
 WIDTH, HEIGHT = 640, 250

@@ -1,0 +1,95 @@
+"""What a worker keeps of its trials (torch-free): each trial's log (``TrialLog``: ``runs/<ID>.log``, the last lines
+kept for a failure) and the worker's tally of what it did (``Tally``), carried across a fresh start of the worker
+(``TALLY_VARIABLE``: ``worker.restart``)."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from octlm.core.records import RunRecord
+
+TAIL_LINES = 20
+Say = Callable[[str], None]
+TALLY_VARIABLE = "OCTLM_WORK_TALLY"  # what a worker did before it started afresh (``restart``)
+
+
+@dataclass
+class Tally:
+    """What a worker did: trials by outcome, and the seconds spent outside training (claim, start, record)."""
+
+    done: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    overhead_s: float = 0.0
+    trained_s: float = 0.0
+
+    @classmethod
+    def resumed(cls) -> Tally:
+        """A new tally, or the one a worker carried over when it started afresh (``restart``)."""
+        carried = os.environ.pop(TALLY_VARIABLE, None)
+        try:
+            found = json.loads(carried) if carried else {}
+        except ValueError:
+            found = {}
+        return cls(list(found.get("done", [])), list(found.get("failed", [])))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "done": self.done,
+            "failed": self.failed,
+            "overhead_s": round(self.overhead_s, 3),
+            "trained_s": round(self.trained_s, 3),
+        }
+
+
+class TrialLog:
+    """The reporter of a trial: timestamped lines to ``runs/<ID>.log`` (appended), the last ones kept for a failure,
+    and each evaluation said on the worker's stderr."""
+
+    interactive = False
+
+    def __init__(self, path: Path, experiment_id: str, say: Say):
+        self.path, self.id, self.say = path, experiment_id, say
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def line(self, text: str) -> None:
+        stamped = f"{time.strftime('%H:%M:%S')} {text}"
+        self.tail.append(stamped)
+        with contextlib.suppress(OSError), open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(stamped + "\n")
+
+    def phase(self, name: str, detail: str = "") -> None:
+        if detail:
+            self.line(f"{name}: {detail}")
+
+    def start(self, info: dict[str, Any]) -> None:
+        self.line(f"{info['kind']} {info['id']}: steps {info['start']} -> {info['until']} on {info['device']}")
+
+    def step(self, step: int) -> None:
+        pass
+
+    def eval(self, record: RunRecord) -> None:
+        losses = f"train loss {record.get('train_loss', 0):.4f}, eval loss {record.get('eval_loss', 0):.4f}"
+        text = f"step {record.get('step')}: {losses}"
+        self.line(text)
+        self.say(f"{self.id} {text}")
+
+    def checkpoint(self, step: int, path: Path) -> None:
+        self.line(f"checkpoint {path.name}")
+
+    def note(self, message: str) -> None:
+        self.line(message)
+
+    def warn(self, message: str, again: bool = False) -> None:
+        self.line(f"warning: {message}")
+
+    def finish(self) -> None:
+        pass
