@@ -38,6 +38,9 @@ CORPUS = "\n\n".join(
 TESTS = Path(__file__).resolve().parent
 
 
+GROUPED = ("test_determinism.py",)  # run on one worker of pytest-xdist (``--dist loadgroup``), in collection order
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``tests/e2e/`` is slow by where it lives (faults, ranks, hostile input, signals, the browser); its ranks and
     browser files carry those markers too, so ``-m "not slow"`` runs the fast half and ``-m ranks`` the ranks."""
@@ -49,6 +52,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.ranks)
         if parts[-1] == "test_report_browser.py":
             item.add_marker(pytest.mark.browser)
+        if parts[-1] in GROUPED:  # their module's costly fixtures (emulated processors: 90 s) are made once
+            item.add_marker(pytest.mark.xdist_group(parts[-1]))
 
 
 def tiny_config(**sections: dict) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import sys
@@ -68,8 +69,20 @@ def terminal() -> bool:
 
 
 def emit_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
+    """``value`` as JSON on stdout: valid JSON always (a non-finite number, a diverged run's NaN or a halving rung's
+    infinity, is written as null: JSON has no Infinity)."""
+    sys.stdout.write(json.dumps(_finite(value), indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _say(text: str, style: str | None = None) -> None:
@@ -204,10 +217,22 @@ def yaml_value(value: Any) -> str:
     return text if same else json.dumps(text, ensure_ascii=False)
 
 
+def shown_value(value: Any) -> str:
+    """A config value as a person reads it in a table: as ``yaml_value`` writes it, but text never quoted
+    (``off``, ``-``, ``sweep:lr``), in a list too; an empty text is ``""``."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(shown_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{shown_value(k)}: {shown_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, str):
+        return value if value else '""'
+    return yaml_value(value)
+
+
 def format_cell(kind: str, value: Any) -> str:
     """``value`` written the way its column's ``kind`` asks (see COLUMN_KINDS); None is ``-``."""
     if kind == "yaml" or isinstance(value, (list, tuple, dict, bool)):
-        return yaml_value(value)
+        return shown_value(value)
     if value is None or value == "":
         return "-"
     if not _number(value):

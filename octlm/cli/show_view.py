@@ -164,7 +164,7 @@ def print_sweep(shown: Shown) -> None:
 
 
 def _pairs(params: dict[str, Any]) -> str:
-    return " ".join(f"{key}={render.yaml_value(value)}" for key, value in params.items()) or "-"
+    return " ".join(f"{key}={render.shown_value(value)}" for key, value in params.items()) or "-"
 
 
 def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -188,10 +188,25 @@ def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def headline(item: dict[str, Any]) -> str:
+    """``EXP-008: completed at step 200/200; eval loss 5.2548 ± 0.0854, train loss 5.1344`` (before the config)."""
+    steps = (item.get("config") or {}).get("training", {}).get("steps")
+    line = f"{item['id']}: {item['status']}" + (
+        f" at step {item['step']}/{steps}" if item.get("step") is not None else ""
+    )
+    if item.get("eval_loss") is not None:
+        error = item.get("eval_loss_se")
+        line += f"; eval loss {item['eval_loss']:.4f}" + (f" ± {error:.4f}" if error is not None else "")
+    if item.get("train_loss") is not None:
+        line += f", train loss {item['train_loss']:.4f}"
+    return line
+
+
 def print_detail(item: dict[str, Any]) -> None:
     """One experiment: its summary and config as ``key: value`` lines, then its runs, provenance,
     checkpoints and verdicts as tables (rich on a terminal, plain text otherwise)."""
     fingerprints = item["fingerprints"]
+    print(render.plain(headline(item)))
     render.print_pairs(
         f"{item['id']}  {item['description']}",
         [

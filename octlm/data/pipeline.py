@@ -36,6 +36,7 @@ class PreparedData:
     notes: tuple[str, ...]
     world_size: int = 1  # the ranks it is trained on: part of the config's fingerprint above 1
     in_memory: bool = False  # the token streams are not the cache's token file (no signing key to trust one)
+    eval_split: str = "validation"  # what evaluations read: "training" blocks when there are no validation documents
 
     @property
     def fingerprints(self) -> Fingerprints:
@@ -77,7 +78,8 @@ def prepare(
     if first_step:
         _first_step(config, device, report)
     kept = (config, device, tokenizer, train_blocks, eval_blocks, data_hash, tuple(notes))
-    return PreparedData(*kept, in_memory=streams.warning is not None)
+    split = "validation" if len(streams.validation) else "training"
+    return PreparedData(*kept, in_memory=streams.warning is not None, eval_split=split)
 
 
 def evaluation_size(training: TrainingConfig, available: int, context_length: int) -> int:

@@ -136,6 +136,8 @@ def plan(
     known = registry.by_uuid("experiments")
     for experiment in kinds.experiments:
         _experiment(home, registry, result, experiment, known, rename, hint, strict)
+        if experiment["uuid"] in known:
+            _same_data(registry, experiment, known[experiment["uuid"]], kinds.runs)
     for item in found:
         key = owner(item)
         if key is not None and key not in result.targets:
@@ -209,6 +211,29 @@ def _same_config(registry: ExchangeRegistry, item: ExportedExperiment, target: s
             f"file's has config fingerprint {theirs[:12]}: a copy changed and retrained is another experiment; nothing "
             f"was written (in its home, fork it with `octlm new --from {item['id']}` and move the fork)"
         )
+
+
+def _same_data(registry: ExchangeRegistry, item: ExportedExperiment, target: str, runs: list[ExportedRun]) -> None:
+    """An experiment known here is merged only when its runs there trained on the data and tokenizer its runs here
+    trained on: a copy retrained on changed data is another experiment (its hashes would read as this one's)."""
+    mine = [run for run in runs if run["experiment_uuid"] == item["uuid"]]
+    local = registry.runs(target)
+    for what, here, theirs in (
+        ("data", {str(r["data_hash"]) for r in local if r.get("data_hash")}, {str(r["data_hash"]) for r in mine}),
+        (
+            "tokenizer",
+            {str(r["tokenizer_hash"]) for r in local if r.get("tokenizer_hash")},
+            {str(r["tokenizer_hash"]) for r in mine},
+        ),
+    ):
+        theirs -= {"None", ""}
+        if here and theirs - here:
+            raise Refused(
+                f"{item['id']} is experiment {item['uuid']}, here as {target}, but the file's runs trained on other "
+                f"{what} ({sorted(theirs - here)[0][:12]}, here {sorted(here)[0][:12]}): a copy retrained on changed "
+                f"{what} is another experiment; nothing was written (in its home, fork it with "
+                f"`octlm new --from {item['id']}` and move the fork)"
+            )
 
 
 def _taken(home: Home, registry: ExchangeRegistry, experiment_id: str) -> bool:

@@ -165,8 +165,18 @@ def _write_tar(output: Path, members: dict[str, Source], own_name: bool = False)
 # ---------------------------------------------------------------- unpack
 
 
-def unpack(home: Home, path: Path, as_id: str | None = None, *, allow_outside_sources: bool = False) -> dict[str, Any]:
-    """Verify the pack at ``path``, then place its files and merge its rows into ``home`` (see the module)."""
+def unpack(
+    home: Home,
+    path: Path,
+    as_id: str | None = None,
+    *,
+    allow_outside_sources: bool = False,
+    hint: str = "unpack it under another ID with --as NEW-ID",
+    check_only: bool = False,
+) -> dict[str, Any]:
+    """Verify the pack at ``path``, then place its files and merge its rows into ``home`` (see the module).
+    ``hint``: the way out of an ID taken here; ``check_only``: verify everything (members, checksums, what merging
+    would do) and write nothing (``sweep unpack`` checks every trial's pack before it unpacks one)."""
     if as_id is not None:
         validate_id(as_id)
     with stopping_at_once("unpack"), tarcheck.open_pack(path) as tar:
@@ -174,7 +184,6 @@ def unpack(home: Home, path: Path, as_id: str | None = None, *, allow_outside_so
         source = next(item for item in found if item["type"] == "experiment")
         home.ensure_writable()
         with ExchangeRegistry(home.registry) as registry:
-            hint = "unpack it under another ID with --as NEW-ID"
             chosen = importing.plan(
                 home,
                 registry,
@@ -186,6 +195,9 @@ def unpack(home: Home, path: Path, as_id: str | None = None, *, allow_outside_so
                 outside=allow_outside_sources,
             )
             target = chosen.targets[source["uuid"]]
+            if check_only:
+                _verify_members(tar, members, manifest, path)
+                return {"experiment": target, "from": source["id"], "uuid": source["uuid"], "checked": True}
             prefix = layout.staging_prefix(os.getpid(), start_time(os.getpid()))
             staging = Path(tempfile.mkdtemp(prefix=prefix, dir=home.root))  # doctor tells a live one by its name
             try:
@@ -257,6 +269,26 @@ def _extract(
         if target.suffix == ".pt" and not _matches_sidecar(target, digests[target.name]):
             raise Refused(f"{path}: {target.name} does not match its .sha256 file: nothing was registered")
     return staged
+
+
+def _verify_members(
+    tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], manifest: dict[str, Any], path: Path
+) -> None:
+    """Every file member's checksum against the manifest, read and hashed, never written anywhere."""
+    for name, info in sorted(members.items()):
+        if name in (MANIFEST, RECORDS):
+            continue
+        digest, size, declared = hashlib.sha256(), 0, manifest["files"][name]["size"]
+        try:
+            source = tar.extractfile(info)
+            while source is not None and (chunk := source.read(min(1 << 20, declared - size + 1))):
+                size += len(chunk)
+                if size > declared:
+                    raise Refused(f"{path}: {info.name} holds more than its manifest's {declared} bytes: altered")
+                digest.update(chunk)
+        except (tarfile.TarError, EOFError) as error:
+            raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
+        tarcheck.verify(name, digest.hexdigest(), size, manifest, path)
 
 
 def _copy(tar: tarfile.TarFile, info: tarfile.TarInfo, target: Path, path: Path, declared: int) -> tuple[str, int]:

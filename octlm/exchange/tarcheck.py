@@ -6,9 +6,11 @@ Torch-free.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +39,27 @@ def open_pack(path: Path) -> tarfile.TarFile:
         raise BadInput(f"{path}: cannot be read: {error.strerror or error}") from None
 
 
+MAX_MEMBERS = 3 + 2 * 10_000  # the manifest, the records, the tokenizer, and up to 10,000 checkpoints with sidecars
+
+
+def _each(tar: tarfile.TarFile, path: Path) -> Iterator[tarfile.TarInfo]:
+    """The members one header at a time (a pack of junk is refused at its first bad member, never read whole)."""
+    for count in itertools.count(1):
+        try:
+            info = tar.next()
+        except (tarfile.TarError, EOFError) as error:
+            raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
+        if info is None:
+            return
+        if count > MAX_MEMBERS:
+            raise Refused(f"{path}: more than {MAX_MEMBERS:,} members: not an octlm pack's; nothing was written")
+        yield info
+
+
 def members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
     """{name under octlm-pack/: member}; refuses any member but the regular files a pack holds."""
-    try:
-        infos = tar.getmembers()
-    except (tarfile.TarError, EOFError) as error:
-        raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
     out: dict[str, tarfile.TarInfo] = {}
-    for info in infos:
+    for info in _each(tar, path):
         name, shown = info.name, repr(info.name[:200])
         if name.startswith("/") or ".." in name.split("/"):
             raise Refused(f"{path}: member {shown} has an absolute or '..' name: refused, nothing was written")

@@ -85,7 +85,8 @@ class Outcome:
         if self.done is not None or self.follower:
             return self.done
         assert self.session is not None and self.state is not None
-        return self.session.summary(self.state)
+        split = self.prepared.eval_split if self.prepared is not None else "validation"
+        return dataclasses.replace(self.session.summary(self.state), eval_split=split)
 
 
 def run_experiment(

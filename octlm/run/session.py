@@ -20,7 +20,7 @@ import torch
 from octlm.config import Config
 from octlm.core import provenance
 from octlm.core.errors import Diverged, Interrupted, Relayed
-from octlm.core.records import RunRecord
+from octlm.core.records import RunRecord, TrainResult
 from octlm.core.reporting import Reporter
 from octlm.core.signals import SIGNAL_EXIT, SignalGuard
 from octlm.data.blocks import TokenBlocks
@@ -58,27 +58,42 @@ class RunSummary:
     run_id: int | None = None
     discarded: tuple[str, ...] | None = None  # what ``train --restart`` discarded, relative to the home
     eval_seconds: float = 0.0  # of ``seconds``, what the evaluations took
+    eval_split: str = "validation"  # what the evaluations read ("training": no validation documents)
 
-    def as_json(self) -> dict[str, Any]:
-        shown = {
+    def as_json(self) -> TrainResult:
+        metrics = self.metrics
+        shown: TrainResult = {
             "id": self.id,
             "kind": self.kind,
             "status": self.status,
             "run_id": self.run_id,
             "start_step": self.start_step,
+            "step": self.end_step,
             "end_step": self.end_step,
             "steps": self.steps,
             "tokens": self.tokens,
+            "train_loss": metrics.get("train_loss"),
+            "eval_loss": metrics.get("eval_loss"),
+            "perplexity": metrics.get("perplexity"),
+            "bits_per_byte": metrics.get("bits_per_byte"),
+            "eval_loss_se": metrics.get("eval_loss_se"),
+            "perplexity_se": metrics.get("perplexity_se"),
+            "bits_per_byte_se": metrics.get("bits_per_byte_se"),
+            "eval_tokens": metrics.get("eval_tokens"),
+            "epochs": metrics.get("epochs"),
             "seconds": round(self.seconds, 3),
             "tokens_per_second": self.tokens_per_second,
             "eval_seconds": round(self.eval_seconds, 3),
+            "eval_split": self.eval_split,
             "checkpoint": str(self.checkpoint) if self.checkpoint else None,
-            "metrics": self.metrics,
+            "metrics": metrics,
             "data_hash": self.fingerprints.data,
             "tokenizer_hash": self.fingerprints.tokenizer,
             "config_hash": self.fingerprints.config,
         }
-        return shown if self.discarded is None else {**shown, "discarded": list(self.discarded)}
+        if self.discarded is not None:
+            shown["discarded"] = list(self.discarded)
+        return shown
 
 
 class _Steps:

@@ -39,6 +39,23 @@ PORTABLE = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX
 VENDOR = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 PROFILES: dict[str, dict[str, str]] = {"local": {}, "vendor": VENDOR, "portable": PORTABLE}
 VARIABLES = tuple(PORTABLE)  # every variable a tier may pin
+# Every variable that changes which kernels torch, MKL and oneDNN run (a tier pins the first three): recorded by each
+# checkpoint, compared on resume (``machine.check_environment``).
+KERNEL_VARIABLES = (*VARIABLES, "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "DNNL_MAX_CPU_ISA")
+
+
+def kernel_settings() -> str:
+    """The kernel variables set in this process's environment (the user's, or a tier's pins), as the environment
+    record keeps them: ``MKL_CBWR=AUTO,STRICT ATEN_CPU_CAPABILITY=avx2`` (empty: none)."""
+    return " ".join(f"{key}={os.environ[key]}" for key in KERNEL_VARIABLES if os.environ.get(key))
+
+
+def parse_kernels(text: object) -> dict[str, str]:
+    """``kernel_settings``' text back as {variable: value}."""
+    pairs = (item.partition("=") for item in str(text or "").split())
+    return {key: value for key, _, value in pairs if key}
+
+
 CAPABILITY = {"vendor": "AVX2", "portable": "AVX2"}  # what torch.backends.cpu.get_cpu_capability() says
 COVERS = {
     "local": "this machine only",

@@ -15,7 +15,7 @@ import torch
 
 from octlm import __version__
 from octlm.config import Config
-from octlm.core.errors import BadInput, ConfigError
+from octlm.core.errors import BadInput, ConfigError, Refused
 from octlm.core.reporting import Reporter
 from octlm.runtime import allocator, determinism, load
 
@@ -133,6 +133,7 @@ def environment(
         "threads": torch.get_num_threads(),
         "optimizer": optimizer_impl,
         "processor": determinism.processor(),
+        "kernels": determinism.kernel_settings(),
         **pinned,
     }
 
@@ -164,8 +165,31 @@ def check_environment(
             )
     if pieces and not str(current.get("determinism", "")).startswith("portable"):
         saved, current = {**saved, "threads": None}, {**current, "threads": None}
+    _check_kernels(saved, current, name, reporter)
     for message in environment_warnings(saved, current):
         reporter.warn(message)
+
+
+def _check_kernels(saved: dict[str, Any], current: dict[str, Any], name: str, reporter: Reporter) -> None:
+    """The variables that change the kernels (``determinism.KERNEL_VARIABLES``), as set when ``name`` was written
+    and now: under ``local`` a difference is warned of; under a tier that pins kernels it is refused (exit 3). A
+    checkpoint from before they were recorded is not compared."""
+    if "kernels" not in saved:
+        return
+    there, here = determinism.parse_kernels(saved.get("kernels")), determinism.parse_kernels(current.get("kernels"))
+    changed = [key for key in sorted(set(there) | set(here)) if there.get(key) != here.get(key)]
+    if not changed:
+        return
+    shown = ", ".join(f"{key} {there.get(key) or 'unset'} -> {here.get(key) or 'unset'}" for key in changed)
+    if "canary" in current:
+        raise Refused(
+            f"{name} was written under other kernel settings ({shown}): under training.determinism "
+            f"{current.get('determinism')} the resume would not be bit-identical; set them as they were"
+        )
+    reporter.warn(
+        f"resuming under other kernel settings ({shown}) than {name} was written under: the run continues, but not "
+        "bit-identically; set them as they were before the run starts"
+    )
 
 
 def _remedy(saved: dict[str, Any], current: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import sqlite3
+import stat
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from octlm.core.errors import BadInput, Refused
+from octlm.core.fsutil import kind_of
 from octlm.store.migrations import NAMES, TABLE_COLUMNS
 
 BUSY_TIMEOUT_S = 60.0
@@ -151,19 +153,56 @@ def decoded(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _refuse_unsafe(path: Path, writing: bool) -> None:
+    """Refused before SQLite opens it: a ``registry.db`` that is not a regular file (a FIFO would hang the opening),
+    and, to write, one that is a link (rows would go into another home's registry; a dangling one would make a
+    database outside the home). Reading through a link never writes, so it is let be."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        if writing:
+            raise Refused(
+                f"{path} is a symbolic link to {os.readlink(path)}: octlm writes only the registry of the home itself; "
+                "make it a plain file of the home (move the database here), nothing was changed"
+            )
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return  # a link to nothing: read as no registry
+    if not stat.S_ISREG(info.st_mode):
+        raise Refused(f"{path} is {kind_of(info.st_mode)}, not a registry: move it aside; nothing was changed")
+
+
+def _unopenable(path: Path, error: sqlite3.DatabaseError) -> Refused:
+    """One line for a registry SQLite cannot open or write: a read-only home said so, a damaged file with its fix."""
+    text = str(error)
+    if "readonly" in text or "read-only" in text or not os.access(path.parent, os.W_OK):
+        return Refused(
+            f"{path}: the home is read-only here ({text}): this command writes the registry; run it where "
+            "the home can be written (reading commands, such as show, work as they are)"
+        )
+    return Refused(
+        f"{path}: cannot be opened as an octlm registry ({text}): move it aside (mv {path.name} {path.name}.broken), "
+        "then `octlm doctor --repair` rebuilds it from the experiments' files"
+    )
+
+
 class RegistryBase:
     """The connection: opening (read-only or for writing), migrating, transactions, decoded reads."""
 
     def __init__(self, path: Path, *, create: bool = True, busy_timeout: float = BUSY_TIMEOUT_S):
         self.busy_timeout, self.path, self.read_only = busy_timeout, path, not create
         self.conn: sqlite3.Connection | None = None
+        _refuse_unsafe(path, writing=create)
         if not create and not path.exists():
             return  # every read answers empty; nothing is created
         try:
             self.conn = self._open_for_reading() if self.read_only else self._open_for_writing()
             self._migrate()
         except sqlite3.DatabaseError as error:
-            raise Refused(f"{path}: cannot be opened as an octlm registry: {error}") from None
+            raise _unopenable(path, error) from None
         except OSError as error:
             raise BadInput(f"{path}: cannot be created: {error.strerror}") from None
 

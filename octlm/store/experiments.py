@@ -155,6 +155,35 @@ def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> dict[str, An
     }
 
 
+SHAPE_KEYS = ("model.d_model", "model.n_layers", "model.n_heads", "model.mlp_hidden", "tokenizer.vocab_size")
+CONTINUED_KEYS = ("data.sampling", "training.batch_size", "training.micro_batches")  # what a continued run needs alike
+
+
+def check_fork(home: Home, config: cfg.Config) -> None:
+    """A fork that could not train refused at ``new`` (BadInput naming the key): its parent's weights must fit its
+    model (shape, vocabulary); one continuing the parent's run (``--with-optimizer``) must also sample as the parent
+    did and have steps left to train after ``init.step``."""
+    init = config.init
+    if init.step and init.step >= config.training.steps:
+        raise BadInput(
+            f"--with-optimizer continues {init.parent} at step {init.step}: training.steps must be above it, "
+            f"got {config.training.steps}"
+        )
+    parent_id = init.parent.partition("@")[0]
+    try:
+        parent = cfg.flatten(load(home, parent_id).to_dict())
+    except OctlmError:
+        return  # its YAML is gone: the checkpoint's own config is checked when the fork trains
+    mine = cfg.flatten(config.to_dict())
+    for key in (*SHAPE_KEYS, *(CONTINUED_KEYS if init.step else ())):
+        if parent.get(key) != mine.get(key):
+            what = "its weights have another shape" if key in SHAPE_KEYS else "a continued run keeps it"
+            raise BadInput(
+                f"--init-from {init.parent}: {key} is {parent.get(key)!r} there and {mine.get(key)!r} here, and "
+                f"{what}; leave {key} as the parent has it"
+            )
+
+
 def _keep_parent(home: Home, path: Path, digest: str) -> Path:
     """A fork's own reference to its parent checkpoint, ``checkpoints/forks/<sha256>.pt`` (a hard link, else a
     copy), so the parent's retention, ``--restart`` or ``rm`` never takes a fork's step 0 away."""

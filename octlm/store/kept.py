@@ -19,6 +19,8 @@ from typing import Any
 from octlm.core.errors import Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.home import Home, validate_id
+from octlm.store.registry import Registry
+from octlm.store.sweeps import DECISION_FIELDS, SWEEP_FIELDS, TRIAL_FIELDS
 
 FOLDER = ".octlm"
 IGNORE = "# octlm's own records (see octlm/store/kept.py): never to be committed\n*\n"
@@ -107,3 +109,41 @@ def records(home: Home, kind: str) -> dict[str, Any]:
         except (OSError, ValueError):
             continue
     return found
+
+
+SWEEPS = "sweeps"
+SWEEP_RECORD = "octlm-sweep-record"
+
+
+def keep_sweep(home: Home, registry: Registry, name: str) -> bool:
+    """The sweep's record beside the registry, as it now stands there: its row, its trials, halving's decisions
+    (``doctor --repair`` rebuilds the sweep from it when the registry is lost); False where it cannot be kept."""
+    sweep = registry.sweep(name)
+    if sweep is None:
+        return False
+    record = {
+        "format": SWEEP_RECORD,
+        "version": 1,
+        "sweep": {key: sweep[key] for key in SWEEP_FIELDS},
+        "trials": [{key: trial[key] for key in TRIAL_FIELDS} for trial in registry.trials(sweep["id"])],
+        "decisions": [{key: row[key] for key in DECISION_FIELDS} for row in registry.decisions(sweep["id"])],
+    }
+    return keep_record(home, SWEEPS, name, record)
+
+
+def keep_sweep_by_id(home: Home, registry: Registry, sweep_id: int) -> bool:
+    """``keep_sweep`` of the sweep whose row id is ``sweep_id``."""
+    name = next((row["name"] for row in registry.sweeps() if row["id"] == sweep_id), None)
+    return keep_sweep(home, registry, name) if name is not None else False
+
+
+def kept_sweeps(home: Home) -> dict[str, dict[str, Any]]:
+    """Every sweep record kept here that reads as one (``keep_sweep``), by name."""
+    return {
+        name: record
+        for name, record in records(home, SWEEPS).items()
+        if isinstance(record, dict)
+        and record.get("format") == SWEEP_RECORD
+        and isinstance(record.get("sweep"), dict)
+        and isinstance(record.get("trials"), list)
+    }

@@ -195,12 +195,15 @@ def m003_pid_start_json_guards(db: Database) -> None:
     _guarded_summary_view(db, lifecycle=False)
 
 
-def _guarded_summary_view(db: Database, lifecycle: bool) -> None:
+SUMMARY_METRICS = ("train_loss", "eval_loss", "perplexity", "bits_per_byte", "tokens")  # m003's, never changed
+
+
+def _guarded_summary_view(db: Database, lifecycle: bool, metrics_shown: tuple[str, ...] = SUMMARY_METRICS) -> None:
     """The summary view (m002's columns) with each JSON cell read only when it is valid JSON (m003 on);
-    with ``lifecycle`` also ``archived`` and ``tags`` (m004 on)."""
+    with ``lifecycle`` also ``archived`` and ``tags`` (m004 on); ``metrics_shown``: the latest metrics it reads."""
     metrics = ",\n".join(
         f"case when json_valid(r.latest_metrics) then json_extract(r.latest_metrics, '$.{name}') end as {name}"
-        for name in ("train_loss", "eval_loss", "perplexity", "bits_per_byte", "tokens")
+        for name in metrics_shown
     )
     extra = "e.archived, case when json_valid(e.tags) then e.tags end as tags," if lifecycle else ""
     db.execute("drop view if exists experiment_summary")
@@ -364,6 +367,12 @@ def m009_sweeps(db: Database) -> None:
     db.execute("create unique index sweep_claims_open on sweep_claims (trial_id) where released is null")
     db.table("sweep_decisions").create(SWEEP_DECISIONS_V1, pk="id", foreign_keys=[("sweep_id", "sweeps", "id")])
     db.table("sweep_decisions").create_index(["sweep_id", "rung"], unique=True)
+
+
+@migration
+def m010_summary_error(db: Database) -> None:
+    # The list's eval loss with its standard error (``show --json`` carries eval_loss_se as train and eval do).
+    _guarded_summary_view(db, lifecycle=True, metrics_shown=(*SUMMARY_METRICS, "eval_loss_se"))
 
 
 NAMES = [step.__name__ for step in STEPS]

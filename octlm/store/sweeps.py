@@ -90,6 +90,13 @@ class Decision:
 
 
 Decide = Callable[[dict[str, Any], list[dict[str, Any]]], Decision | None]  # (sweep, its trials) -> a decision
+# What moves with a sweep between homes (``sweep pack``) and what its record beside the registry keeps (``kept``).
+SWEEP_FIELDS = ("name", "uuid", "base", "description", "spec", "created")
+TRIAL_FIELDS = (
+    *("experiment_id", "position", "params", "group_key", "replicate", "seed"),
+    *("status", "rung", "target_step", "value", "error"),
+)
+DECISION_FIELDS = ("rung", "step", "ranking", "promoted", "created")
 OPEN = "select id, trial_id, host, pid, pid_start, threads, device, claimed from sweep_claims where released is null"
 TRIALS = (
     "select t.*, c.id as claim_id, c.host, c.pid, c.pid_start, c.threads, c.device, c.claimed"
@@ -199,6 +206,24 @@ class SweepRows(RegistryBase):
                 else:
                     merged[trial["experiment_id"]] = "kept"
         return merged
+
+    def restore_decisions(self, sweep_id: int, decisions: Sequence[dict[str, Any]]) -> int:
+        """Halving's decisions kept beside the registry (``doctor --repair`` after its loss), those not here yet, in
+        one transaction; how many went in."""
+        added = 0
+        with self._transaction() as conn:
+            for decision in decisions:
+                here = conn.execute(
+                    "select 1 from sweep_decisions where sweep_id = ? and rung = ?", (sweep_id, decision["rung"])
+                )
+                if here.fetchone() is None:
+                    _insert(
+                        conn,
+                        "sweep_decisions",
+                        {key: decision.get(key) for key in DECISION_FIELDS} | {"sweep_id": sweep_id},
+                    )
+                    added += 1
+        return added
 
     # ------------------------------------------------------------------ reads
 

@@ -32,7 +32,7 @@ from octlm.core.errors import OctlmError, Refused
 from octlm.core.fsutil import file_sha256
 from octlm.core.home import Home
 from octlm.core.liveness import alive, is_other_host
-from octlm.store import experiments
+from octlm.store import experiments, kept
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import Registry, now
 from octlm.store.sweeps import claim_is_dead
@@ -62,7 +62,7 @@ def run(home: Home, repair: bool = False, other_hosts: bool = False) -> dict[str
     with Registry(home.registry, create=repair) as registry:  # checking never creates or writes a registry
         problems = _damaged_cells(home, registry, repair)
         problems += _experiments(home, registry, repair) + _stuck_runs(registry, repair, other_hosts)
-        problems += _open_claims(registry, repair, other_hosts)
+        problems += _open_claims(registry, repair, other_hosts) + _lost_sweeps(home, registry, repair)
     problems += _staging(home, repair)
     unrepaired = [p for p in problems if not p["repaired"]]
     return {
@@ -201,6 +201,36 @@ def _open_claims(registry: Registry, repair: bool, other_hosts: bool) -> list[Pr
         detail = f"held by pid {claim['pid']} on host {claim['host']} since {claim['claimed']}{hint}"
         problems.append(_problem("claim on another host", where, detail, fixed))
     return problems
+
+
+def _lost_sweeps(home: Home, registry: Registry, repair: bool) -> list[Problem]:
+    """Sweeps the registry lost (``registry.db`` gone or replaced) but their records beside it keep
+    (``.octlm/sweeps/<name>.json``): ``--repair`` rebuilds each, its queue, halving's decisions and its trials'
+    ``sweep:`` tags (a trial running then is queued again)."""
+    problems, here = [], {row["uuid"] for row in registry.sweeps()}
+    for name, record in kept.kept_sweeps(home).items():
+        if record["sweep"].get("uuid") in here:
+            continue
+        trials = [
+            t for t in record["trials"] if isinstance(t, dict) and registry.experiment(str(t.get("experiment_id")))
+        ]
+        if repair:
+            _rebuild_sweep(registry, name, record, trials)
+        gone = len(record["trials"]) - len(trials)
+        detail = f"kept in .octlm/sweeps/{name}.json with {len(trials)} trials, not in the registry"
+        detail += (f" ({gone} of its trials' experiments are gone)" if gone else "") + ("; rebuilt" if repair else "")
+        problems.append(_problem("sweep without rows", f"sweep {name}", detail, repair))
+    return problems
+
+
+def _rebuild_sweep(registry: Registry, name: str, record: dict[str, Any], trials: list[dict[str, Any]]) -> None:
+    registry.merge_sweep(record["sweep"], trials)
+    sweep = registry.sweep(name)
+    if sweep is not None:
+        decisions = [d for d in record.get("decisions") or [] if isinstance(d, dict)]
+        registry.restore_decisions(sweep["id"], decisions)
+    for trial in trials:
+        registry.retag(trial["experiment_id"], [f"sweep:{name}"], [])
 
 
 def _checkpoints(home: Home, registry: Registry, experiment_id: str, repair: bool) -> list[Problem]:

@@ -11,12 +11,11 @@ is recorded as a verdict (kind ``eval``), which ``show`` and ``report`` list.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from octlm.config import Config, from_dict
-from octlm.core.errors import BadInput
+from octlm.core.errors import BadInput, Refused
 from octlm.core.home import Home
+from octlm.core.records import EvalResult
+from octlm.core.reporting import QuietReporter, Reporter
 from octlm.data import corpus, sources, tokens
 from octlm.data.blocks import TokenBlocks, make_blocks
 from octlm.data.fingerprints import dataset_hash
@@ -35,40 +34,47 @@ def run(
     step: int | None = None,
     on: list[str] | None = None,
     tokens_budget: int | None = None,
-    warn: Callable[[str], None] = lambda message: None,
-) -> dict[str, Any]:
-    """Evaluate the newest valid checkpoint (or ``step``'s) and record the verdict; the result (``--json``)."""
+    reporter: Reporter | None = None,
+) -> EvalResult:
+    """Evaluate the newest valid checkpoint (or ``step``'s) and record the verdict; the result (``--json``). Each long
+    phase (reading and encoding the sources, evaluating) is told to ``reporter``, and its warnings."""
+    report = reporter or QuietReporter()
     if tokens_budget is not None and tokens_budget <= 0:
         raise BadInput(f"--tokens {tokens_budget}: must be positive")
-    loaded, model, tokenizer, device = load_model(home, experiment_id, step, warn)
+    loaded, model, tokenizer, device = load_model(home, experiment_id, step, report.warn)
     config = from_dict(loaded.record.config, loaded.path.name)
-    blocks = _blocks(home, config, tokenizer, tuple(on or ()))
+    blocks = _blocks(home, config, tokenizer, tuple(on or ()), report)
     width = config.model.context_length
     count = min(len(blocks), -(-tokens_budget // width)) if tokens_budget else len(blocks)
+    report.phase("evaluating", f"{count:,} blocks of {width} tokens at step {loaded.record.step}")
     figures = evaluate(model, blocks.first(count), device, config.training.precision, config.training.batch_size)
     where = ", ".join(on) if on else f"the {VALIDATION} split"
     error = figures["eval_loss_se"]
     shown = f"{figures['eval_loss']:.4f}" + (f" ± {error:.4f}" if error is not None else "")
-    result = {
+    result: EvalResult = {
         "id": experiment_id,
         "step": loaded.record.step,
         "checkpoint": loaded.path.name,
         "on": list(on) if on else [VALIDATION],
         "blocks": count,
-        **figures,
+        **figures,  # type: ignore[typeddict-item]  # train.evaluation's figures: Figures, eval_seconds, eval_sources
         "summary": f"eval loss {shown} at step {loaded.record.step} on {where} ({count:,} blocks, "
         f"{figures['eval_tokens']:,} tokens)",
     }
-    with Registry(home.registry) as registry:
-        registry.add_verification(experiment_id, "eval", shown, result)
+    try:
+        with Registry(home.registry) as registry:
+            registry.add_verification(experiment_id, "eval", shown, dict(result))
+    except Refused as error:  # a read-only home: the figures are still worth having
+        report.warn(f"the evaluation is not recorded as a verdict: {error}")
     return result
 
 
-def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...]) -> TokenBlocks:
+def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...], report: Reporter) -> TokenBlocks:
     """The blocks to evaluate: the experiment's validation split (``evaluation_size`` with eval_blocks 0: all of
     it), or every document of ``on``; labelled with their sources when there are several."""
     data = config.data
     root = sources.data_root(home)
+    report.phase("reading", ", ".join(on) if on else "the validation split")
     if on:
         found = corpus.Corpus(tuple(corpus.documents(on, root)), ())
         names = on
@@ -77,7 +83,11 @@ def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...
         found, names = corpus.Corpus(found.validation, ()), data.sources
         if not found.train:
             raise BadInput(f"{config.id or 'the experiment'} has no validation documents (data.validation_fraction)")
+    size = sum(document.size for document in found.train) / 1e6
+    report.phase("encoding", f"{size:,.1f} MB, {len(found.train):,} documents with {tokenizer.vocab_size:,} tokens")
     streams = tokens.token_streams(found, tokenizer, home.cache, dataset_hash(found, tokenizer))
+    if streams.warning:
+        report.warn(streams.warning)
     blocks = make_blocks(streams.train, tokenizer, config.model.context_length)
     if len(names) > 1:
         blocks = blocks.labelled(streams.lengths[0], [d.source for d in found.train], names)

@@ -10,7 +10,7 @@ from typing import Any, TypedDict, cast
 from octlm.config import flatten
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
-from octlm.core.records import NUMBER_FIELDS, RunRecord
+from octlm.core.records import NUMBER_FIELDS, Figures, RunRecord
 from octlm.store import experiments, runfile
 from octlm.store.registry import TRAINING_KINDS, Registry
 
@@ -32,9 +32,10 @@ class Lifecycle(TypedDict):
     parent: str | None  # the checkpoint a fork started from (``init.parent``)
 
 
-class Detail(Lifecycle):
-    """The ``octlm show ID --json`` document. Its keys in the JSON: schema_version, id, uuid, description, status,
-    step, fingerprints, tags, notes, archived, parent (``Lifecycle``), config, runs, checkpoints, verifications."""
+class Detail(Lifecycle, Figures):
+    """The ``octlm show ID --json`` document: its headline (status, step, train loss and the newest evaluation's
+    figures, named as ``train --json`` and ``eval --json`` name them), fingerprints, lifecycle, config, runs,
+    checkpoints and verdicts."""
 
     schema_version: int
     id: str
@@ -42,6 +43,7 @@ class Detail(Lifecycle):
     description: Any  # the config's (a string, unless a registry copy says otherwise)
     status: str
     step: int | None
+    train_loss: float | None
     fingerprints: Fingerprints
     config: dict[str, Any]  # resolved
     runs: list[RegistryRow]
@@ -69,6 +71,8 @@ def detail(home: Home, experiment_id: str) -> Detail:
         notes = _notes(registry, experiment_id)
     training = [run for run in runs if run["kind"] in TRAINING_KINDS]
     last = training[-1] if training else None
+    latest = (last or {}).get("latest_metrics")
+    figures = latest if isinstance(latest, dict) else {}
     return {
         "schema_version": SCHEMA_VERSION,
         "id": experiment_id,
@@ -76,6 +80,14 @@ def detail(home: Home, experiment_id: str) -> Detail:
         "description": resolved.get("description", ""),
         "status": last["status"] if last else "new",
         "step": last["end_step"] if last else None,
+        "train_loss": _number(figures.get("train_loss")),
+        "eval_loss": _number(figures.get("eval_loss")),
+        "perplexity": _number(figures.get("perplexity")),
+        "bits_per_byte": _number(figures.get("bits_per_byte")),
+        "eval_loss_se": _number(figures.get("eval_loss_se")),
+        "perplexity_se": _number(figures.get("perplexity_se")),
+        "bits_per_byte_se": _number(figures.get("bits_per_byte_se")),
+        "eval_tokens": _number(figures.get("eval_tokens")),
         "fingerprints": {
             "config": fingerprint,
             "data": _newest(runs, "data_hash"),
@@ -127,6 +139,10 @@ def run_records(home: Home, experiment_id: str, track: str = "train") -> Sequenc
 def _record(fields: dict[str, Any]) -> RunRecord:
     """A run file's line as a ``RunRecord``: its fields (``NUMBERS``) checked above, any other key kept as it is."""
     return cast(RunRecord, fields)
+
+
+def _number(value: Any) -> Any:
+    return value if _finite(value) else None
 
 
 def _finite(value: Any) -> bool:

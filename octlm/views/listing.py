@@ -31,6 +31,7 @@ class ListingRow(TypedDict):
     steps: int | None  # training.steps
     train_loss: float | None
     eval_loss: float | None
+    eval_loss_se: float | None  # its standard error over the evaluation's blocks
     perplexity: float | None
     bits_per_byte: float | None
     tokens: int | None
@@ -52,7 +53,9 @@ class Listing(TypedDict):
     replicates: list[Group]  # the seed replicates among them: mean ± sd of their latest metrics
 
 
-NUMERIC_COLUMNS = frozenset({"step", "steps", "train_loss", "eval_loss", "perplexity", "bits_per_byte", "tokens"})
+NUMERIC_COLUMNS = frozenset(
+    {"step", "steps", "train_loss", "eval_loss", "eval_loss_se", "perplexity", "bits_per_byte", "tokens"}
+)
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "<=": operator.le,
     ">=": operator.ge,
@@ -94,6 +97,7 @@ def _registered(home: Home, summary: Summary, status: str) -> ListingRow:
         "steps": summary.get("steps"),
         "train_loss": summary.get("train_loss"),
         "eval_loss": summary.get("eval_loss"),
+        "eval_loss_se": summary.get("eval_loss_se"),
         "perplexity": summary.get("perplexity"),
         "bits_per_byte": summary.get("bits_per_byte"),
         "tokens": summary.get("tokens"),
@@ -114,6 +118,7 @@ def _unregistered(experiment_id: str, description: Any, steps: int | None) -> Li
         "steps": steps,
         "train_loss": None,
         "eval_loss": None,
+        "eval_loss_se": None,
         "perplexity": None,
         "bits_per_byte": None,
         "tokens": None,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import busy_box, cli, octlm, run_on_terminal, screen, write_experiment
+from conftest import busy_box, cli, octlm, run_on_terminal, screen, tiny_config, write_experiment
 
 from octlm.cli.live.progress import ConsoleReporter
 from octlm.core.home import Home
@@ -171,6 +171,14 @@ def test_verify_resume_takes_its_threads_from_the_free_cores(home: Path) -> None
     first = result.stderr.splitlines()[0]
     assert first.startswith("verify-resume EXP-001: (a) 0 -> 12 in one process, (b) split at 4; 1 thread (")
     assert "cores busy with other work" in first
-    write_experiment(home, training={"threads": 2})
-    asked = json.loads(octlm(home, "verify-resume", "EXP-001", "--split-at", "4", "--json").stdout)
-    assert asked["threads"] == {"threads": 2, "how": "asked", "said": "2 threads (as asked)"}
+
+
+def test_the_threads_asked_for_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    from octlm import config as cfg
+    from octlm.tasks.proof.verify import thread_choice
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    asked = thread_choice(cfg.from_dict(tiny_config(training={"threads": 3})))
+    assert (asked.threads, asked.how, asked.said()) == (3, "asked", "3 threads (as asked)")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert thread_choice(cfg.from_dict(tiny_config())).said() == "2 threads (as asked)"

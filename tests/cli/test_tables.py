@@ -139,7 +139,8 @@ def test_formats_per_column_kind() -> None:
     assert cell(render.kind_of("duration s"), 18.7) == "18.7" and cell("seconds", 18.70001) == "18.7"
     assert cell(render.kind_of("size"), 146_000_000) == "146.0 MB"
     yaml = [cell(render.kind_of("data.sources"), v) for v in (["builtin:docs"], False, 10000.0, None, "yes")]
-    assert yaml == ["[builtin:docs]", "false", "10000", "null", '"yes"']
+    assert yaml == ["[builtin:docs]", "false", "10000", "null", "yes"]  # text unquoted in a table (issue 33 item 11)
+    assert render.yaml_value("yes") == '"yes"'  # as YAML writes it (config keys' defaults)
     assert render.kind_of("final eval_loss") == "metric" and render.kind_of("tokens_per_second") == "count"
 
 

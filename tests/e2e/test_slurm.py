@@ -171,7 +171,7 @@ def test_a_sweep_on_a_slurm_job_array_survives_a_requeue_mid_trial(
     subprocess.run(["scontrol", "update", f"JobId={job}_0", "StartTime=now"], env=env, check=True)
     wait_for("the array to end", lambda: job_state(env, job) == "", 300)
     first = (tmp_path / "task-0.out").read_text()
-    assert "DUE TO JOB REQUEUE" in first and "stopped by SIGTERM at step" in first, first
+    assert "DUE TO JOB REQUEUE" in first and "stopped by SIGTERM" in first and "queued again" in first, first
     with sqlite3.connect(task_home / "registry.db") as conn:
         claims = conn.execute("select outcome from sweep_claims order by id").fetchall()
         resumed = conn.execute("select start_step, end_step from runs order by id").fetchall()

@@ -51,7 +51,7 @@ def make_home(root: Path, **training: object) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # made once per worker, whatever order the workers take this module's tests in
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home whose portable EXP-001 was trained 0 -> 8 in a new process (checkpoints at 4 and 8)."""
     root = make_home(tmp_path_factory.mktemp("portable") / "home")
@@ -218,7 +218,7 @@ def emulate(model: str, home: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def emulated(trained: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str]]:
     """Per emulated model, its home and stderr: the model of the other vendor resumes the native run's step 4 to
     8; the others train EXP-001 from nothing to 8. All at once (each one thread, a few minutes in all)."""

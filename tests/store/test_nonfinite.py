@@ -36,7 +36,7 @@ def test_an_old_nan_cell_is_read_shown_and_kept(diverged: Path) -> None:
     assert shown.exit_code == 0 and shown.stderr == "", shown.stderr
     assert "nan" in shown.stdout
     run = json_out(cli(diverged, "show", "EXP-001", "--json"))["runs"][-1]
-    assert math.isnan(run["final_metrics"]["loss"]) and run["final_metrics"]["eval_loss"] == math.inf
+    assert run["final_metrics"]["loss"] is None and run["final_metrics"]["eval_loss"] is None  # JSON: null
     assert cli(diverged, "doctor").exit_code == 0
     assert cli(diverged, "doctor", "--repair").exit_code == 0
     with sqlite3.connect(diverged / "registry.db") as conn:
@@ -66,5 +66,5 @@ def test_an_export_of_a_diverged_run_imports_with_its_figures(diverged: Path, tm
     result = cli(other, "registry", "import", str(out))
     assert result.exit_code == 0, result.stderr
     run = json_out(cli(other, "show", "EXP-001", "--json"))["runs"][-1]
-    assert math.isnan(run["final_metrics"]["loss"]) and run["final_metrics"]["eval_loss"] == math.inf
+    assert run["final_metrics"]["loss"] is None and run["final_metrics"]["eval_loss"] is None  # JSON: null
     assert cli(other, "doctor").exit_code == 0

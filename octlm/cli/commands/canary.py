@@ -12,6 +12,7 @@ import typer
 
 from octlm.cli import render
 from octlm.cli.common import JsonOption, complete_ids, handled, home_of
+from octlm.config.schema import DETERMINISMS
 from octlm.core.errors import BadInput
 from octlm.runtime import determinism, launch
 
@@ -102,6 +103,8 @@ def canary(
 
     config = experiments.load(home_of(ctx), experiment_id) if experiment_id else Config()
     keys: dict[str, Any] = {"training.threads": threads} if threads is not None else {}
+    if determinism_ is not None and determinism_ not in DETERMINISMS:
+        raise BadInput(f"--determinism {determinism_!r}: choose one of {', '.join(DETERMINISMS)}")
     if determinism_ is not None or not experiment_id:
         keys["training.determinism"] = determinism_ or "portable"
     config = config.with_keys(keys, "--determinism" if determinism_ else "--threads") if keys else config

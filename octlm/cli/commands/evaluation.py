@@ -4,12 +4,15 @@ The use case (``tasks.evaluate``) imports torch, so it is imported inside the co
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, handled, home_of
+
+if TYPE_CHECKING:
+    from octlm.core.records import EvalResult
 
 EvalStepOption = Annotated[
     int | None,
@@ -43,24 +46,29 @@ def eval_command(
     as_json: JsonOption = False,
 ) -> None:
     """Evaluate a checkpoint on the held-out split (or --on another corpus), with standard errors; recorded."""
+    from octlm.cli.live.progress import ConsoleReporter
     from octlm.tasks import evaluate  # imports torch
 
-    result = evaluate.run(home_of(ctx), experiment_id, step=step, on=on, tokens_budget=tokens, warn=render.warn)
+    reporter = ConsoleReporter()  # on stderr, with --json too: a large corpus takes a while to read and encode
+    try:
+        result = evaluate.run(home_of(ctx), experiment_id, step=step, on=on, tokens_budget=tokens, reporter=reporter)
+    finally:
+        reporter.close()
     if as_json:
         render.emit_json(result)
         return
     _print(result)
 
 
-def _print(result: dict[str, Any]) -> None:
-    def shown(value: float, error: float | None, digits: int) -> str:
-        return f"{value:.{digits}f}" + (f" ± {error:.{digits}f}" if error is not None else "")
+def _print(result: EvalResult) -> None:
+    def shown(value: float | None, error: float | None, digits: int) -> str:
+        return f"{value or 0.0:.{digits}f}" + (f" ± {error:.{digits}f}" if error is not None else "")
 
     rows = [
         ("eval loss", shown(result["eval_loss"], result["eval_loss_se"], 4)),
         ("perplexity", shown(result["perplexity"], result["perplexity_se"], 2)),
         ("bits per byte", shown(result["bits_per_byte"], result["bits_per_byte_se"], 4)),
-        ("tokens", f"{result['eval_tokens']:,} in {result['blocks']:,} blocks"),
+        ("tokens", f"{result['eval_tokens'] or 0:,} in {result['blocks']:,} blocks"),
     ]
     for name, figures in (result.get("eval_sources") or {}).items():
         rows.append(

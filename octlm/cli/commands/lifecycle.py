@@ -116,6 +116,8 @@ def new(
     config = experiments.build(
         preset=preset, from_config=base, overrides=overrides or [], description=description, init=init
     )
+    if init is not None:
+        experiments.check_fork(home, config)  # here, not at the fork's first train
     if seeds != 1:
         return _replicates(home, config, seeds, prefix, as_json)
     twins = experiments.same_fingerprint(home, config)  # before the writer, which folds the WAL back in on closing

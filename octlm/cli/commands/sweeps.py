@@ -197,7 +197,7 @@ def _steps(trial: Any) -> str:
 
 
 def _params(params: dict[str, Any]) -> str:
-    return " ".join(f"{key}={render.yaml_value(value)}" for key, value in params.items()) or "-"
+    return " ".join(f"{key}={render.shown_value(value)}" for key, value in params.items()) or "-"
 
 
 @handled
@@ -277,6 +277,8 @@ def sweep_pack(
 
     from octlm.tasks.sweeps import shipping
 
+    if not output.strip():
+        raise BadInput("-o '': give the folder to write the sweep to, e.g. -o /shared/lr")
     result = shipping.pack(home_of(ctx), name, Path(output), shards)
     if as_json:
         render.emit_json(result)

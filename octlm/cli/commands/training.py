@@ -106,9 +106,11 @@ def _summary_line(result: RunSummary) -> str:
     line = f"{result.id}: {result.status} at step {result.end_step}/{result.steps}"
     if metrics.get("eval_loss") is not None:
         error = metrics.get("eval_loss_se")
+        on = " (on training blocks: no validation documents, data.validation_fraction)"
         line += (
             f"; train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}"
             + (f" ± {error:.4f}" if error is not None else "")
+            + (on if result.eval_split == "training" else "")
             + f", perplexity {metrics['perplexity']:.2f}, {metrics['bits_per_byte']:.4f} bits per byte"
         )
     if metrics.get("data_blocks"):

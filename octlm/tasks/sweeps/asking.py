@@ -15,6 +15,7 @@ from typing import Any
 
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
+from octlm.store import kept
 from octlm.store.registry import Registry
 
 SAMPLERS = ("tpe",)
@@ -90,7 +91,6 @@ class Raced(Exception):
 def top_up(home: Home, sweep: dict[str, Any]) -> list[str]:
     """Ask for as many configurations as keep ``parallel`` of them pending, within the ``trials`` budget, and add
     their trials (files, rows) to the sweep; the new experiment IDs. Nothing when another worker asked first."""
-    from octlm.store import experiments
     from octlm.tasks.sweeps import plan
 
     spec = sweep["spec"]
@@ -102,11 +102,12 @@ def top_up(home: Home, sweep: dict[str, Any]) -> list[str]:
     cells = ask(spec, finished, wanted, pending)
     if not cells:
         return []
-    trials = plan.build_trials(experiments.load(home, sweep["base"]), cells, spec, sweep["name"])
+    trials = plan.build_trials(plan.base_of(home, sweep), cells, spec, sweep["name"])
     try:
         with plan.write_trials(home, trials, spec["prefix"], sweep["name"]) as (registry, members):
             if not registry.add_trials(sweep["id"], members, expect_groups=total):
                 raise Raced
+            kept.keep_sweep(home, registry, sweep["name"])
     except Raced:
         return []
     return [trial.config.id for trial in trials]

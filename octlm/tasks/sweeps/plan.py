@@ -25,7 +25,7 @@ from octlm.config import flatten
 from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import DEFAULT_PREFIX, Home, validate_id
-from octlm.store import experiments
+from octlm.store import experiments, kept
 from octlm.store.registry import Registry
 from octlm.tasks.sweeps import asking
 
@@ -99,7 +99,11 @@ def parse_grid(items: Sequence[str], base: cfg.Config) -> dict[str, list[Any]]:
         if not sep or not key.strip() or not all(values):
             raise BadInput(f"--grid {item!r}: expected KEY=V1,V2,... e.g. training.learning_rate=1e-3,3e-3")
         _check_key(key.strip(), "--grid")
-        grid[key.strip()] = [_typed(base, key.strip(), value) for value in values]
+        typed = [_typed(base, key.strip(), value) for value in values]
+        twice = next((text for text, value in zip(values, typed, strict=True) if typed.count(value) > 1), None)
+        if twice is not None:
+            raise BadInput(f"--grid {item!r}: {twice} is given twice (as the config holds it): each value once")
+        grid[key.strip()] = typed
     return grid
 
 
@@ -141,6 +145,11 @@ def _check_key(key: str, option: str) -> None:
         raise BadInput(str(error)) from None
     if key == SEED:
         raise BadInput(f"{option} {key}: replicates differ in the seed; ask for them with --seeds S")
+    if key in cfg.BOOKKEEPING:
+        raise BadInput(
+            f"{option} {key}: does not change what a trial trains (it is not in the fingerprint), so every trial "
+            "would train the same bits; sweep a key that `octlm config keys` marks as fingerprinted"
+        )
 
 
 def parse_rungs(text: str | None, config: cfg.Config) -> list[int]:
@@ -179,6 +188,15 @@ def _draw(generator: random.Random, spec: dict[str, Any]) -> Any:
     low, high = spec["low"], spec["high"]
     value = math.exp(generator.uniform(math.log(low), math.log(high))) if spec["log"] else generator.uniform(low, high)
     return round(value) if spec["int"] else float(f"{value:.4g}")
+
+
+def base_of(home: Home, sweep: dict[str, Any]) -> cfg.Config:
+    """The config a sweep's trials are made from: the one kept when the sweep was made (an older sweep: its base's
+    YAML as it is now)."""
+    kept = (sweep.get("spec") or {}).get("base_config")
+    if isinstance(kept, dict):
+        return cfg.from_dict(kept, f"sweep {sweep.get('name')}: its base config").replace(id=sweep.get("base") or "")
+    return experiments.load(home, sweep["base"])
 
 
 def build_trials(base: cfg.Config, cells: list[Params], spec: dict[str, Any], name: str) -> list[Trial]:
@@ -237,23 +255,44 @@ def plan(home: Home, request: Request) -> Plan:
     """The sweep's spec and its first trials (all of them, but with an Optuna sampler), validated."""
     validate_name(request.name)
     base = experiments.load(home, request.base)
+    check_metric(request.metric)
     grid, ranges = parse_grid(request.grid, base), parse_ranges(request.ranges)
     sampler = request.sampler or ("random" if request.random else "grid")
     _check_options(request, sampler, grid, ranges)
+    _check_size(request, sampler, grid)  # before a single trial's config is built
     rungs = parse_rungs(request.halving, base)
     spec = {
         **{"grid": grid, "ranges": ranges, "random": request.random, "seeds": request.seeds, "sampler": sampler},
         **{"trials": request.trials, "parallel": request.parallel, "metric": request.metric, "seed": request.seed},
         **{"halving": rungs, "keep": request.keep, "overrides": list(request.overrides), "prefix": request.prefix},
+        "base_config": base.to_dict(),  # the config its trials are made from, whatever happens to the base's YAML later
     }
     if sampler in asking.SAMPLERS:
         cells = asking.ask(spec, [], min(request.parallel, request.trials or 0))
     else:
         cells = configurations(grid, ranges, request.random, request.seed)
-    trials = build_trials(base, cells, spec, request.name)
-    if len(trials) > MAX_TRIALS:
-        raise BadInput(f"{len(trials):,} trials: at most {MAX_TRIALS:,} in one sweep; fewer values or seeds")
-    return Plan(spec, trials)
+    return Plan(spec, build_trials(base, cells, spec, request.name))
+
+
+METRICS = ("eval_loss", "perplexity", "bits_per_byte", "train_loss")  # what a sweep minimises
+
+
+def check_metric(metric: str) -> None:
+    """``--metric``: one of the figures every trial records and a sweep minimises; BadInput naming them."""
+    if metric not in METRICS:
+        raise BadInput(f"--metric {metric!r}: a sweep minimises one of {', '.join(METRICS)}")
+
+
+def _check_size(request: Request, sampler: str, grid: dict[str, list[Any]]) -> None:
+    """The trials a sweep would make, counted from its options (never by making them): at most ``MAX_TRIALS``."""
+    if sampler in asking.SAMPLERS:
+        count = (request.trials or 0) * request.seeds
+        if request.parallel > (request.trials or 0):
+            raise BadInput(f"--parallel {request.parallel}: at most --trials ({request.trials}) asked ahead")
+    else:
+        count = math.prod(len(values) for values in grid.values()) * max(request.random, 1) * request.seeds
+    if count > MAX_TRIALS:
+        raise BadInput(f"{count:,} trials: at most {MAX_TRIALS:,} in one sweep; fewer values, draws, --trials or seeds")
 
 
 def _check_options(request: Request, sampler: str, grid: dict[str, Any], ranges: dict[str, Any]) -> None:
@@ -278,6 +317,7 @@ def create(home: Home, request: Request) -> dict[str, Any]:
     sweep = {"name": request.name, "base": request.base, "description": _summary(made), "spec": made.spec}
     with write_trials(home, made.trials, request.prefix, request.name) as (registry, members):
         sweep_id = registry.add_sweep(sweep, members)
+        kept.keep_sweep(home, registry, request.name)  # beside the registry: doctor --repair rebuilds it from there
     return {"sweep": request.name, "id": sweep_id, "spec": made.spec, "trials": [_shown(t) for t in made.trials]}
 
 

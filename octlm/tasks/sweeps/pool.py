@@ -132,6 +132,7 @@ def _wait(home: Path, index: int, child: subprocess.Popen[bytes], say: Say, rece
 def _killed(home: Path, index: int, pid: int, signum: signal.Signals, say: Say, received: list[int]) -> None:
     """A worker killed by a signal (not the pool's own, passed on): its claims go back to the queue, said."""
     from octlm.core.home import Home
+    from octlm.store import kept
     from octlm.store.registry import Registry
 
     if signum in received:
@@ -140,6 +141,7 @@ def _killed(home: Path, index: int, pid: int, signum: signal.Signals, say: Say, 
         held = registry.claims_held(socket.gethostname(), pid)
         for claim in held:
             registry.settle_claim(claim["id"], "lost")
+            kept.keep_sweep_by_id(Home(home), registry, claim["sweep_id"])
     trials = ", ".join(claim["experiment_id"] for claim in held)
     what = (
         f"while training {trials}: queued again, it resumes from its newest checkpoint" if held else "holding no trial"

@@ -14,7 +14,9 @@ Successive halving and Optuna decide across all of a sweep's trials, so they shi
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +24,13 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import check_output, read_regular, write_output
 from octlm.core.home import Home, validate_id
 from octlm.exchange import packing
+from octlm.store import kept
 from octlm.store.registry import Registry
+from octlm.store.sweeps import SWEEP_FIELDS, TRIAL_FIELDS
 from octlm.tasks.sweeps.asking import SAMPLERS
+from octlm.tasks.sweeps.plan import validate_name
 
 FORMAT, VERSION, MANIFEST = "octlm-sweep", 1, "sweep.json"
-SWEEP_FIELDS = ("name", "uuid", "base", "description", "spec", "created")
-TRIAL_FIELDS = (
-    *("experiment_id", "position", "params", "group_key", "replicate", "seed"),
-    *("status", "rung", "target_step", "value", "error"),
-)
 MAX_MANIFEST = 64 << 20
 
 
@@ -109,17 +109,76 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise BadInput(f"{path}: malformed: expected a sweep and a list of trials")
     if any(key not in sweep for key in SWEEP_FIELDS) or any(key not in t for t in trials for key in TRIAL_FIELDS):
         raise BadInput(f"{path}: malformed: a sweep or a trial lacks one of its fields")
-    for trial in trials:
-        validate_id(trial["experiment_id"])
+    _check_sweep(path, sweep)
+    for index, trial in enumerate(trials):
+        _check_trial(path, index, trial)
     return manifest
+
+
+STATUSES = ("queued", "running", "done", "failed", "stopped")
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _is_id(value: Any) -> bool:
+    try:
+        validate_id(value)
+    except BadInput:
+        return False
+    return True
+
+
+def _bad(path: Path, where: str, key: str, wanted: str) -> BadInput:
+    return BadInput(f"{path}: {where}: {key} must be {wanted}; nothing was changed")
+
+
+def _check_sweep(path: Path, sweep: dict[str, Any]) -> None:
+    """The sweep's row as ``sweep new`` makes one (its name, UUID, base, spec), else one line naming the field."""
+    try:
+        validate_name(str(sweep["name"]) if isinstance(sweep["name"], str) else "")
+    except BadInput as error:
+        raise BadInput(f"{path}: sweep: name: {error}; nothing was changed") from None
+    if not isinstance(sweep["uuid"], str) or not UUID.fullmatch(sweep["uuid"]):
+        raise _bad(path, "sweep", "uuid", "a UUID")
+    if sweep["base"] is not None:
+        validate_id(sweep["base"]) if isinstance(sweep["base"], str) else None
+    if not isinstance(sweep["spec"], dict) or not all(
+        isinstance(sweep[k], str | None) for k in ("description", "created")
+    ):
+        raise _bad(path, "sweep", "spec, description or created", "a mapping and texts")
+
+
+def _check_trial(path: Path, index: int, trial: dict[str, Any]) -> None:
+    """A trial's row as octlm writes one, else one line naming the trial and the field."""
+    where = f"trial {index + 1}"
+    if not _is_id(trial["experiment_id"]):
+        raise _bad(path, where, "experiment_id", "an experiment ID")
+    for key in ("position", "replicate", "seed", "rung", "target_step"):
+        if not isinstance(trial[key], int) or isinstance(trial[key], bool) or trial[key] < 0 and key != "seed":
+            raise _bad(path, where, key, "a whole number, not negative")
+    if trial["status"] not in STATUSES:
+        raise _bad(path, where, "status", "one of " + ", ".join(STATUSES))
+    value = trial["value"]
+    if value is not None and (
+        not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
+    ):
+        raise _bad(path, where, "value", "a finite number or null")
+    if not isinstance(trial["params"], dict) or not isinstance(trial["group_key"], str):
+        raise _bad(path, where, "params and group_key", "a mapping and a text")
+    if trial["error"] is not None and not isinstance(trial["error"], str):
+        raise _bad(path, where, "error", "a text or null")
 
 
 def unpack(home: Home, folder: Path) -> dict[str, Any]:
     """Unpack a shipped sweep (or one shard of it) into ``home``: every trial's pack, then the sweep's rows."""
     manifest = read_manifest(folder)
-    unpacked = [packing.unpack(home, folder / f"{t['experiment_id']}.tar") for t in manifest["trials"]]
+    packs = [folder / f"{t['experiment_id']}.tar" for t in manifest["trials"]]
+    hint = "sweep unpack keeps the trials' IDs: free this ID here, or unpack the sweep into another home"
+    for pack in packs:  # every trial's pack checked (members, checksums, what it merges) before any is unpacked
+        packing.unpack(home, pack, hint=hint, check_only=True)
+    unpacked = [packing.unpack(home, pack, hint=hint) for pack in packs]
     with Registry(home.registry) as registry:
         merged = registry.merge_sweep(manifest["sweep"], manifest["trials"])
+        kept.keep_sweep(home, registry, manifest["sweep"]["name"])
     return {
         "sweep": manifest["sweep"]["name"],
         "trials": merged,

@@ -37,7 +37,7 @@ from octlm.core.home import Home
 from octlm.core.liveness import start_time
 from octlm.core.signals import SIGNAL_EXIT, handled_signals, handling
 from octlm.runtime import determinism
-from octlm.store import experiments
+from octlm.store import experiments, kept
 from octlm.store.registry import Registry
 from octlm.tasks.sweeps import asking, halving
 from octlm.tasks.sweeps.trial_log import TALLY_VARIABLE, Tally, TrialLog
@@ -287,3 +287,4 @@ def _failed(home: Home, trial: dict[str, Any], error: BaseException, log: TrialL
 def _settle(home: Home, trial: dict[str, Any], status: str, **fields: Any) -> None:
     with Registry(home.registry) as registry:
         registry.settle_claim(trial["claim_id"], status, decide=halving.decide, **fields)
+        kept.keep_sweep_by_id(home, registry, trial["sweep_id"])  # what survives the registry's loss

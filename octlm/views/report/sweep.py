@@ -57,8 +57,7 @@ class SweepPage:
 def page(home: Home, name: str) -> SweepPage:
     ranking, found = status.ranking(home, name), status.status(home, name)
     spec = found["spec"]
-    ranges = spec.get("ranges") or {}
-    plots = [against(ranking, key, bool(ranges.get(key, {}).get("log"))) for key in ranking["keys"]]
+    plots = [against(ranking, key, _logarithmic(spec, key)) for key in ranking["keys"]]
     plots.append(best_so_far(ranking))
     return SweepPage(f"sweep {name}: {found['description']}", ranking, found, plots)
 
@@ -93,6 +92,17 @@ def against(ranking: SweepRanking, key: str, log: bool) -> Plot:
         _y_ticks(frame),
         legend,
     )
+
+
+def _logarithmic(spec: dict[str, Any], key: str) -> bool:
+    """A key drawn log-uniformly, or whose swept values (all of them, not only those measured so far) span 10x or
+    more, is drawn on a log axis."""
+    ranges, grid = spec.get("ranges") or {}, spec.get("grid") or {}
+    if key in ranges:
+        bounds = ranges[key]
+        return bool(bounds.get("log")) or _spans([bounds.get("low", 0), bounds.get("high", 0)])
+    swept = grid.get(key) or []
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in swept) and bool(swept) and _spans(swept)
 
 
 def _spans(values: Sequence[Any]) -> bool:

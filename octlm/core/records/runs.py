@@ -1,4 +1,4 @@
-"""The records that cross layers, each spelled once: what one logged step of a run says.
+"""What one logged step of a run says, spelled once.
 
 A ``RunRecord`` is written by the training loop (every ``training.log_interval`` steps, with the evaluation's
 fields at evaluation steps), timed by the session, appended to ``runs/<ID>.jsonl``, kept as a row of the

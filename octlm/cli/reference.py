@@ -1,0 +1,104 @@
+"""The references generated from the code, never typed: the documents ``--json`` writes (``docs/reference/json.md``,
+from the TypedDicts that type them). ``python -m octlm.cli.reference`` writes every page; a test fails when a page
+differs from what the code says.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES: dict[str, Callable[[], str]] = {}
+
+
+def page(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
+    def register(build: Callable[[], str]) -> Callable[[], str]:
+        PAGES[name] = build
+        return build
+
+    return register
+
+
+def shapes() -> dict[str, Any]:
+    """{what is run: the TypedDict of what its ``--json`` writes}, every document that is typed."""
+    from octlm.core.records import EvalResult, TrainResult
+    from octlm.views.curves.plots import PlotData
+    from octlm.views.details import Detail
+    from octlm.views.listing import Listing, ListingRow
+    from octlm.views.side_by_side import Comparison
+    from octlm.views.sweeps.status import SweepRanking
+
+    return {
+        "octlm train ID --json, octlm resume ID --json": TrainResult,
+        "octlm eval ID --json": EvalResult,
+        "octlm show --json": Listing,
+        "octlm show --json: each of experiments": ListingRow,
+        "octlm show ID --json": Detail,
+        "octlm show A B --json": Comparison,
+        "octlm show ID --plot --json": PlotData,
+        "octlm show SWEEP --json": SweepRanking,
+    }
+
+
+def _annotations(shape: Any) -> dict[str, Any]:
+    """Every key of a TypedDict with its annotation as written (its bases' first)."""
+    found: dict[str, Any] = {}
+    for base in reversed(shape.__mro__):
+        found.update(getattr(base, "__annotations__", {}))
+    return found
+
+
+def keys(shape: Any) -> tuple[set[str], set[str]]:
+    """(the keys a document always has, those it may have: ``NotRequired``) of a TypedDict."""
+    written = _annotations(shape)
+    optional = {key for key, hint in written.items() if "NotRequired" in str(hint)} | set(shape.__optional_keys__)
+    return set(written) - optional, optional
+
+
+def _type(hint: Any) -> str:
+    text = getattr(hint, "__forward_arg__", hint) if not isinstance(hint, str) else hint
+    text = str(text).replace("typing.", "").replace("octlm.", "")
+    for wrapper in ("NotRequired[",):
+        if text.startswith(wrapper):
+            text = text[len(wrapper) : -1]
+    return text.replace("|", "\\|")
+
+
+@page("docs/reference/json.md")
+def json_reference() -> str:
+    lines = [
+        "# What `--json` writes",
+        "",
+        "Generated from the code (`python -m octlm.cli.reference`): every key of every typed document, with its",
+        "type; a key marked *optional* appears only where it applies. A test runs each command and holds its output",
+        "to this page. Figures keep one name everywhere: `step`, `eval_loss`, `eval_loss_se`, `perplexity`, ...",
+        "",
+    ]
+    for command, shape in shapes().items():
+        _, optional = keys(shape)
+        about = " ".join((shape.__doc__ or "").split()).replace("``", "`")
+        lines += [f"## `{command}`", "", about, "", "| key | type |", "|---|---|"]
+        for key, hint in _annotations(shape).items():
+            lines.append(f"| `{key}`{' (optional)' if key in optional else ''} | `{_type(hint)}` |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(root: Path = ROOT) -> list[str]:
+    """Write every page under ``root``; the ones that changed."""
+    changed = []
+    for name, build in PAGES.items():
+        path, text = root / name, build()
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            changed.append(name)
+    return changed
+
+
+if __name__ == "__main__":
+    written = write()
+    sys.stdout.write("".join(f"wrote {name}\n" for name in written) or "every reference is up to date\n")

@@ -1,0 +1,33 @@
+"""The records that cross layers, each spelled once: what one logged step of a run says (``runs``: ``RunRecord`` and
+its fields) and the documents ``--json`` writes (``documents``). Imported from here.
+"""
+
+from octlm.core.records.documents import EvalResult, Figures, TrainResult
+from octlm.core.records.runs import (
+    EVALUATION_FIELDS,
+    LOOP_FIELDS,
+    METRIC_FIELDS,
+    NESTED_FIELDS,
+    NUMBER_FIELDS,
+    OPTIONAL_FIELDS,
+    RUN_RECORD_FIELDS,
+    TEXT_FIELDS,
+    TIMING_FIELDS,
+    RunRecord,
+)
+
+__all__ = [
+    "EVALUATION_FIELDS",
+    "LOOP_FIELDS",
+    "METRIC_FIELDS",
+    "NESTED_FIELDS",
+    "NUMBER_FIELDS",
+    "OPTIONAL_FIELDS",
+    "RUN_RECORD_FIELDS",
+    "TEXT_FIELDS",
+    "TIMING_FIELDS",
+    "EvalResult",
+    "Figures",
+    "RunRecord",
+    "TrainResult",
+]

@@ -1,0 +1,95 @@
+"""Issue 33 items 10 and 11: ``--json`` shapes agree and are written down. ``train --json`` names its figures as
+``eval --json`` and ``show --json`` do; the list carries ``eval_loss_se``; every typed document's keys are the ones
+``docs/reference/json.md`` (generated from the code) lists, checked against what each command writes. And what a
+person sees: ``eval`` says its phases on stderr with ``--json`` too, ``show ID`` opens with a headline, text values
+are not quoted, and a sweep's report draws a key swept over 10x on a log axis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli, json_out, octlm, write_experiment
+
+from octlm.cli import reference
+
+SHAPES = reference.shapes()
+
+
+def _holds(document: dict, title: str) -> None:
+    required, optional = reference.keys(SHAPES[title])
+    assert required <= set(document) <= required | optional, (title, set(document) ^ (required | optional))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    from conftest import write_corpus
+
+    home = write_corpus(tmp_path_factory.mktemp("shapes") / "home")
+    write_experiment(home, training={"spike_guard": "off"})
+    result = cli(home, "train", "EXP-001", "--json")
+    assert result.exit_code == 0, result.stderr
+    return home, json_out(result)
+
+
+def test_the_reference_is_what_the_code_says() -> None:
+    text = (REPO / "docs" / "reference" / "json.md").read_text(encoding="utf-8")
+    assert text == reference.json_reference(), "regenerate: python -m octlm.cli.reference"
+
+
+def test_train_names_its_figures_as_eval_and_show_do(trained: tuple[Path, dict]) -> None:
+    home, train = trained
+    _holds(train, "octlm train ID --json, octlm resume ID --json")
+    evaluated = json_out(cli(home, "eval", "EXP-001", "--json"))
+    _holds(evaluated, "octlm eval ID --json")
+    shown = json_out(cli(home, "show", "EXP-001", "--json"))
+    _holds(shown, "octlm show ID --json")
+    for name in ("eval_loss", "eval_loss_se", "perplexity", "bits_per_byte"):
+        assert train[name] == train["metrics"][name] == shown[name], name
+    assert train["step"] == shown["step"] == evaluated["step"] == 12
+    listed = json_out(cli(home, "show", "--json"))
+    _holds(listed, "octlm show --json")
+    (row,) = listed["experiments"]
+    _holds(row, "octlm show --json: each of experiments")
+    assert row["eval_loss_se"] == train["eval_loss_se"] is not None
+
+
+def test_the_other_shapes_hold(trained: tuple[Path, dict]) -> None:
+    home, _ = trained
+    write_experiment(home, "EXP-002", training={"learning_rate": 1e-3})
+    _holds(json_out(cli(home, "show", "EXP-001", "EXP-002", "--json")), "octlm show A B --json")
+    _holds(json_out(cli(home, "show", "EXP-001", "--plot", "--json")), "octlm show ID --plot --json")
+    assert cli(home, "sweep", "new", "pair", "--from", "EXP-001", "--seeds", "2").exit_code == 0
+    _holds(json_out(cli(home, "show", "pair", "--json")), "octlm show SWEEP --json")
+
+
+def test_show_opens_with_a_headline_and_quotes_no_text(trained: tuple[Path, dict]) -> None:
+    home, train = trained
+    lines = cli(home, "show", "EXP-001").stdout.splitlines()
+    assert lines[0] == (
+        f"EXP-001: completed at step 12/12; eval loss {train['eval_loss']:.4f} ± {train['eval_loss_se']:.4f}, "
+        f"train loss {train['train_loss']:.4f}"
+    )
+    assert any(line.strip() == "training.spike_guard: off" for line in lines), lines
+    assert '"off"' not in "\n".join(lines)
+
+
+def test_eval_says_its_phases_on_stderr_with_json(trained: tuple[Path, dict]) -> None:
+    home, _ = trained
+    done = octlm(home, "eval", "EXP-001", "--on", "corpus/*.txt", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["on"] == ["corpus/*.txt"]  # stdout stays JSON
+    for phase in ("reading: corpus/*.txt", "encoding: ", "evaluating: "):
+        assert phase in done.stderr, done.stderr
+
+
+def test_a_key_swept_over_ten_times_is_drawn_on_a_log_axis() -> None:
+    from octlm.views.report.sweep import _logarithmic
+
+    assert _logarithmic({"grid": {"training.learning_rate": [1e-4, 3e-4, 1e-3]}}, "training.learning_rate")
+    assert not _logarithmic({"grid": {"training.learning_rate": [1e-3, 3e-3]}}, "training.learning_rate")
+    assert _logarithmic(
+        {"ranges": {"training.learning_rate": {"low": 1e-4, "high": 1e-2, "log": False}}}, "training.learning_rate"
+    )
+    assert not _logarithmic({"grid": {"model.n_layers": [2, 4]}}, "model.n_layers")
