@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import pty
@@ -11,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,6 @@ CORPUS = "\n\n".join(
 TESTS = Path(__file__).resolve().parent
 
 
-GROUPED = ("test_determinism.py",)  # run on one worker of pytest-xdist (``--dist loadgroup``), in collection order
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``tests/e2e/`` is slow by where it lives (faults, ranks, hostile input, signals, the browser); its ranks and
     browser files carry those markers too, so ``-m "not slow"`` runs the fast half and ``-m ranks`` the ranks."""
@@ -52,8 +50,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.ranks)
         if parts[-1] == "test_report_browser.py":
             item.add_marker(pytest.mark.browser)
-        if parts[-1] in GROUPED:  # their module's costly fixtures (emulated processors: 90 s) are made once
-            item.add_marker(pytest.mark.xdist_group(parts[-1]))
 
 
 def tiny_config(**sections: dict) -> dict:
@@ -121,6 +117,20 @@ def compile_cache(tmp_path_factory: pytest.TempPathFactory):
         del os.environ["OCTLM_COMPILE_CACHE"]
     else:
         os.environ["OCTLM_COMPILE_CACHE"] = previous
+
+
+def made_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Any]) -> Any:
+    """What ``build(folder)`` returns (JSON), made once for the whole run: each worker of pytest-xdist asks, the first
+    builds it in a folder all of them share while the others wait on a lock, and every later one reads it. For the
+    costly fixtures (a trained home, processors under emulation) that one worker would otherwise make again."""
+    shared = factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else factory.getbasetemp()
+    folder, done = shared / f"once-{name}", shared / f"once-{name}.json"
+    with open(shared / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            done.write_text(json.dumps(build(folder)))
+    return json.loads(done.read_text())
 
 
 def write_corpus(root: Path) -> Path:
@@ -232,10 +242,13 @@ def screen(shown: str, columns: int = 120, lines: int = 400) -> list[str]:
 
 
 @contextlib.contextmanager
-def busy_box(processes: int | None = None) -> Iterator[None]:
-    """Other work on the box: ``processes`` (default: one per core) Python processes spinning, gone afterwards."""
+def busy_box(processes: int | None = None, *, yielding: bool = False) -> Iterator[None]:
+    """Other work on the box: ``processes`` (default: one per core) Python processes spinning, gone afterwards.
+    ``yielding``: at the lowest priority (nice 19), so they fill the cores that are idle (a command measuring the box
+    at its start sees them) but give way to what then runs, the suite's other workers among it."""
     count = processes or len(os.sched_getaffinity(0))
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    lowest = (lambda: os.nice(19)) if yielding else None  # noqa: E731
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lowest) for _ in range(count)]
     try:
         time.sleep(1.0)  # they run before what is measured starts
         yield

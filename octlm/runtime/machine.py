@@ -17,7 +17,7 @@ from octlm import __version__
 from octlm.config import Config
 from octlm.core.errors import BadInput, ConfigError, Refused
 from octlm.core.reporting import Reporter
-from octlm.runtime import allocator, determinism, load
+from octlm.runtime import allocator, determinism, lean, load
 
 
 def _mps_available() -> bool:
@@ -73,15 +73,16 @@ def device_for(config: Config) -> torch.device:
     return device
 
 
-def configure_determinism(device: torch.device) -> None:
-    """Deterministic kernels everywhere; on CUDA also what that requires."""
+def configure_determinism(device: torch.device, compiled: bool = False) -> None:
+    """Deterministic kernels everywhere; on CUDA also what that requires; without torch's compiler loaded where the
+    process never compiles (``lean``)."""
     if device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    torch.use_deterministic_algorithms(True)
+    lean.lean(compiled)
 
 
 def require_profile(config: Config) -> None:
@@ -111,7 +112,7 @@ def prepare_process(config: Config) -> torch.device:
     device = device_for(config)
     require_profile(config)
     set_threads(config)
-    configure_determinism(device)
+    configure_determinism(device, config.training.compile)
     allocator.keep_freed_memory()
     return device
 

@@ -159,8 +159,8 @@ def _refuse_unsafe(path: Path, writing: bool) -> None:
     database outside the home). Reading through a link never writes, so it is let be."""
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
-        return
+    except (FileNotFoundError, NotADirectoryError):
+        return  # nothing there: opening says what is wrong with the folder, if anything
     if stat.S_ISLNK(info.st_mode):
         if writing:
             raise Refused(

@@ -20,7 +20,7 @@ from octlm.core.errors import Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.home import Home, validate_id
 from octlm.store.registry import Registry
-from octlm.store.sweeps import DECISION_FIELDS, SWEEP_FIELDS, TRIAL_FIELDS
+from octlm.store.sweeps.rows import DECISION_FIELDS, SWEEP_FIELDS, TRIAL_FIELDS
 
 FOLDER = ".octlm"
 IGNORE = "# octlm's own records (see octlm/store/kept.py): never to be committed\n*\n"

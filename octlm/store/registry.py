@@ -56,7 +56,8 @@ from octlm.store.migrations import (
     RunRow,
     VerificationRow,
 )
-from octlm.store.sweeps import SweepRows
+from octlm.store.sweeps.queue import QueueRows
+from octlm.store.sweeps.rows import SweepRows
 
 __all__ = [
     "BUSY_TIMEOUT_S",
@@ -91,7 +92,7 @@ SYNC_EXPERIMENT = (  # keeps ``updated`` when neither the config nor the descrip
 MAX_TAGS, MAX_NOTE_CHARS = 100, 10_000
 
 
-class Registry(SweepRows):
+class Registry(SweepRows, QueueRows):
     # ------------------------------------------------------------------ experiments
 
     def add_experiment(self, experiment_id: str, **fields: str) -> None:

@@ -35,7 +35,7 @@ from octlm.core.liveness import alive, is_other_host
 from octlm.store import experiments, kept
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import Registry, now
-from octlm.store.sweeps import claim_is_dead
+from octlm.store.sweeps.rows import claim_is_dead
 from octlm.train import checkpoint
 
 Problem = dict[str, Any]

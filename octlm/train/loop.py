@@ -16,7 +16,7 @@ import torch
 from octlm.core.records import RunRecord
 from octlm.data.blocks import TokenBlocks
 from octlm.data.sampler import epochs_of
-from octlm.runtime import rng
+from octlm.runtime import lean, rng
 from octlm.train.evaluation import evaluate
 from octlm.train.schedule import for_config
 from octlm.train.state import TrainState
@@ -54,7 +54,7 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> 
             state.scaler.step(state.optimizer)
             state.scaler.update()
         else:
-            state.optimizer.step()
+            lean.step(state.optimizer)
     state.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     return loss.detach(), norm.detach()

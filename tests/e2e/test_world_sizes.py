@@ -148,7 +148,10 @@ def test_four_pieces_train_the_same_bits_on_1_2_4_ranks_and_two_nodes(tmp_path: 
 
 def test_six_pieces_are_exact_on_3_ranks_and_a_ring_sum_is_not(tmp_path: Path) -> None:
     homes = layouts(
-        tmp_path / "exact", pieces=6, batch=12, layouts={"one": [], "two": ["--nproc", "2"], "three": ["--nproc", "3"]}
+        tmp_path / "exact",
+        pieces=6,
+        batch=12,
+        layouts={"one": [], "three": ["--nproc", "3"]},  # 2: the test above
     )
     assert_identical(homes)
     planted = layouts(
@@ -192,15 +195,17 @@ def test_stopped_on_four_ranks_continues_on_two_and_on_one_exactly(tmp_path: Pat
     assert rows == [("train", 4, None), ("resume", 2, None)]
 
 
-def test_verify_resume_from_four_ranks_to_two_passes(tmp_path: Path) -> None:
+def test_verify_resume_from_two_ranks_to_one_passes(tmp_path: Path) -> None:
+    """Another world size for each segment (2, then 1, then 2): the smallest proof; 4 ranks stopped and continued on 2
+    and on 1 is the test above."""
     home = make_home(tmp_path / "home", 4, 8)
-    result = octlm(home, "verify-resume", ID, "--nproc", "4,2", "--split-at", "4", "--json", env=THREADS, timeout=400)
+    result = octlm(home, "verify-resume", ID, "--nproc", "2,1", "--split-at", "4", "--json", env=THREADS, timeout=400)
     assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)
-    assert verdict["verdict"] == "pass" and verdict["nproc"] == [4, 2], verdict["summary"]
+    assert verdict["verdict"] == "pass" and verdict["nproc"] == [2, 1], verdict["summary"]
     for check in verdict["checks"]:
         assert check["compared"] > 0 and check["differing"] == [], check
-    assert "(a) x4" in result.stderr and "(b1) x2" in result.stderr and "(b2) x4" in result.stderr
+    assert "(a) x2" in result.stderr and "(b1) x1" in result.stderr and "(b2) x2" in result.stderr
 
 
 # ---------------------------------------------------------------- what is refused, in one line, before any rank

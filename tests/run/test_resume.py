@@ -50,10 +50,10 @@ def test_train_then_resume_equals_one_go_in_process(tmp_path: Path, home: Path) 
 
 @pytest.mark.slow
 def test_resume_in_new_processes_chain_of_three(home: Path) -> None:
-    result = octlm(home, "verify-resume", "EXP-001", "--split-at", "3,6,9", "--json")
+    result = octlm(home, "verify-resume", "EXP-001", "--split-at", "3,6", "--json")
     assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)
-    assert verdict["identical"] and verdict["split_at"] == [3, 6, 9]
+    assert verdict["identical"] and verdict["split_at"] == [3, 6]
     assert {c["check"] for c in verdict["checks"]} >= {"model", "optimizer", "rng", "next-batch loss", "run file"}
     assert all(c["compared"] > 0 for c in verdict["checks"])
     assert not (home / "checkpoints" / "EXP-001" / "step-000012.pt").exists()  # scratch only
@@ -185,7 +185,7 @@ def test_compiled_training_with_dropout_resumes_exactly(home: Path, tmp_path: Pa
     # torch.compile generates the same code in every process, and dropout inside the compiled
     # graph draws its seeds from the checkpointed generator: the split run must be bit-identical.
     # The graphs go to the per-user compile cache (here a fresh one), shared by the three runs.
-    write_experiment(home, "EXP-004", training={"compile": True}, model={"dropout": 0.1})
+    write_experiment(home, "EXP-004", training={"compile": True, "steps": 8}, model={"dropout": 0.1, "n_layers": 1})
     graphs = tmp_path / "graphs"
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # set by an earlier in-process compile; it wins
     env = {"OCTLM_COMPILE_CACHE": str(graphs)}

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, cli, octlm, write_experiment
+from conftest import CORPUS, cli, made_once, octlm, write_experiment
 
 GOLDEN_CANARY = "e8678dae20ac184d"  # `octlm canary --threads 1` under portable, on the machine above
 # sha256 of EXP-001's weights and optimizer state at step 8 (``state_digest``; the tiny config of conftest, portable)
@@ -51,13 +51,18 @@ def make_home(root: Path, **training: object) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")  # made once per worker, whatever order the workers take this module's tests in
+@pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A home whose portable EXP-001 was trained 0 -> 8 in a new process (checkpoints at 4 and 8)."""
-    root = make_home(tmp_path_factory.mktemp("portable") / "home")
-    result = octlm(root, "train", "EXP-001", "--until", "8", "-q")
-    assert result.returncode == 0, result.stderr
-    return root
+    """A home whose portable EXP-001 was trained 0 -> 8 in a new process (checkpoints at 4 and 8), made once for every
+    worker (``made_once``); the tests read it only."""
+
+    def build(folder: Path) -> str:
+        root = make_home(folder / "home")
+        result = octlm(root, "train", "EXP-001", "--until", "8", "-q")
+        assert result.returncode == 0, result.stderr
+        return str(root)
+
+    return Path(made_once(tmp_path_factory, "portable-trained", build))
 
 
 @pytest.mark.slow
@@ -221,23 +226,28 @@ def emulate(model: str, home: Path, *args: str) -> subprocess.Popen:
 @pytest.fixture(scope="session")
 def emulated(trained: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str]]:
     """Per emulated model, its home and stderr: the model of the other vendor resumes the native run's step 4 to
-    8; the others train EXP-001 from nothing to 8. All at once (each one thread, a few minutes in all)."""
-    crossing = other_vendor_model()
-    started = {}
-    for model in (*INTEL_MODELS, AMD_MODEL):
-        home = tmp_path_factory.mktemp(model) / "home"
-        if model == crossing:
-            shutil.copytree(trained, home)
-            started[model] = (home, emulate(model, home, "resume", "EXP-001", "--step", "4", "--until", "8"))
-        else:
-            started[model] = (make_home(home), emulate(model, home, "train", "EXP-001", "--until", "8", "-q"))
-    done = {}
-    for model, (home, process) in started.items():
-        _, stderr = process.communicate(timeout=1200)
-        said = "".join(line for line in stderr.splitlines(True) if not line.startswith("qemu-x86_64: warning: TCG"))
-        assert process.returncode == 0, f"{model}: {said}"
-        done[model] = (home, said)
-    return done
+    8; the others train EXP-001 from nothing to 8. All at once (each one thread, a few minutes in all), and once for
+    every worker (``made_once``)."""
+
+    def build(folder: Path) -> dict[str, list[str]]:
+        crossing = other_vendor_model()
+        started = {}
+        for model in (*INTEL_MODELS, AMD_MODEL):
+            home = folder / model / "home"
+            if model == crossing:
+                shutil.copytree(trained, home)
+                started[model] = (home, emulate(model, home, "resume", "EXP-001", "--step", "4", "--until", "8"))
+            else:
+                started[model] = (make_home(home), emulate(model, home, "train", "EXP-001", "--until", "8", "-q"))
+        done = {}
+        for model, (home, process) in started.items():
+            _, stderr = process.communicate(timeout=1200)
+            said = "".join(line for line in stderr.splitlines(True) if not line.startswith("qemu-x86_64: warning: TCG"))
+            assert process.returncode == 0, f"{model}: {said}"
+            done[model] = [str(home), said]
+        return done
+
+    return {model: (Path(home), said) for model, (home, said) in made_once(tmp_path_factory, "emulated", build).items()}
 
 
 @pytest.mark.slow

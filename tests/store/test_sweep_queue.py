@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import cli
 
-from octlm.store import migrations, sweeps
+from octlm.store import migrations
 from octlm.store.registry import Registry
+from octlm.store.sweeps import rows as sweeps
 from octlm.tasks.sweeps import halving
 
 WORKER = {"host": None, "pid": None, "pid_start": None, "threads": 1, "device": "cpu"}

@@ -198,6 +198,8 @@ def test_sigterm_checkpoints_the_running_trial_releases_its_claim_and_exits_143(
     _, err = worker.communicate(timeout=120)
     assert worker.returncode == 143, err
     assert "its claim is released" in err
+    assert "checkpointed and is queued again: the next `octlm work` on its sweep continues it" in err  # issue 33.9
+    assert "octlm resume" not in err
     assert rows(home, "select outcome from sweep_claims") == [("released",)]
     assert rows(home, "select status from sweep_trials order by position") == [("queued",), ("queued",)]
     step = layout.checkpoints(home / "checkpoints" / "EXP-002")[-1][0]

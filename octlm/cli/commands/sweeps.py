@@ -128,8 +128,9 @@ def sweep_new(
 ) -> None:
     """Create a sweep: its trials as experiments (tagged sweep:NAME, each its own config), in one transaction."""
     from octlm.tasks.sweeps import plan
+    from octlm.tasks.sweeps.spec import Request
 
-    request = plan.Request(
+    request = Request(
         name=name,
         base=base,
         grid=grid or (),

@@ -2,6 +2,6 @@
 ordinary experiments (``plan``, torch-free; Optuna's samplers in ``asking``, imported only when used), the worker
 that claims and trains them in its process as ``resume`` would (``worker``), several workers on one box splitting
 its cores or GPUs (``pool``), successive halving's decisions (``halving``), and a sweep's trials moved to and from
-node-local homes for a job array (``shipping``). The queue's SQL is ``store/sweeps``.
+node-local homes for a job array (``shipping``). The queue's SQL is ``store/sweeps/``.
 May import: ``core``, ``config``, ``runtime``, ``data``, ``train``, ``store``, ``run`` (and ``exchange``, to ship).
 """

@@ -14,7 +14,7 @@ import math
 import statistics
 from typing import Any
 
-from octlm.store.sweeps import Decision
+from octlm.store.sweeps.rows import Decision
 
 WAITING = ("queued", "running")
 

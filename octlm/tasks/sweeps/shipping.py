@@ -26,9 +26,9 @@ from octlm.core.home import Home, validate_id
 from octlm.exchange import packing
 from octlm.store import kept
 from octlm.store.registry import Registry
-from octlm.store.sweeps import SWEEP_FIELDS, TRIAL_FIELDS
+from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS
 from octlm.tasks.sweeps.asking import SAMPLERS
-from octlm.tasks.sweeps.plan import validate_name
+from octlm.tasks.sweeps.spec import validate_name
 
 FORMAT, VERSION, MANIFEST = "octlm-sweep", 1, "sweep.json"
 MAX_MANIFEST = 64 << 20

@@ -1,26 +1,19 @@
-"""The sweeps' SQL (torch-free): a sweep and its trials, the durable queue's claims, and successive halving's
-decisions (the tables of ``m009_sweeps``). ``Registry`` inherits these reads and writes.
-
-A sweep is made in one transaction: every trial's experiment row, the sweep's row and the trial rows. The queue
-lives in the registry: ``claim`` takes, inside one ``BEGIN IMMEDIATE`` transaction, the first trial that is
-queued, or running under a claim whose process is gone (``liveness``: same host, pid and pid start time), and
-writes the claim (host, pid, pid start time, threads, device, time) with the trial ``running``; at most one open
-claim per trial (a unique index), so two workers never take one trial. ``settle_claim`` closes a claim with the
-trial's outcome and, in the same transaction, lets the caller's ``decide`` promote the next rung (successive
-halving), so a rung is decided exactly once. Claims stay as rows once released: the queue's history.
-"""
+"""A sweep and its trials as rows (torch-free; the tables of ``m009_sweeps``): their types, a sweep made in one
+transaction (every trial's experiment row, the sweep's row and the trial rows), trials added as an Optuna sweep asks,
+a sweep merged from another home by its UUID (``sweep unpack``), halving's decisions restored after the registry's
+loss, and the reads. The queue's claims are ``queue``'s. ``Registry`` inherits both."""
 
 from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.liveness import effective_status
-from octlm.store.base import EXPERIMENT_COLUMNS, RegistryBase, checked, decoded, now, writable
+from octlm.store.base import EXPERIMENT_COLUMNS, RegistryBase, checked, now, writable
 from octlm.store.migrations import Json
 
 
@@ -123,7 +116,8 @@ def _insert(conn: sqlite3.Connection, table: str, fields: dict[str, Any]) -> int
 
 
 class SweepRows(RegistryBase):
-    """The sweeps' reads and writes (``Registry`` inherits them)."""
+    """The sweeps' rows: made, merged, restored and read (``Registry`` inherits them; the queue's claims are
+    ``queue.QueueRows``)."""
 
     def add_sweep(self, sweep: dict[str, Any], members: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> int:
         """The sweep (``name``, ``base``, ``description``, ``spec``) with its trials, each (experiment row fields
@@ -252,21 +246,6 @@ class SweepRows(RegistryBase):
         sql = "select s.name from sweep_trials t join sweeps s on s.id = t.sweep_id where t.experiment_id = ?"
         return [row["name"] for row in self._rows(sql, (experiment_id,))]
 
-    def claims(self, sweep_id: int) -> list[dict[str, Any]]:
-        """Every claim of a sweep's trials, open and released, oldest first."""
-        return self._rows("select * from sweep_claims where sweep_id = ? order by id", (sweep_id,))
-
-    def open_claims(self, host: str, pid: int) -> list[int]:
-        """The ids of the claims a process (host, pid) holds open."""
-        return [int(row["id"]) for row in self.claims_held(host, pid)]
-
-    def claims_held(self, host: str | None = None, pid: int | None = None) -> list[dict[str, Any]]:
-        """The open claims (of one process, when ``host`` and ``pid`` are given), oldest first."""
-        if host is None or pid is None:
-            return self._rows("select * from sweep_claims where released is null order by id")
-        sql = "select * from sweep_claims where released is null and host = ? and pid = ? order by id"
-        return self._rows(sql, (host, pid))
-
     def decisions(self, sweep_id: int) -> list[dict[str, Any]]:
         return self._rows("select * from sweep_decisions where sweep_id = ? order by rung", (sweep_id,))
 
@@ -280,75 +259,3 @@ class SweepRows(RegistryBase):
         )
         rows = self._rows(sql, (experiment_id, step))
         return rows[0]["v"] if rows else None
-
-    # ------------------------------------------------------------------ the queue
-
-    def claim(
-        self, sweep_ids: Collection[int] | None, worker: dict[str, Any], skip: Collection[int] = ()
-    ) -> dict[str, Any] | None:
-        """Take the first trial (of ``sweep_ids``, else of every sweep) that is queued or whose claim's process is
-        gone, for ``worker`` (``host``, ``pid``, ``pid_start``, ``threads``, ``device``); the trial's row with
-        its ``claim_id``, or None when there is none. ``skip``: trial ids not to take now."""
-        where = "t.status in ('queued', 'running')"
-        if sweep_ids is not None:
-            where += f" and t.sweep_id in ({', '.join(str(int(i)) for i in sweep_ids) or 'null'})"
-        with self._transaction() as conn:
-            for found in conn.execute(f"{TRIALS} where {where} order by t.sweep_id, t.position").fetchall():
-                row = decoded(dict(found))
-                if row["id"] in skip or (row["status"] == "running" and not self._lost(conn, row)):
-                    continue
-                fields = {"trial_id": row["id"], "sweep_id": row["sweep_id"], "experiment_id": row["experiment_id"]}
-                fields = {**fields, "target_step": row["target_step"], "claimed": now(), **worker}
-                lost = {"host": row["host"], "pid": row["pid"]} if row["status"] == "running" else None
-                claim_id = _insert(conn, "sweep_claims", fields)
-                conn.execute("update sweep_trials set status = 'running', updated = ? where id = ?", (now(), row["id"]))
-                return {**row, **fields, "id": row["id"], "status": "running", "claim_id": claim_id, "taken_over": lost}
-        return None
-
-    @staticmethod
-    def _lost(conn: sqlite3.Connection, row: dict[str, Any]) -> bool:
-        """A running trial whose claim's process is gone (or that has no open claim): its claim is closed as lost."""
-        if row["claim_id"] is not None and not claim_is_dead(row):
-            return False
-        if row["claim_id"] is not None:
-            sql = "update sweep_claims set released = ?, outcome = 'lost' where id = ?"
-            conn.execute(sql, (now(), row["claim_id"]))
-        return True
-
-    def settle_claim(self, claim_id: int, status: str, decide: Decide | None = None, **trial: Any) -> list[Decision]:
-        """Close an open claim and set its trial's ``status`` (done, failed, or queued again when it was released
-        by a signal: outcome ``released``; ``busy``: another process held the experiment; ``deferred``: this
-        process cannot run it, another will; ``lost``: its claimant died) with ``trial``'s fields
-        (``value``, ``error``); then, in the same transaction, ``decide`` on the sweep as it now stands, as many
-        rungs as complete. The decisions taken. A claim already closed (taken over) changes nothing."""
-        outcome = {"queued": "released"}.get(status, status)
-        if status in ("busy", "deferred", "lost"):  # another process holds it, must run it, or the claimant died
-            outcome, status = status, "queued"
-        with self._transaction() as conn:
-            row = conn.execute("select trial_id, sweep_id, released from sweep_claims where id = ?", (claim_id,))
-            claim = row.fetchone()
-            if claim is None or claim["released"] is not None:
-                return []
-            conn.execute("update sweep_claims set released = ?, outcome = ? where id = ?", (now(), outcome, claim_id))
-            fields = checked("sweep_trials", {"status": status, "updated": now(), **trial}, writable("sweep_trials"))
-            sets = ", ".join(f"{key} = ?" for key in fields)
-            conn.execute(f"update sweep_trials set {sets} where id = ?", (*fields.values(), claim["trial_id"]))
-            return self._decide(conn, claim["sweep_id"], decide) if decide is not None else []
-
-    def _decide(self, conn: sqlite3.Connection, sweep_id: int, decide: Decide) -> list[Decision]:
-        taken: list[Decision] = []
-        sweep = decoded(dict(conn.execute("select * from sweeps where id = ?", (sweep_id,)).fetchone()))
-        while True:
-            rows = conn.execute("select * from sweep_trials where sweep_id = ? order by position", (sweep_id,))
-            decision = decide(sweep, [decoded(dict(r)) for r in rows.fetchall()])
-            if decision is None:
-                return taken
-            fields = {"sweep_id": sweep_id, "rung": decision.rung, "step": decision.step, "created": now()}
-            _insert(conn, "sweep_decisions", {**fields, "ranking": decision.ranking, "promoted": decision.promoted})
-            at_rung = "sweep_id = ? and rung = ? and status = 'done'"
-            conn.execute(f"update sweep_trials set status = 'stopped' where {at_rung}", (sweep_id, decision.rung))
-            promote = "update sweep_trials set status = 'queued', rung = ?, target_step = ?, updated = ?"
-            for experiment_id in decision.promoted:
-                values = (decision.rung + 1, decision.next_step, now(), sweep_id, experiment_id)
-                conn.execute(f"{promote} where sweep_id = ? and experiment_id = ?", values)
-            taken.append(decision)

@@ -1,0 +1,184 @@
+"""``octlm sweep new``'s options, parsed and checked before anything is built or written (torch-free): the sweep's
+name, ``--grid`` values (typed as the config holds them, each once, only keys that change what a trial trains),
+``--range`` bounds, halving's rungs, the metric a sweep minimises, and how many trials the options make, counted
+from them (``MAX_TRIALS`` at most), never by making them. One line each, naming the option.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from octlm import config as cfg
+from octlm.config import flatten
+from octlm.config.schema import split_key
+from octlm.core.errors import BadInput, OctlmError
+from octlm.core.home import DEFAULT_PREFIX, validate_id
+from octlm.store import experiments
+from octlm.tasks.sweeps import asking
+
+NAME = re.compile(r"[a-z][a-z0-9_.]*(-[a-z0-9_.]+)*")
+
+
+NAME_HELP = "a sweep's name is lowercase letters, digits, '_', '.' and '-', starting with a letter (e.g. lr-2026)"
+
+
+SAMPLERS = ("grid", "random", *asking.SAMPLERS)  # grid and random: octlm's own, every trial made at once
+MAX_TRIALS = 10_000
+
+
+SEED = "training.seed"
+
+
+@dataclass(frozen=True)
+class Request:
+    """The options of ``octlm sweep new``."""
+
+    name: str
+    base: str
+    grid: Sequence[str] = ()  # KEY=V1,V2,...
+    ranges: Sequence[str] = ()  # KEY=LOW:HIGH[:log]
+    random: int = 0
+    seeds: int = 1
+    sampler: str | None = None
+    trials: int | None = None  # Optuna's budget of configurations
+    parallel: int = 2  # Optuna: configurations asked for ahead
+    metric: str = "eval_loss"
+    halving: str | None = None  # RUNG,RUNG,...
+    keep: float = 0.5
+    seed: int = 0  # of the random draws and of Optuna's sampler
+    overrides: Sequence[str] = ()  # --set, for every trial
+    prefix: str = DEFAULT_PREFIX
+
+
+def validate_name(name: str) -> str:
+    if len(name) > 64 or NAME.fullmatch(name) is None:
+        raise BadInput(f"sweep name {name!r}: {NAME_HELP}")
+    try:
+        validate_id(name.upper())
+    except BadInput:
+        return name
+    raise BadInput(f"sweep name {name!r} reads as an experiment ID: choose one that does not end in '-' and digits")
+
+
+def parse_grid(items: Sequence[str], base: cfg.Config) -> dict[str, list[Any]]:
+    """``--grid KEY=V1,V2`` (repeatable) as {key: [values, typed as the config holds them]}; BadInput naming the
+    malformed one or the value the key cannot take."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        values = [value.strip() for value in text.split(",")]
+        if not sep or not key.strip() or not all(values):
+            raise BadInput(f"--grid {item!r}: expected KEY=V1,V2,... e.g. training.learning_rate=1e-3,3e-3")
+        _check_key(key.strip(), "--grid")
+        typed = [_typed(base, key.strip(), value) for value in values]
+        twice = next((text for text, value in zip(values, typed, strict=True) if typed.count(value) > 1), None)
+        if twice is not None:
+            raise BadInput(f"--grid {item!r}: {twice} is given twice (as the config holds it): each value once")
+        grid[key.strip()] = typed
+    return grid
+
+
+def _typed(base: cfg.Config, key: str, text: str) -> Any:
+    """``text`` as the config holds it at ``key`` (``1e-3`` -> 0.001)."""
+    try:
+        built = experiments.build(preset=None, from_config=base, overrides=[f"{key}={text}"], description="")
+    except OctlmError as error:
+        raise BadInput(f"--grid {key}={text}: {str(error).removeprefix('--set ')}") from None
+    return flatten(built.to_dict())[key]
+
+
+def parse_ranges(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--range KEY=LOW:HIGH[:log]`` as {key: {low, high, log, int}}; BadInput naming the malformed one."""
+    kinds = {item["key"]: item["type"] for item in cfg.describe_keys()}
+    ranges: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, _, text = item.partition("=")
+        parts, key = text.split(":"), key.strip()
+        _check_key(key, "--range")
+        try:
+            low, high = float(parts[0]), float(parts[1])
+        except (ValueError, IndexError):
+            example = "training.learning_rate=1e-4:1e-2:log"
+            raise BadInput(f"--range {item!r}: expected KEY=LOW:HIGH[:log], e.g. {example}") from None
+        log = parts[2:] == ["log"]
+        if len(parts) > 2 + log or not math.isfinite(low) or not math.isfinite(high) or not low < high:
+            raise BadInput(f"--range {item!r}: expected KEY=LOW:HIGH[:log] with LOW below HIGH")
+        if kinds.get(key) not in ("int", "float") or (log and low <= 0):
+            raise BadInput(f"--range {item!r}: a range needs a numeric key (and LOW above 0 with :log)")
+        ranges[key] = {"low": low, "high": high, "log": log, "int": kinds[key] == "int"}
+    return ranges
+
+
+def _check_key(key: str, option: str) -> None:
+    try:
+        split_key(key, option)
+    except OctlmError as error:
+        raise BadInput(str(error)) from None
+    if key == SEED:
+        raise BadInput(f"{option} {key}: replicates differ in the seed; ask for them with --seeds S")
+    if key in cfg.BOOKKEEPING:
+        raise BadInput(
+            f"{option} {key}: does not change what a trial trains (it is not in the fingerprint), so every trial "
+            "would train the same bits; sweep a key that `octlm config keys` marks as fingerprinted"
+        )
+
+
+def parse_rungs(text: str | None, config: cfg.Config) -> list[int]:
+    """``--halving 100,400,1600``: increasing steps, each an evaluation step of the trials (a multiple of
+    ``training.eval_interval``), so every rung's loss is measured where it is decided."""
+    if not text:
+        return []
+    try:
+        rungs = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise BadInput(f"--halving {text!r}: expected increasing steps, e.g. 100,400,1600") from None
+    if len(rungs) < 2 or any(b <= a for a, b in zip(rungs, rungs[1:], strict=False)) or rungs[0] <= 0:
+        raise BadInput(f"--halving {text!r}: expected two or more increasing steps, e.g. 100,400,1600")
+    interval = config.training.eval_interval
+    if off := [rung for rung in rungs[:-1] if rung % interval]:
+        raise BadInput(
+            f"--halving {text}: rung {off[0]} is not a multiple of training.eval_interval ({interval}), so no "
+            f"evaluation falls there; choose multiples or --set training.eval_interval=N"
+        )
+    return rungs
+
+
+METRICS = ("eval_loss", "perplexity", "bits_per_byte", "train_loss")  # what a sweep minimises
+
+
+def check_metric(metric: str) -> None:
+    """``--metric``: one of the figures every trial records and a sweep minimises; BadInput naming them."""
+    if metric not in METRICS:
+        raise BadInput(f"--metric {metric!r}: a sweep minimises one of {', '.join(METRICS)}")
+
+
+def check_size(request: Request, sampler: str, grid: dict[str, list[Any]]) -> None:
+    """The trials a sweep would make, counted from its options (never by making them): at most ``MAX_TRIALS``."""
+    if sampler in asking.SAMPLERS:
+        count = (request.trials or 0) * request.seeds
+        if request.parallel > (request.trials or 0):
+            raise BadInput(f"--parallel {request.parallel}: at most --trials ({request.trials}) asked ahead")
+    else:
+        count = math.prod(len(values) for values in grid.values()) * max(request.random, 1) * request.seeds
+    if count > MAX_TRIALS:
+        raise BadInput(f"{count:,} trials: at most {MAX_TRIALS:,} in one sweep; fewer values, draws, --trials or seeds")
+
+
+def check_options(request: Request, sampler: str, grid: dict[str, Any], ranges: dict[str, Any]) -> None:
+    if sampler not in SAMPLERS:
+        raise BadInput(f"--sampler {sampler}: choose one of {', '.join(SAMPLERS)}")
+    if not 1 <= request.seeds <= 1000:
+        raise BadInput(f"--seeds {request.seeds}: give 1 to 1000 replicates")
+    if not 0 < request.keep < 1:
+        raise BadInput(f"--keep {request.keep}: the fraction promoted at each rung, above 0 and below 1")
+    if sampler in asking.SAMPLERS:
+        if not ranges and not grid or not request.trials or request.trials < 1 or request.parallel < 1:
+            raise BadInput(f"--sampler {sampler} asks as trials finish: give --trials N, --parallel K and --range keys")
+    elif request.trials is not None or bool(ranges) != bool(request.random):
+        raise BadInput("--trials goes with --sampler tpe; --range with --random N (or --sampler tpe), and back")
+    if not grid and not ranges and request.seeds < 2:
+        raise BadInput("a sweep varies something: give --grid KEY=V1,V2, --random N --range KEY=LOW:HIGH or --seeds S")
