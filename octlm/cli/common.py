@@ -190,12 +190,36 @@ def write_examples(epilog: str | None, formatter: Any) -> None:
         formatter.write(f"  {line}\n" if line.strip() else "\n")
 
 
+# The panels `octlm --help` lists its commands in, in order: where a user looks for each.
+PANELS: dict[str, tuple[str, ...]] = {
+    "Experiments": ("new", "show", "tag", "note", "archive", "unarchive", "rm"),
+    "Training": ("train", "resume", "verify-resume", "overfit", "eval", "sample"),
+    "Many runs": ("sweep", "work", "watch"),
+    "Moving runs": ("pack", "unpack", "registry", "export"),
+    "Tools": ("report", "bench", "canary", "prepare", "doctor", "config"),
+}
+
+
 class OctlmGroup(TyperGroup):
     """The root group: usage errors as one line (``octlm: error: ...``) with exit 2, and stdout flushed
-    at the end with a closed pipe taken quietly, so no run of octlm ends in a traceback."""
+    at the end with a closed pipe taken quietly, so no run of octlm ends in a traceback; its help lists the commands
+    in ``PANELS`` (a group below it, such as ``sweep``, lists its own as they are)."""
 
     def get_short_help_str(self, limit: int = 45) -> str:
         return summary(self.help)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        if ctx.parent is not None:
+            super().format_commands(ctx, formatter)
+            return
+        known = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
+        shown = [name for names in PANELS.values() for name in names]
+        panels = {**PANELS, "Other": tuple(name for name in known if name not in shown)}
+        for panel, names in panels.items():
+            rows = [(name, command.get_short_help_str()) for name in names if (command := known.get(name)) is not None]
+            if rows:
+                with formatter.section(panel):
+                    formatter.write_dl(rows)
 
     def format_epilog(self, ctx: Any, formatter: Any) -> None:
         write_examples(self.epilog, formatter)

@@ -1,6 +1,8 @@
-"""The references generated from the code, never typed: the documents ``--json`` writes (``docs/reference/json.md``,
-from the TypedDicts that type them). ``python -m octlm.cli.reference`` writes every page; a test fails when a page
-differs from what the code says.
+"""The references generated from the code, never typed: every command as ``--help`` prints it
+(``docs/reference/commands.md``, from the Typer application), every config key (``docs/reference/config.md``, from
+the schema behind ``octlm config keys``), the documents ``--json`` writes (``docs/reference/json.md``, from the
+TypedDicts that type them), and the site's front page (``docs/index.md``, the README with its links made the site's).
+``python -m octlm.cli.reference`` writes every page; a test fails when a page differs from what the code says.
 """
 
 from __future__ import annotations
@@ -85,6 +87,91 @@ def json_reference() -> str:
             lines.append(f"| `{key}`{' (optional)' if key in optional else ''} | `{_type(hint)}` |")
         lines.append("")
     return "\n".join(lines)
+
+
+HELP_WIDTH = 100  # the width --help is rendered at for the page, whatever the terminal
+
+
+def _commands(group: Any, ctx: Any, prefix: str) -> list[tuple[str, Any, Any]]:
+    """(name, command, context) of every command under ``group``, depth first, in the order ``--help`` lists them."""
+    found = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is None or getattr(command, "hidden", False):
+            continue
+        sub = _context(command, name, ctx)
+        found.append((f"{prefix}{name}", command, sub))
+        if hasattr(command, "list_commands"):
+            found += _commands(command, sub, f"{prefix}{name} ")
+    return found
+
+
+def _context(command: Any, name: str, parent: Any = None) -> Any:
+    """A context of ``command`` whose help is rendered at ``HELP_WIDTH`` (the command's own context class)."""
+    return command.context_class(
+        command, info_name=name, parent=parent, terminal_width=HELP_WIDTH, max_content_width=HELP_WIDTH
+    )
+
+
+@page("docs/reference/commands.md")
+def commands_reference() -> str:
+    import typer
+
+    from octlm.cli.app import app
+
+    root = typer.main.get_command(app)
+    ctx = _context(root, "octlm")
+    lines = [
+        "# Commands",
+        "",
+        "Generated from the command line itself (`python -m octlm.cli.reference`): each command's `--help`, as it",
+        "prints it. `octlm COMMAND -h` shows the same.",
+        "",
+        "## `octlm`",
+        "",
+        "```text",
+        root.get_help(ctx).rstrip(),
+        "```",
+        "",
+    ]
+    for name, command, sub in _commands(root, ctx, ""):
+        lines += [f"## `octlm {name}`", "", "```text", command.get_help(sub).rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+@page("docs/reference/config.md")
+def config_reference() -> str:
+    from octlm.cli.commands.config import default_text
+    from octlm.config import describe_keys
+
+    lines = [
+        "# Config keys",
+        "",
+        "Generated from the schema (`python -m octlm.cli.reference`), as `octlm config keys` lists them: every key of",
+        "an experiment's YAML, its type, its default (as YAML writes it), whether it is in the fingerprint (a",
+        "checkpoint continues only under the same fingerprint), and what it does.",
+        "",
+        "| key | type | default | fingerprinted | what it does |",
+        "|---|---|---|---|---|",
+    ]
+    for key in describe_keys():
+        cells = (
+            f"`{key['key']}`",
+            key["type"],
+            f"`{default_text(key['default'])}`",
+            "yes" if key["fingerprinted"] else "no",
+            key["doc"],
+        )
+        lines.append("| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join([*lines, ""])
+
+
+@page("docs/index.md")
+def site_index() -> str:
+    """The README, its links made relative to ``docs/`` (where the site is built from)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = text.replace("](docs/", "](")
+    return "<!-- Generated from README.md by python -m octlm.cli.reference: edit the README. -->\n\n" + text
 
 
 def write(root: Path = ROOT) -> list[str]:

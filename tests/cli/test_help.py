@@ -43,10 +43,20 @@ def test_examples_of_owned_commands_name_real_options() -> None:
             assert {word for word in line.split() if word.startswith("--")} <= flags, line
 
 
-def test_root_help_lists_whole_summaries(tmp_path: Path) -> None:
+def test_root_help_lists_whole_summaries_in_panels(tmp_path: Path) -> None:
+    """Issue 35 item 7: the commands in panels, every one of them in one, each summary whole."""
+    from octlm.cli.common import PANELS
+
     result = cli(tmp_path, "-h")
-    assert result.exit_code == 0 and "..." not in result.stdout.split("Commands:")[1].split("Examples:")[0]
+    listed = result.stdout.split("Experiments:")[1].split("Examples:")[0]
+    assert result.exit_code == 0 and "..." not in listed
     assert "--install-completion" in result.stdout and "Examples:" in result.stdout
+    headings = [line[:-1] for line in result.stdout.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert (
+        [h for h in headings if h in PANELS] == list(PANELS) and "Other" not in headings and "Commands" not in headings
+    )
+    every = {name for names in PANELS.values() for name in names}
+    assert every == set(cli_app.COMMANDS) | {"config", "registry", "sweep"}
 
 
 def complete(home: Path, words: str) -> list[str]:

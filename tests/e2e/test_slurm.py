@@ -24,7 +24,7 @@ from conftest import assert_same_training_state, cli, json_out, octlm, write_cor
 from octlm.core import layout
 from octlm.train import checkpoint
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "sweeps.md"  # its job-array script, as written
 PROGRAMS = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "munged", "mungekey")
 missing = [name for name in PROGRAMS if shutil.which(name) is None]
 pytestmark = [
@@ -117,11 +117,11 @@ def slurm(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 def readme_script(ship: Path, nodes: Path, data: Path) -> str:
-    """The README's job-array script, its shared and node-local paths pointed into this test's folders."""
-    text = README.read_text()
+    """The sweeps guide's job-array script, its shared and node-local paths pointed into this test's folders."""
+    text = GUIDE.read_text()
     start = text.index("**A sweep on a Slurm job array.**")
     script = re.search(r"```bash\n(#!/bin/bash\n.*?)```", text[start:], re.S)
-    assert script is not None, "the README lost its sweep job-array script"
+    assert script is not None, "the sweeps guide lost its job-array script"
     body = script.group(1)
     assert "/shared/sweeps/lr" in body and "/local/$USER" in body and "OCTLM_DATA_ROOT=/shared/data" in body
     body = body.replace("/shared/sweeps/lr", str(ship)).replace("/local/$USER", str(nodes))
