@@ -23,9 +23,9 @@ from typer.testing import CliRunner
 from octlm.cli.app import app
 from octlm.core.home import Home
 from octlm.core.records import METRIC_FIELDS, TIMING_FIELDS
-from octlm.store import runfile
 from octlm.store.experiments import load, register
 from octlm.store.registry import Registry
+from octlm.store.runs import runfile
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -30,7 +30,8 @@ def shapes() -> dict[str, Any]:
     from octlm.views.curves.plots import PlotData
     from octlm.views.details import Detail
     from octlm.views.listing import Listing, ListingRow
-    from octlm.views.side_by_side import Comparison
+    from octlm.views.paired import Paired
+    from octlm.views.side_by_side import Comparison, Versus
     from octlm.views.sweeps.status import SweepRanking
 
     return {
@@ -40,6 +41,8 @@ def shapes() -> dict[str, Any]:
         "octlm show --json: each of experiments": ListingRow,
         "octlm show ID --json": Detail,
         "octlm show A B --json": Comparison,
+        "octlm show A B --json: each of versus": Versus,
+        "octlm show A B --json: a versus's paired": Paired,
         "octlm show ID --plot --json": PlotData,
         "octlm show SWEEP --json": SweepRanking,
     }

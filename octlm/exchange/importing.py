@@ -40,9 +40,9 @@ from octlm.exchange.records import (
     ExportedVerification,
     Record,
 )
-from octlm.store import runfile
 from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry, Merge
+from octlm.store.runs import runfile
 
 
 def import_file(

@@ -23,10 +23,10 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import read_regular, write_output
 from octlm.core.home import Home, validate_id
-from octlm.store import runfile
 from octlm.store.base import METRIC_FIELDS
 from octlm.store.merge import ExchangeRegistry
 from octlm.store.migrations import ADDED, TABLE_COLUMNS, CheckpointRow
+from octlm.store.runs import runfile
 
 SCHEMA_VERSION = 1
 TRACKS = {"train": "", "overfit": "-overfit"}  # a track's run file: runs/<ID><suffix>.jsonl

@@ -13,8 +13,9 @@ from octlm.core.reporting import Reporter
 from octlm.data.pipeline import PreparedData
 from octlm.run.runner import Context, Start, run_experiment
 from octlm.runtime import machine as runtime
-from octlm.store import experiments, runfile
+from octlm.store import experiments
 from octlm.store.registry import Registry
+from octlm.store.runs import runfile
 from octlm.train import generate
 from octlm.train.evaluation import evaluate
 from octlm.train.state import TrainState

@@ -19,7 +19,7 @@ from octlm.data.fingerprints import Fingerprints
 from octlm.data.pipeline import PreparedData
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
-from octlm.store import runfile
+from octlm.store.runs import runfile
 from octlm.train import canary, checkpoint
 from octlm.train.checkpoint import Loaded, Record
 from octlm.train.state import TrainState, load_record

@@ -30,9 +30,10 @@ from octlm.run.keeper import Cadence, CheckpointKeeper
 from octlm.runtime import load, rng
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
-from octlm.store import runfile
 from octlm.store.bookkeeping import BOOKKEEPING_TIMEOUT_S, SETTLE_TIMEOUT_S, Bookkeeping
+from octlm.store.runs import evalblocks, runfile
 from octlm.train import loop
+from octlm.train.evaluation import PerBlock
 from octlm.train.loop import LoopHooks
 from octlm.train.state import TrainState
 
@@ -115,6 +116,9 @@ class _Steps:
     def on_step(self, step: int) -> None:
         """Rank 0 shows progress."""
 
+    def on_blocks(self, step: int, per_block: PerBlock) -> None:
+        """Rank 0 keeps an evaluation block by block."""
+
     def on_checkpoint(self, state: TrainState) -> None:
         if self.saved_step == state.step:
             return
@@ -135,6 +139,7 @@ class _Steps:
         hooks = LoopHooks(
             on_step=self.on_step,
             on_eval=lambda record: self.on_eval(state, record),
+            on_blocks=self.on_blocks,
             on_checkpoint=self.on_checkpoint,
             checkpoint_due=cadence.due,
             should_stop=lambda: self._agreed_stop(guard),
@@ -207,6 +212,7 @@ class Session(_Steps):
         if resumed_from is not None:  # already durable: a stop before the first step rewrites nothing
             self.saved_step, self.last_checkpoint = state.step, resumed_from
         runfile.cut(self.track.run_file, state.step)
+        evalblocks.cut(evalblocks.path_for(self.track.run_file), state.step)
         self.registry.cut_metrics(self.config.id, self.track.kind, state.step)
         for record in inherited or []:  # a fork continuing its parent's run: the parent's records so far
             runfile.append(self.track.run_file, record)
@@ -278,6 +284,16 @@ class Session(_Steps):
         self.registry.update_run(self._row(), latest_metrics=self.latest, end_step=state.step)
         if "eval_loss" in record:  # the reporter shows evaluations; the bar moves with every step
             self.reporter.eval(record)
+
+    def on_blocks(self, step: int, per_block: PerBlock) -> None:
+        """The main track's evaluations, block by block, beside its run file (``store.runs.evalblocks``); an overfit's
+        one block has nothing to pair."""
+        if self.track.kind != "train":
+            return
+        kept = evalblocks.BlockEvaluation(
+            step, per_block.digest, per_block.nats.tolist(), per_block.targets.tolist(), per_block.target_bytes.tolist()
+        )
+        evalblocks.append(evalblocks.path_for(self.track.run_file), kept)
 
     def save(self, state: TrainState, rng_states: list[dict[str, Any]]) -> None:
         state.elapsed = self.base_elapsed + (time.perf_counter() - self.started)

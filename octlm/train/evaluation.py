@@ -6,13 +6,16 @@ blocks as the units sampled (a ratio estimator over blocks: ``se^2 = k/(k-1) * s
 block i's nats ``a_i`` and targets ``b_i``, ``B = sum b_i``, ``k`` blocks), so it says how much the figure would
 move on another draw of as many blocks. Bits per byte is the same ratio over target bytes, divided by ln 2;
 perplexity's error is ``exp(L) * se``. With one block there is no error to give (None). Blocks labelled with their
-data source (``TokenBlocks.sources``) are also evaluated per source.
+data source (``TokenBlocks.sources``) are also evaluated per source. Each block's nats, targets and bytes are kept
+(``PerBlock``, with a digest of the blocks' tokens), so two evaluations of the same blocks can be paired later.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,18 +44,38 @@ def _per_block(logits: torch.Tensor, targets: torch.Tensor, pad_id: int) -> torc
     return flat.view(targets.shape).double().sum(dim=1)
 
 
-@torch.no_grad()
+@dataclass(frozen=True)
+class PerBlock:
+    """One evaluation, block by block: each block's summed nats, its target tokens and their bytes, and the sha256
+    of the blocks' tokens in the order read (two evaluations with the same digest read the same blocks)."""
+
+    nats: np.ndarray  # float64, one per block
+    targets: np.ndarray  # int64
+    target_bytes: np.ndarray  # int64
+    digest: str
+
+
 def evaluate(
     model: nn.Module, blocks: TokenBlocks, device: torch.device, precision: str, batch_size: int
 ) -> dict[str, Any]:
     """Loss, perplexity and bits per byte over ``blocks`` with their standard errors, the tokens read, the seconds
     it took, and (for labelled blocks) the same per data source; draws from no random stream."""
+    return evaluate_blocks(model, blocks, device, precision, batch_size)[0]
+
+
+@torch.no_grad()
+def evaluate_blocks(
+    model: nn.Module, blocks: TokenBlocks, device: torch.device, precision: str, batch_size: int
+) -> tuple[dict[str, Any], PerBlock]:
+    """``evaluate``'s figures and the evaluation block by block (``PerBlock``)."""
     started, was_training = time.perf_counter(), model.training
     model.eval()
     nats = torch.zeros((), dtype=torch.float64, device=device)
     units: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # per block: nats, targets, bytes
+    read = hashlib.sha256()
     for start in range(0, len(blocks), batch_size):
         inputs, targets = blocks.batch(slice(start, start + batch_size))
+        read.update(torch.cat([inputs[:, :1], targets], dim=1).numpy().astype("<i8").tobytes())
         with autocast(device, precision):
             logits = model(inputs.to(device))
         batch_nats, _ = loss_sums(logits, targets.to(device), blocks.pad_id)
@@ -67,7 +90,7 @@ def evaluate(
     found |= {"eval_tokens": int(b.sum()), "eval_seconds": round(time.perf_counter() - started, 4)}
     if blocks.sources is not None and len(blocks.source_names) > 1:
         found["eval_sources"] = _by_source(blocks, a, b, y)
-    return found
+    return found, PerBlock(a, b.astype(np.int64), y.astype(np.int64), read.hexdigest())
 
 
 def _bytes(blocks: TokenBlocks, targets: torch.Tensor) -> torch.Tensor:

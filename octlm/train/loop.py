@@ -17,7 +17,7 @@ from octlm.core.records import RunRecord
 from octlm.data.blocks import TokenBlocks
 from octlm.data.sampler import epochs_of
 from octlm.runtime import lean, rng
-from octlm.train.evaluation import evaluate
+from octlm.train.evaluation import PerBlock, evaluate_blocks
 from octlm.train.schedule import for_config
 from octlm.train.state import TrainState
 
@@ -94,6 +94,7 @@ class LoopHooks:
 
     on_step: Callable[[int], None] = lambda step: None
     on_eval: Callable[[RunRecord], None] = lambda record: None
+    on_blocks: Callable[[int, PerBlock], None] = lambda step, blocks: None  # an evaluation block by block
     on_checkpoint: Callable[[TrainState], None] = lambda state: None
     checkpoint_due: Callable[[int], bool] = lambda step: False  # the keeper's cadence
     should_stop: Callable[[], bool] = lambda: False
@@ -143,7 +144,7 @@ def train_until(
         state.accumulator.add(loss)
         hooks.on_step(state.step)
         if cadence.logs(state.step) and state.ranks.leader:  # rank 0 alone evaluates and logs
-            evaluation = _evaluation(state, eval_blocks) if cadence.evaluates(state.step) else {}
+            evaluation = _evaluation(state, eval_blocks, hooks) if cadence.evaluates(state.step) else {}
             hooks.on_eval(_record(state, learning_rate, norm, evaluation))
         elif cadence.logs(state.step):
             state.accumulator.take()
@@ -152,9 +153,12 @@ def train_until(
     return False
 
 
-def _evaluation(state: TrainState, eval_blocks: TokenBlocks) -> dict[str, float]:
+def _evaluation(state: TrainState, eval_blocks: TokenBlocks, hooks: LoopHooks) -> dict[str, float]:
+    """The evaluation's figures for the record; its blocks go to ``hooks.on_blocks`` first."""
     precision, batch_size = state.config.training.precision, state.sampler.batch_size
-    return evaluate(state.model, eval_blocks, state.device, precision, batch_size)
+    figures, per_block = evaluate_blocks(state.model, eval_blocks, state.device, precision, batch_size)
+    hooks.on_blocks(state.step, per_block)
+    return figures
 
 
 def _record(state: TrainState, learning_rate: float, norm: torch.Tensor, evaluation: dict[str, float]) -> RunRecord:

@@ -11,8 +11,9 @@ from octlm.config import flatten
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
 from octlm.core.records import NUMBER_FIELDS, Figures, RunRecord
-from octlm.store import experiments, runfile
+from octlm.store import experiments
 from octlm.store.registry import TRAINING_KINDS, Registry
+from octlm.store.runs import runfile
 
 SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
 NUMBERS = NUMBER_FIELDS  # the fields of a run-file record the views compute with

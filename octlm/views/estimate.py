@@ -10,7 +10,8 @@ from __future__ import annotations
 from octlm.config import Config
 from octlm.core import layout
 from octlm.core.home import Home
-from octlm.store import experiments, runfile
+from octlm.store import experiments
+from octlm.store.runs import runfile
 
 LONG_RUN_S = 60.0  # shorter runs get no estimate: their bar says enough
 

@@ -16,8 +16,10 @@ from octlm.config import flatten
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
 from octlm.store.registry import Registry
+from octlm.store.runs import evalblocks
 from octlm.views import noise
 from octlm.views.details import SCHEMA_VERSION, Detail, RegistryRow, detail, run_records
+from octlm.views.paired import Paired, pair
 from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import Group
 
@@ -70,12 +72,16 @@ class SeedNoise(TypedDict):
 
 
 class Versus(SeedNoise):
-    """An experiment against the first one: its final eval loss beside the combined standard error, and whether
-    the two read the same blocks in the same order (their receipts, at the most blocks both logged)."""
+    """An experiment against the first one: its final eval loss's difference judged by the paired standard error
+    when both final evaluations read the same blocks (``paired``), else by the two errors combined (``combined_se``,
+    ``test`` says which), and whether the two trained on the same blocks in the same order (their receipts, at the
+    most blocks both logged)."""
 
     id: str
     eval_loss_difference: float | None
     combined_se: float | None
+    test: Literal["paired", "unpaired"]
+    paired: Paired | None
     within_noise: bool | None
     noise: str
     same_data_order: bool | None
@@ -104,6 +110,7 @@ def compare(home: Home, ids: list[str], all_keys: bool = False) -> Comparison:
     records = {d["id"]: run_records(home, d["id"]) for d in details}
     common = min((max((r.get("tokens") or 0 for r in recs), default=0) for recs in records.values()), default=0)
     groups = replicate_groups(home, ids)
+    kept = {experiment_id: final_blocks(home, experiment_id, records[experiment_id]) for experiment_id in ids}
     return {
         "schema_version": SCHEMA_VERSION,
         "ids": ids,
@@ -112,7 +119,14 @@ def compare(home: Home, ids: list[str], all_keys: bool = False) -> Comparison:
         "config": differing_keys([d["config"] for d in details], all_keys),
         "all_keys": all_keys,
         "versus": [
-            versus(records[ids[0]], records[other], other, seed_noise(ids[0], other, groups[0], groups[index], twin))
+            versus(
+                records[ids[0]],
+                records[other],
+                other,
+                seed_noise(ids[0], other, groups[0], groups[index], twin),
+                *pairing(kept, ids[0], other),
+                ids[0],
+            )
             for index, other in enumerate(ids[1:], 1)
             for twin in [replicates.twins(details[0]["config"], details[index]["config"])]
         ],
@@ -204,19 +218,51 @@ def _figures(item: Detail, records: Records, common: int) -> Figures:
     }
 
 
-def versus(first: Records, other: Records, other_id: str, seeds: SeedNoise | None = None) -> Versus:
-    """``other`` against ``first``: the final eval losses' difference (other - first) and its combined standard error
-    (the two evaluations taken as independent: an upper bound when they read the same blocks), and the data order."""
+def final_blocks(home: Home, experiment_id: str, records: Records) -> evalblocks.BlockEvaluation | None:
+    """The experiment's final evaluation block by block (``store.runs.evalblocks``), None where it was not kept."""
+    step = next((r.get("step") for r in reversed(records) if r.get("eval_loss") is not None), None)
+    if step is None:
+        return None
+    return evalblocks.at_step(evalblocks.path_for(home.run_file(experiment_id)), step)
+
+
+def pairing(kept: dict[str, evalblocks.BlockEvaluation | None], first: str, other: str) -> tuple[Paired | None, str]:
+    """The paired figures of ``other - first``, or None and why not (the unpaired test's words)."""
+    missing = [experiment_id for experiment_id in (first, other) if kept[experiment_id] is None]
+    if missing:
+        return None, f"unpaired: {' and '.join(missing)} kept no evaluation block by block"
+    found = pair(kept[first], kept[other])
+    return found, "paired" if found is not None else "unpaired: not evaluated on the same blocks"
+
+
+def versus(
+    first: Records,
+    other: Records,
+    other_id: str,
+    seeds: SeedNoise | None = None,
+    paired: Paired | None = None,
+    unpaired_test: str = "unpaired",
+    first_id: str = "the first",
+) -> Versus:
+    """``other`` against ``first``: the final eval losses' difference (other - first), judged by its paired standard
+    error when both final evaluations read the same blocks (``paired``), else by the two errors combined as if
+    independent (an upper bound when they read the same blocks), and the data order."""
     loss_a, loss_b = _latest(first, "eval_loss"), _latest(other, "eval_loss")
     se_a, se_b = _latest_of(first, "eval_loss_se"), _latest_of(other, "eval_loss_se")
     difference = None if loss_a is None or loss_b is None else loss_b - loss_a
     combined = None if difference is None or se_a is None or se_b is None else math.hypot(se_a, se_b)
-    judged = noise.judge(difference, combined, "evaluation noise", "unpaired")
+    if paired is not None and difference is not None:
+        difference = paired["eval_loss_difference"]
+        judged = noise.paired_words(first_id, other_id, paired)
+    else:
+        judged = noise.judge(difference, combined, "evaluation noise", unpaired_test)
     same, order = _data_order(first, other)
     return {
         "id": other_id,
         "eval_loss_difference": difference,
         "combined_se": combined,
+        "test": "paired" if paired is not None and difference is not None else "unpaired",
+        "paired": paired,
         "within_noise": judged.within,
         "noise": judged.words if difference is not None else "no eval loss to compare",
         "same_data_order": same,
@@ -244,9 +290,11 @@ def sentences(result: Comparison) -> list[str]:
     """What the comparison says in words, one line per experiment after the first (below the table)."""
     first, said = result["ids"][0], []
     for v in result["versus"]:
-        parts = ([f"eval loss {v['noise']}"] if v["eval_loss_difference"] is not None else []) + (
-            [v["data_order"]] if v["same_data_order"] is not None else []
+        said_whole = v["test"] == "paired" and v["within_noise"] is False  # "EXP-009 is better by ..."
+        loss = (
+            [v["noise"] if said_whole else f"eval loss {v['noise']}"] if v["eval_loss_difference"] is not None else []
         )
+        parts = loss + ([v["data_order"]] if v["same_data_order"] is not None else [])
         if parts:
             said.append(f"{v['id']} against {first}: " + "; ".join(parts))
     return said + [f"{v['id']} against {first}, replicates: {v['seed_noise']}" for v in result["versus"]]
@@ -312,6 +360,8 @@ def figure_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
             rows.append(("final eval_loss_se", [e["eval_loss_se"] for e in exps]))
             rows.append((f"eval_loss - {first}", [None, *(v["eval_loss_difference"] for v in result["versus"])]))
             rows.append(("combined se", [None, *(v["combined_se"] for v in result["versus"])]))
+            if any(v["paired"] for v in result["versus"]):  # the same blocks: the paired error, the one judged by
+                rows.append(("paired se", [None, *(_paired_se(v) for v in result["versus"])]))
             if any(group is not None for group in result["replicates"]):  # no empty row when none has replicates
                 rows.append(("replicates eval_loss", [_spread(g) for g in result["replicates"]]))
     rows.append((f"{at}: step tokens", [e["at_equal_tokens"]["tokens"] for e in exps]))
@@ -321,6 +371,10 @@ def figure_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
     rows.append(("epochs", [e["epochs"] for e in exps]))
     rows.append(("data_receipt", [e["data_receipt"] for e in exps]))
     return rows
+
+
+def _paired_se(versus: Versus) -> float | None:
+    return versus["paired"]["eval_loss_se"] if versus["paired"] is not None else None
 
 
 def config_rows(result: Comparison) -> list[tuple[str, list[Any]]]:

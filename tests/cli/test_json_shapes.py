@@ -52,8 +52,12 @@ def test_train_names_its_figures_as_eval_and_show_do(trained: tuple[Path, dict])
 
 def test_the_other_shapes_hold(trained: tuple[Path, dict]) -> None:
     home, _ = trained
-    write_experiment(home, "EXP-002", training={"learning_rate": 1e-3})
-    _holds(json_out(cli(home, "show", "EXP-001", "EXP-002", "--json")), "octlm show A B --json")
+    write_experiment(home, "EXP-002", training={"learning_rate": 1e-3, "spike_guard": "off"})
+    assert cli(home, "train", "EXP-002", "-q").exit_code == 0  # evaluated on EXP-001's blocks: a paired comparison
+    compared = json_out(cli(home, "show", "EXP-001", "EXP-002", "--json"))
+    _holds(compared, "octlm show A B --json")
+    _holds(compared["versus"][0], "octlm show A B --json: each of versus")
+    _holds(compared["versus"][0]["paired"], "octlm show A B --json: a versus's paired")
     _holds(json_out(cli(home, "show", "EXP-001", "--plot", "--json")), "octlm show ID --plot --json")
     assert cli(home, "sweep", "new", "pair", "--from", "EXP-001", "--seeds", "2").exit_code == 0
     _holds(json_out(cli(home, "show", "pair", "--json")), "octlm show SWEEP --json")

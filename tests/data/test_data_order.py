@@ -12,7 +12,7 @@ from conftest import assert_same_training_state, cli, json_out, octlm, write_exp
 
 from octlm.core import layout
 from octlm.data.sampler import RECEIPT_START, EpochSampler, Receipt, ReplacementSampler, replay
-from octlm.store import runfile
+from octlm.store.runs import runfile
 from octlm.train import checkpoint
 
 

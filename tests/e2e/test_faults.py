@@ -16,7 +16,7 @@ import torch
 from conftest import assert_same_training_state, cli, default_signals, json_out, octlm, write_experiment
 
 from octlm.core import layout
-from octlm.store import runfile
+from octlm.store.runs import runfile
 from octlm.train import checkpoint
 
 LONG = {

@@ -32,7 +32,7 @@ from conftest import (
 
 from octlm.core import layout
 from octlm.runtime import launch, rng
-from octlm.store import runfile
+from octlm.store.runs import runfile
 from octlm.train import checkpoint
 
 ID = "EXP-001"

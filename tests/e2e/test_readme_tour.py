@@ -64,7 +64,7 @@ def test_every_command_of_the_tour_runs_in_a_fresh_home(tmp_path: Path) -> None:
     assert by_start["octlm show EXP-008"].stdout.startswith(f"EXP-008: completed at step {STEPS}/{STEPS}; eval loss ")
     assert next(d for c, d in outputs.items() if c.startswith("octlm new")).stdout.strip() == "EXP-009"
     compared = by_start["octlm show EXP-008 EXP-009"].stdout
-    assert "EXP-009 against EXP-008: eval loss" in compared and "noise" in compared
+    assert "EXP-009 against EXP-008: " in compared and "(paired, " in compared and "evaluation noise" in compared
     assert re.search(r"EXP-009: PASS: identical", next(d for c, d in outputs.items() if "verify-resume" in c).stdout)
     ranked = by_start["octlm show lr"].stdout
     assert "the best (" in ranked and "against the next" in ranked

@@ -22,7 +22,7 @@ import torch
 from conftest import assert_same_training_state, octlm, write_corpus, write_experiment
 from test_ranks import checkpoint_path, free_port, one_line, reap, registry, start
 
-from octlm.store import runfile
+from octlm.store.runs import runfile
 from octlm.train import checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.ranks]

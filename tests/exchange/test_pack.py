@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_same_training_state, cli, json_out, write_corpus, write_experiment
 
-from octlm.store import runfile
+from octlm.store.runs import runfile
 from octlm.train import checkpoint
 
 SHORT = {"training": {"steps": 8}, "checkpoint": {"interval": 4, "keep": 3}}

@@ -11,7 +11,7 @@ from conftest import assert_same_training_state, cli, json_out, octlm, tiny_conf
 
 from octlm.core import layout
 from octlm.data import tokens
-from octlm.store import runfile
+from octlm.store.runs import runfile
 from octlm.train import checkpoint
 
 

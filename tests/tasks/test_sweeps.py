@@ -6,6 +6,7 @@ Optuna asking as trials finish. Real processes, real signals, a real registry; t
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -258,3 +259,32 @@ def test_tpe_asks_for_new_trials_as_earlier_ones_finish(tmp_path: Path) -> None:
     assert status["counts"]["done"] == 4 and len(status["trials"]) == 4
     rates = [t["params"]["training.learning_rate"] for t in status["trials"]]
     assert len(set(rates)) == 4 and all(1e-4 <= r <= 1e-2 for r in rates)
+
+
+def test_a_failed_trial_retried_runs_once_more_and_the_sweep_keeps_why(tmp_path: Path) -> None:
+    """Issue 36 item 5: `sweep retry` queues a failed trial again (its reason kept in the sweep's history), a worker
+    runs it once, and a second retry finds nothing to do."""
+    home = sweep_home(tmp_path)
+    made = cli(
+        home, "sweep", "new", "heal", "--from", "EXP-001", "--grid", "data.sources=corpus/*.txt,more/*.txt", "--json"
+    )
+    assert made.exit_code == 0, made.stderr
+    good, bad = (t["id"] for t in json_out(made)["trials"])
+    assert octlm(home, "work", "heal", "--until-empty", "-q").returncode == 0
+    shutil.copytree(home / "corpus", home / "more")  # what the failed trial lacked
+    retried = cli(home, "sweep", "retry", "heal", "--json")
+    assert retried.exit_code == 0, retried.stderr
+    event = json_out(retried)
+    assert list(event["trials"]) == [bad] and event["trials"][bad]["was"] == "failed"
+    assert "more/*.txt" in event["trials"][bad]["reason"]
+    assert rows(home, "select status from sweep_trials where experiment_id = ?", bad) == [("queued",)]
+    done = octlm(home, "work", "heal", "--until-empty", "-q")
+    assert done.returncode == 0, done.stderr
+    status = json_out(cli(home, "sweep", "status", "heal", "--json"))
+    assert {t["id"]: t["status"] for t in status["trials"]} == {good: "done", bad: "done"}
+    assert [e["event"] for e in status["spec"]["history"]] == ["retried"]
+    shown = cli(home, "sweep", "status", "heal").stdout
+    assert "retried " in shown and f"{bad} (failed: " in shown
+    again = cli(home, "sweep", "retry", "heal")
+    assert again.exit_code == 0 and again.stdout == "" and "no failed trial to retry" in again.stderr
+    assert len(rows(home, "select id from sweep_claims where experiment_id = ?", bad)) == 2  # ran twice, no more

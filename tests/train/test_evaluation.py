@@ -4,6 +4,7 @@ A B's word on evaluation noise.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -78,7 +79,32 @@ def test_show_a_b_says_when_a_difference_is_within_evaluation_noise_and_whether_
     assert same["eval_loss_difference"] == 0.0 and same["within_noise"] is True and same["same_data_order"] is True
     assert untrained["within_noise"] is False and untrained["eval_loss_difference"] > 2 * untrained["combined_se"]
     assert untrained["same_data_order"] is True  # the same seed draws the same blocks, whatever the rate
+    # issue 36: every final evaluation read the same validation blocks, so each difference is paired
+    assert same["test"] == untrained["test"] == "paired" and same["paired"]["eval_loss_se"] == 0.0
+    paired = untrained["paired"]
+    assert paired["eval_loss_difference"] == pytest.approx(untrained["eval_loss_difference"])
+    assert paired["eval_loss_se"] < untrained["combined_se"] and paired["unpaired_se"] == pytest.approx(
+        untrained["combined_se"], rel=1e-6
+    )
     text = cli(home, "show", "EXP-001", "EXP-002", "EXP-003").stdout
     lines = [line for line in text.splitlines() if "against EXP-001" in line]
     assert "within evaluation noise" in lines[0] and "the same blocks in the same order for the first 48" in lines[0]
     assert "beyond evaluation noise" in lines[1] and "x its standard error" in lines[1]
+    assert lines[1].startswith("EXP-003 against EXP-001: EXP-001 is better by ") and "(paired, " in lines[1]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_the_same_blocks_file_as_a_straight_one(home: Path) -> None:
+    """Issue 36 item 1: each evaluation block by block beside the run file, cut back on resume (so a stopped and
+    resumed run keeps what a straight run keeps), discarded by --restart and removed by rm."""
+    write_experiment(home, "EXP-002")
+    assert cli(home, "train", "EXP-001", "-q").exit_code == 0
+    assert cli(home, "train", "EXP-002", "--until", "8", "-q").exit_code == 0
+    assert cli(home, "resume", "EXP-002", "--step", "4", "-q").exit_code == 0  # evaluated at 8 and 12 again
+    straight, resumed = (home / "runs" / f"{name}-blocks.jsonl" for name in ("EXP-001", "EXP-002"))
+    kept = [json.loads(line) for line in straight.read_text().splitlines()]
+    assert [record["step"] for record in kept] == [4, 8, 12] and all(record["blocks"] > 1 for record in kept)
+    assert resumed.read_text() == straight.read_text()
+    assert cli(home, "train", "EXP-002", "--restart", "--yes", "--until", "2", "-q").exit_code == 0
+    assert not resumed.exists()  # no evaluation yet since the restart
+    assert cli(home, "rm", "EXP-001", "--yes").exit_code == 0 and not straight.exists()

@@ -12,7 +12,7 @@ import torch
 from conftest import cli, json_out, octlm, write_experiment
 
 from octlm.core import layout
-from octlm.store import runfile
+from octlm.store.runs import runfile
 from octlm.train import checkpoint
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import assert_same_training_state, cli, json_out, write_experiment
 
 from octlm.core import layout
-from octlm.store import runfile
+from octlm.store.runs import runfile
 from octlm.train import checkpoint
 
 

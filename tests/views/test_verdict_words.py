@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import cli, json_out, write_experiment
 
 from octlm.core.home import Home
@@ -80,3 +81,22 @@ def test_a_variant_is_described_as_the_readme_shows(home: Path) -> None:
     assert made.exit_code == 0, made.stderr
     shown = json_out(cli(home, "show", json_out(made)["id"], "--json"))
     assert shown["description"] == "from EXP-001: training.learning_rate=1e-3"
+
+
+def test_seed_noise_names_what_dominates_and_how_many_seeds_would_resolve_it() -> None:
+    """Issue 36 item 3: Welch's error over the seeds beside the evaluations' own; which dominates; how many seeds."""
+    from octlm.views.sweeps import replicates
+
+    a = {"n": 3, "mean": 5.000, "sd": 0.020, "values": []}
+    b = {"n": 3, "mean": 4.990, "sd": 0.020, "values": []}
+    within, words = replicates.difference(a, b, 0.001)  # type: ignore[arg-type]
+    welch = (0.02**2 / 3 + 0.02**2 / 3) ** 0.5
+    assert within is True and f"-0.0100 ± {welch:.4f} (over the seeds): within seed noise" in words
+    assert "(seed noise dominates)" in words
+    # n > 4 * (0.02^2 + 0.02^2) / 0.01^2 = 32: 33 seeds, and at 33 each the difference stands at 2.03 errors
+    assert "about 33 seeds a configuration would resolve a difference this size" in words
+    assert replicates.seeds_to_resolve(-0.01, 0.02, 0.02) == 33
+    assert 0.01 / (0.02**2 / 33 + 0.02**2 / 33) ** 0.5 > noise.NOISE  # 32 puts it at 2.0 errors: not beyond
+    assert 0.01 / (0.02**2 / 32 + 0.02**2 / 32) ** 0.5 == pytest.approx(noise.NOISE)
+    _, evaluations = replicates.difference(a, b, 0.05)  # type: ignore[arg-type]
+    assert "(evaluation noise dominates)" in evaluations and "seeds a configuration" not in evaluations

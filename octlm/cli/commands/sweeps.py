@@ -175,12 +175,42 @@ def sweep_status(ctx: typer.Context, name: NameArgument, as_json: JsonOption = F
     render.print_table(("ID", "status", "step", "rung", "value", "params", "seed", "where"), rows)
     for decision in found["decisions"]:
         print(render.plain(_decision(decision)))
+    for event in found["spec"].get("history", []):
+        said = ", ".join(f"{i} ({t['was']}: {t['reason']})" for i, t in event.get("trials", {}).items())
+        print(render.plain(f"{event.get('event')} {event.get('at')}: {said}"))
     for trial in found["trials"]:
         if trial["status"] == "failed" and trial["error"]:
             tail = "\n".join(f"  {line}" for line in trial["error"].splitlines()[-5:])
             print(
                 render.plain(f"{trial['id']} failed; the last lines of runs/{trial['id']}.log:\n{tail}", multiline=True)
             )
+
+
+@handled
+def sweep_retry(
+    ctx: typer.Context,
+    name: NameArgument,
+    failed: Annotated[bool, typer.Option("--failed", help="Queue the failed trials again (the default).")] = False,
+    stopped: Annotated[
+        bool, typer.Option("--stopped", help="Queue the trials halving stopped again, to the last rung.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Queue a sweep's failed (or stopped) trials to run once more, each from its newest checkpoint."""
+    from octlm.tasks.sweeps import mending
+
+    chosen = tuple(status for status, asked in (("failed", failed), ("stopped", stopped)) if asked) or ("failed",)
+    event = mending.retry(home_of(ctx), name, chosen)
+    if as_json:
+        render.emit_json(event)
+        return
+    for experiment_id in event["trials"]:
+        print(experiment_id)
+    if not event["trials"]:
+        render.info(f"sweep {name}: no {' or '.join(chosen)} trial to retry (nothing was changed)")
+        return
+    said = ", ".join(f"{i} ({t['was']}: {t['reason']})" for i, t in event["trials"].items())
+    render.info(f"sweep {name}: queued again {said}; train them with `octlm work {name}`")
 
 
 def _decision(decision: dict[str, Any]) -> str:
@@ -332,6 +362,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {"work": work, "watch": watch}
 SWEEP_COMMANDS: dict[str, Callable[..., Any]] = {
     "new": sweep_new,
     "status": sweep_status,
+    "retry": sweep_retry,
     "pack": sweep_pack,
     "unpack": sweep_unpack,
 }

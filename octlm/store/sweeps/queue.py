@@ -7,10 +7,11 @@ caller's ``decide``, so a rung is decided exactly once. Claims stay as rows once
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
-from octlm.store.base import RegistryBase, checked, decoded, now, writable
+from octlm.core.errors import BadInput
+from octlm.store.base import RegistryBase, checked, decoded, encode, now, writable
 from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead
 
 
@@ -103,3 +104,39 @@ class QueueRows(RegistryBase):
                 values = (decision.rung + 1, decision.next_step, now(), sweep_id, experiment_id)
                 conn.execute(f"{promote} where sweep_id = ? and experiment_id = ?", values)
             taken.append(decision)
+
+    def requeue(
+        self, name: str, statuses: Collection[str], next_step: Callable[[dict[str, Any]], tuple[int, int] | None]
+    ) -> dict[str, Any]:
+        """``sweep retry``: every trial of sweep ``name`` whose status is in ``statuses`` (failed, stopped) and that
+        no process holds, queued again in one transaction, each to the (step, rung) ``next_step(trial)`` gives
+        (None: left as it is); the sweep's history (its spec's ``history``) gains one event naming each trial and
+        why it stopped before. The event ({"event": "retried", "at", "trials": {ID: {"was", "reason",
+        "target_step"}}})."""
+        with self._transaction() as conn:
+            row = conn.execute("select id, spec from sweeps where name = ?", (name,)).fetchone()
+            if row is None:
+                raise BadInput(f"no sweep named {name}: `octlm show` lists the sweeps (as sweep:NAME tags)")
+            sweep = decoded(dict(row))
+            marks = ", ".join("?" for _ in statuses)
+            sql = f"{TRIALS} where t.sweep_id = ? and t.status in ({marks}) and c.id is null order by t.position"
+            taken: dict[str, dict[str, Any]] = {}
+            for found in conn.execute(sql, (sweep["id"], *statuses)).fetchall():
+                trial = decoded(dict(found))
+                going = next_step(trial)
+                if going is None:
+                    continue
+                target, rung = going
+                conn.execute(
+                    "update sweep_trials set status = 'queued', error = null, value = null, target_step = ?,"
+                    " rung = ?, updated = ? where id = ?",
+                    (target, rung, now(), trial["id"]),
+                )
+                reason = (trial["error"] or "").strip().splitlines()[-1:] or [trial["status"]]
+                taken[trial["experiment_id"]] = {"was": trial["status"], "reason": reason[0], "target_step": target}
+            event = {"event": "retried", "at": now(), "trials": taken}
+            if taken:
+                spec = dict(sweep["spec"] or {})
+                spec["history"] = [*spec.get("history", []), event]
+                conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep["id"]))
+            return event

@@ -38,8 +38,9 @@ from octlm.run.files import ExperimentFiles
 from octlm.run.restore import restore
 from octlm.runtime import load
 from octlm.runtime.launch import Launch
-from octlm.store import experiments, runfile
+from octlm.store import experiments
 from octlm.store.registry import Registry
+from octlm.store.runs import runfile
 from octlm.tasks.proof import bitcompare as compare
 from octlm.tasks.proof import scratch
 from octlm.tasks.proof.scratch import Plan

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from octlm.core.home import ID_PATTERN, Home
-from octlm.store import runfile
 from octlm.store.registry import Registry
+from octlm.store.runs import runfile
 from octlm.views.estimate import duration
 
 BARS = "▁▂▃▄▅▆▇█"

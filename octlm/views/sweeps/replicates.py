@@ -115,5 +115,15 @@ def difference(a: Spread, b: Spread, eval_se: float | None = None) -> tuple[bool
     delta = b["mean"] - a["mean"]
     if a["sd"] is None or b["sd"] is None:
         return None, f"{delta:+.4f}; no seed spread to judge it by (give each configuration --seeds 2 or more)"
-    judged = noise.over_seeds(delta, math.sqrt(a["sd"] ** 2 / a["n"] + b["sd"] ** 2 / b["n"]), eval_se)
+    welch = math.sqrt(a["sd"] ** 2 / a["n"] + b["sd"] ** 2 / b["n"])
+    judged = noise.over_seeds(delta, welch, eval_se, seeds_to_resolve(delta, a["sd"], b["sd"]))
     return judged.within, judged.words
+
+
+def seeds_to_resolve(delta: float, sd_a: float, sd_b: float) -> int | None:
+    """How many seeds each configuration would need for a difference of ``delta`` to stand beyond seed noise (more
+    than ``noise.NOISE`` Welch standard errors, the spreads as measured): ``n > NOISE^2 (sd_a^2 + sd_b^2) / delta^2``;
+    None for no difference."""
+    if delta == 0:
+        return None
+    return max(2, math.floor(noise.NOISE**2 * (sd_a**2 + sd_b**2) / delta**2) + 1)
