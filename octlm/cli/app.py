@@ -183,6 +183,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm sweep new tpe --from EXP-008 --sampler tpe --trials 20 --range training.learning_rate=1e-4:1e-2:log",
     ),
     "sweep status": ("octlm sweep status lr", "octlm sweep status lr --json"),
+    "sweep extend": (
+        "octlm sweep extend lr --seeds 3",
+        "octlm sweep extend lr --grid training.learning_rate=1e-2 --json",
+    ),
     "sweep retry": ("octlm sweep retry lr", "octlm sweep retry sh --stopped --json"),
     "sweep pack": ("octlm sweep pack lr -o /shared/lr --shards 4", "octlm sweep pack lr -o /shared/lr/shard-0 --json"),
     "sweep unpack": (

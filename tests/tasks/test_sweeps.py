@@ -288,3 +288,31 @@ def test_a_failed_trial_retried_runs_once_more_and_the_sweep_keeps_why(tmp_path:
     again = cli(home, "sweep", "retry", "heal")
     assert again.exit_code == 0 and again.stdout == "" and "no failed trial to retry" in again.stderr
     assert len(rows(home, "select id from sweep_claims where experiment_id = ?", bad)) == 2  # ran twice, no more
+
+
+def test_an_extended_sweep_adds_trials_and_leaves_the_done_ones_as_they_were(tmp_path: Path) -> None:
+    """Issue 36 item 5: `sweep extend` adds seeds and grid values as new trials, numbered after the last, in one
+    transaction; the trials already done are not trained again and their checkpoints stay bit for bit."""
+    home = sweep_home(tmp_path)
+    made = cli(
+        home, "sweep", "new", "grow", "--from", "EXP-001", "--grid", "training.learning_rate=1e-3,3e-3", "--json"
+    )
+    assert made.exit_code == 0, made.stderr
+    first = [t["id"] for t in json_out(made)["trials"]]
+    assert octlm(home, "work", "grow", "--until-empty", "-q").returncode == 0
+    before = {e: (home / "checkpoints" / e / "step-000004.pt").read_bytes() for e in first}
+    grown = cli(home, "sweep", "extend", "grow", "--seeds", "2", "--grid", "training.learning_rate=1e-2", "--json")
+    assert grown.exit_code == 0, grown.stderr
+    added = json_out(grown)["trials"]
+    assert len(added) == 4 and sorted(added) == added and min(added) > max(first)  # 3 rates x 2 seeds, less the 2
+    done = octlm(home, "work", "grow", "--until-empty", "-q")
+    assert done.returncode == 0, done.stderr
+    status = json_out(cli(home, "sweep", "status", "grow", "--json"))
+    assert [t["id"] for t in status["trials"]] == first + added and all(t["status"] == "done" for t in status["trials"])
+    assert status["spec"]["seeds"] == 2 and status["spec"]["grid"]["training.learning_rate"] == [1e-3, 3e-3, 1e-2]
+    assert {e: (home / "checkpoints" / e / "step-000004.pt").read_bytes() for e in first} == before
+    for experiment_id in first:  # each ran once: one claim
+        assert len(rows(home, "select id from sweep_claims where experiment_id = ?", experiment_id)) == 1
+    assert json_out(cli(home, "sweep", "extend", "grow", "--seeds", "2", "--json"))["trials"] == []
+    refused = cli(home, "sweep", "extend", "grow", "--grid", "training.batch_size=8")
+    assert refused.exit_code == 2 and "not a key of sweep grow" in refused.stderr

@@ -176,14 +176,45 @@ def sweep_status(ctx: typer.Context, name: NameArgument, as_json: JsonOption = F
     for decision in found["decisions"]:
         print(render.plain(_decision(decision)))
     for event in found["spec"].get("history", []):
-        said = ", ".join(f"{i} ({t['was']}: {t['reason']})" for i, t in event.get("trials", {}).items())
-        print(render.plain(f"{event.get('event')} {event.get('at')}: {said}"))
+        print(render.plain(_event(event)))
     for trial in found["trials"]:
         if trial["status"] == "failed" and trial["error"]:
             tail = "\n".join(f"  {line}" for line in trial["error"].splitlines()[-5:])
             print(
                 render.plain(f"{trial['id']} failed; the last lines of runs/{trial['id']}.log:\n{tail}", multiline=True)
             )
+
+
+@handled
+def sweep_extend(
+    ctx: typer.Context,
+    name: NameArgument,
+    seeds: Annotated[
+        int | None,
+        typer.Option("--seeds", metavar="S", help="Seeds per configuration, in all (more than the sweep has)."),
+    ] = None,
+    grid: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grid", metavar="KEY=V1,V2,...", help="More values of one of the sweep's grid keys (repeatable)."
+        ),
+    ] = None,
+    draws: Annotated[int, typer.Option("--random", metavar="N", help="N more seeded draws of the --range keys.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Grow a sweep: more seeds, grid values or draws, as new trials; nothing done is renumbered or trained again."""
+    from octlm.tasks.sweeps import mending
+
+    if seeds is None and not grid and not draws:
+        raise BadInput("sweep extend: give --seeds S, --grid KEY=V1,V2,... or --random N")
+    event = mending.extend(home_of(ctx), name, seeds, tuple(grid or ()), draws)
+    if as_json:
+        render.emit_json(event)
+        return
+    for experiment_id in event["trials"]:
+        print(experiment_id)
+    made = f"{len(event['trials'])} new trials" if event["trials"] else "no new trial (it has them all)"
+    render.info(f"sweep {name}: {made}; train them with `octlm work {name}`")
 
 
 @handled
@@ -211,6 +242,16 @@ def sweep_retry(
         return
     said = ", ".join(f"{i} ({t['was']}: {t['reason']})" for i, t in event["trials"].items())
     render.info(f"sweep {name}: queued again {said}; train them with `octlm work {name}`")
+
+
+def _event(event: dict[str, Any]) -> str:
+    """One line of a sweep's history: what was retried (and why it had stopped), or what an extension added."""
+    trials = event.get("trials") or {}
+    if event.get("event") == "retried":
+        said = ", ".join(f"{i} ({t['was']}: {t['reason']})" for i, t in trials.items())
+    else:
+        said = f"{event.get('added', '?')} trials, {event.get('seeds')} seeds, grid {event.get('grid')}"
+    return f"{event.get('event')} {event.get('at')}: {said}"
 
 
 def _decision(decision: dict[str, Any]) -> str:
@@ -362,6 +403,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {"work": work, "watch": watch}
 SWEEP_COMMANDS: dict[str, Callable[..., Any]] = {
     "new": sweep_new,
     "status": sweep_status,
+    "extend": sweep_extend,
     "retry": sweep_retry,
     "pack": sweep_pack,
     "unpack": sweep_unpack,

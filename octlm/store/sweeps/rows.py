@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.liveness import effective_status
-from octlm.store.base import EXPERIMENT_COLUMNS, RegistryBase, checked, now, writable
+from octlm.store.base import EXPERIMENT_COLUMNS, RegistryBase, checked, encode, now, writable
 from octlm.store.migrations import Json
 
 
@@ -145,6 +145,22 @@ class SweepRows(RegistryBase):
                 "select coalesce(max(position), -1) + 1 from sweep_trials where sweep_id = ?", (sweep_id,)
             )
             self._add_members(conn, sweep_id, members, int(start.fetchone()[0]))
+            return True
+
+    def extend_sweep(
+        self, sweep_id: int, members: Sequence[tuple[dict[str, Any], dict[str, Any]]], spec: Any, expect_groups: int
+    ) -> bool:
+        """``sweep extend``: more trials and the sweep's grown ``spec`` in one transaction, only while the sweep still
+        holds the ``expect_groups`` configurations it was grown from (False, nothing written, otherwise)."""
+        with self._transaction() as conn:
+            groups = conn.execute("select count(distinct group_key) from sweep_trials where sweep_id = ?", (sweep_id,))
+            if groups.fetchone()[0] != expect_groups:
+                return False
+            start = conn.execute(
+                "select coalesce(max(position), -1) + 1 from sweep_trials where sweep_id = ?", (sweep_id,)
+            )
+            self._add_members(conn, sweep_id, members, int(start.fetchone()[0]))
+            conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep_id))
             return True
 
     def add_experiments(self, rows: Sequence[dict[str, Any]]) -> None:

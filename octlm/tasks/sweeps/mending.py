@@ -1,4 +1,5 @@
-"""A sweep that heals: ``sweep retry`` queues failed trials (and, asked, the ones halving stopped) to run once more.
+"""A sweep that grows and heals: ``sweep extend`` adds trials to a sweep without renumbering or retraining what is
+done; ``sweep retry`` queues failed trials (and, asked, the ones halving stopped) to run once more.
 A failed trial goes back to the step it was going to; a stopped one is promoted to the sweep's last rung, past every
 decision (so no rung is decided twice). Its worker continues it from its newest checkpoint where it has one, exactly
 as a takeover does. One transaction (``Registry.requeue``), the reason each trial stopped before kept in the sweep's
@@ -6,12 +7,13 @@ history, the record beside the registry kept too. Torch-free."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from octlm.core.errors import BadInput
-from octlm.core.home import Home
+from octlm.core.errors import BadInput, Refused
+from octlm.core.home import DEFAULT_PREFIX, Home
 from octlm.store import kept
-from octlm.store.registry import Registry
+from octlm.store.registry import Registry, now
 
 RETRYABLE = ("failed", "stopped")
 
@@ -38,3 +40,57 @@ def _going(trial: dict[str, Any], rungs: list[int]) -> tuple[int, int] | None:
     if rungs and trial["target_step"] < rungs[-1]:
         return int(rungs[-1]), len(rungs) - 1
     return None  # stopped at the last step already: nothing more to train
+
+
+def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draws: int) -> dict[str, Any]:
+    """``sweep extend``: the same sweep with more seeds (``seeds``: the new count per configuration), more values of
+    its grid keys (``grid``: KEY=V,... added to the key's values) or ``draws`` more random draws; only the trials it
+    did not have are made, numbered after the last, nothing done is trained again (a trial's config is the one it
+    would have had in a sweep made so from the start). One transaction; the sweep's history says what was added."""
+    from octlm.tasks.sweeps import plan
+
+    with Registry(home.registry) as registry:
+        sweep = registry.sweep(name)
+        if sweep is None:
+            raise BadInput(f"unknown sweep {name}: `octlm sweep new {name} --from ID ...` creates it")
+        spec, trials = dict(sweep["spec"] or {}), registry.trials(sweep["id"])
+    base = plan.base_of(home, sweep)
+    grown = _grown(name, spec, base, seeds, grid, draws)
+    cells = plan.configurations(grown["grid"], grown["ranges"], grown["random"], grown["seed"])
+    have = {(t["group_key"], t["replicate"]) for t in trials}
+    new = [t for t in plan.build_trials(base, cells, grown, name) if (t.group_key, t.replicate) not in have]
+    if not new:
+        return {"name": name, "event": "extended", "added": 0, "trials": []}
+    event = {"event": "extended", "at": now(), "added": len(new), "seeds": grown["seeds"], "grid": grown["grid"]}
+    grown["history"] = [*spec.get("history", []), event]
+    groups = len({t["group_key"] for t in trials})
+    with plan.write_trials(home, new, spec.get("prefix") or DEFAULT_PREFIX, name) as (registry, members):
+        if not registry.extend_sweep(sweep["id"], members, grown, groups):
+            raise Refused(f"sweep {name} changed while it was being extended: nothing was changed; try again")
+        kept.keep_sweep(home, registry, name)
+    return {"name": name, **event, "trials": [t.config.id for t in new]}
+
+
+def _grown(
+    name: str, spec: dict[str, Any], base: Any, seeds: int | None, grid: tuple[str, ...], draws: int
+) -> dict[str, Any]:
+    """The sweep's spec with what ``extend`` adds, each addition checked (one line naming the option)."""
+    from octlm.tasks.sweeps.spec import MAX_TRIALS, parse_grid
+
+    if spec.get("halving") or spec.get("sampler") not in ("grid", "random"):
+        raise BadInput(f"sweep {name}: extend takes grid and random sweeps without --halving (this one is not)")
+    added = parse_grid(grid, base)
+    unknown = sorted(set(added) - set(spec["grid"]))
+    if unknown:
+        keys = ", ".join(spec["grid"]) or "none"
+        raise BadInput(f"--grid {unknown[0]}: not a key of sweep {name} (its keys: {keys})")
+    if seeds is not None and seeds < spec["seeds"]:
+        raise BadInput(f"--seeds {seeds}: sweep {name} has {spec['seeds']} already; give more")
+    if draws and not spec.get("ranges"):
+        raise BadInput(f"--random {draws}: sweep {name} draws no --range keys")
+    grown = {**spec, "seeds": seeds or spec["seeds"], "random": spec["random"] + draws}
+    grown["grid"] = {k: [*v, *(x for x in added.get(k, []) if x not in v)] for k, v in spec["grid"].items()}
+    count = math.prod(len(v) for v in grown["grid"].values()) * max(grown["random"], 1) * grown["seeds"]
+    if count > MAX_TRIALS:
+        raise BadInput(f"{count:,} trials: at most {MAX_TRIALS:,} in one sweep")
+    return grown
