@@ -147,7 +147,7 @@ def _list(shown: Shown, request: Request) -> None:
 
 
 def print_sweep(shown: Shown) -> None:
-    """A sweep's configurations, ranked, with the seeds' spread; the verdict and the best so far in words."""
+    """A sweep's configurations, ranked, with the seeds' spread; the best so far, then the verdict in words."""
     found = shown.document
     metric = found["metric"]
     rows = [
@@ -157,10 +157,10 @@ def print_sweep(shown: Shown) -> None:
     title = f"sweep {found['name']}: configurations by {metric} (mean ± sd over the seeds), the furthest step first"
     header = ("rank", "params", "trials", "step", metric, "eval loss se")
     render.print_table(header, rows, title=title, droppable=("eval loss se", "trials", "step"))
-    print(render.plain(found["verdict"]))
     if found["best_so_far"]:
         best = found["best_so_far"][-1]
         print(render.plain(f"best so far: {best['best']:.4f} after {len(found['best_so_far'])} finished trials"))
+    print(render.plain(found["verdict"]))  # the winner, its margin and its test: the last line
 
 
 def _pairs(params: dict[str, Any]) -> str:

@@ -100,3 +100,15 @@ def test_seed_noise_names_what_dominates_and_how_many_seeds_would_resolve_it() -
     assert 0.01 / (0.02**2 / 32 + 0.02**2 / 32) ** 0.5 == pytest.approx(noise.NOISE)
     _, evaluations = replicates.difference(a, b, 0.05)  # type: ignore[arg-type]
     assert "(evaluation noise dominates)" in evaluations and "seeds a configuration" not in evaluations
+
+
+def test_the_winner_of_single_seed_configurations_rests_on_the_paired_error() -> None:
+    """Issue 36 item 6: one trial a configuration: the best against the next judged by the paired evaluation error,
+    with its test, and said to be a question for seeds."""
+    best, runner_up = _configuration(4.50, 0.01, {"lr": 3e-3}), _configuration(4.51, 0.02, {"lr": 1e-3})
+    best["value"]["sd"] = runner_up["value"]["sd"] = None
+    paired = {"eval_loss_difference": -0.01, "eval_loss_se": 0.02, "blocks": 64}
+    said = status.verdict([best, runner_up], "eval_loss", paired, "lr")  # type: ignore[list-item, arg-type]
+    assert said.startswith("the best (lr=0.003) against the next (lr=0.001): eval_loss -0.0100 ± 0.0200 (paired, 64")
+    assert "within evaluation noise" in said and "training.eval_tokens: 0" in said
+    assert said.endswith("(`octlm sweep extend lr --seeds 3`)")

@@ -15,6 +15,9 @@ from typing import Any, TypedDict
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.store.registry import Registry
+from octlm.views import noise, side_by_side
+from octlm.views.details import run_records
+from octlm.views.paired import Paired, pair
 from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import Spread
 
@@ -140,13 +143,14 @@ def ranking(home: Home, name: str) -> SweepRanking:
         }
         finished = [c for c in registry.claims(sweep["id"]) if c["outcome"] == "done"]
     configurations = _configurations(trials, errors)
+    paired = _paired_lead(home, configurations) if metric == "eval_loss" else None
     return {
         "schema_version": SCHEMA_VERSION,
         "name": sweep["name"],
         "metric": metric,
         "keys": [*spec.get("grid", {}), *spec.get("ranges", {})],
         "configurations": configurations,
-        "verdict": verdict(configurations, metric),
+        "verdict": verdict(configurations, metric, paired, sweep["name"]),
         "best_so_far": best_so_far(finished, {t["experiment_id"]: t for t in trials}),
     }
 
@@ -179,16 +183,46 @@ def _configurations(trials: list[dict[str, Any]], errors: dict[str, float | None
     return found
 
 
-def verdict(configurations: list[Configuration], metric: str) -> str:
-    """The best configuration against the next at the same step, in words."""
+def _ranked(configurations: list[Configuration]) -> list[Configuration]:
+    """The configurations with a value, when the best two were measured at the same step ([] otherwise)."""
     ranked = [c for c in configurations if c["value"]["mean"] is not None]
-    if len(ranked) < 2 or ranked[1]["step"] != ranked[0]["step"]:
+    return ranked if len(ranked) >= 2 and ranked[1]["step"] == ranked[0]["step"] else []
+
+
+def _paired_lead(home: Home, configurations: list[Configuration]) -> Paired | None:
+    """The best against the next on the same validation blocks, when each is one trial (no seeds to average)."""
+    ranked = _ranked(configurations)
+    if not ranked or len(ranked[0]["trials"]) != 1 or len(ranked[1]["trials"]) != 1:
+        return None
+    best, other = ranked[0]["trials"][0], ranked[1]["trials"][0]
+    kept = {e: side_by_side.final_blocks(home, e, run_records(home, e)) for e in (best, other)}
+    return pair(kept[other], kept[best])  # the best minus the next
+
+
+def verdict(configurations: list[Configuration], metric: str, paired: Paired | None = None, name: str = "NAME") -> str:
+    """The best configuration against the next at the same step, in words, with the test it rests on and, within
+    noise, what would resolve it: the seeds' spread when they have seeds, else the paired evaluation error."""
+    ranked = _ranked(configurations)
+    if not ranked:
         return "fewer than two configurations measured at the same step: nothing to rank yet"
     best, next_ = ranked[0], ranked[1]  # the best minus the next: negative when the best is lower
+    head = f"the best ({_params(best['params'])}) against the next ({_params(next_['params'])}): {metric}"
+    if paired is not None and best["value"]["sd"] is None and next_["value"]["sd"] is None:
+        test = f"paired, {paired['blocks']:,} blocks"
+        judged = noise.judge(paired["eval_loss_difference"], paired["eval_loss_se"], "evaluation noise", test)
+        fix = (
+            "; the whole validation split (training.eval_tokens: 0, eval_blocks: 0) may resolve it"
+            if judged.within
+            else ""
+        )
+        seeds = (
+            f"; one seed each: whether the configuration is better, seeds say (`octlm sweep extend {name} --seeds 3`)"
+        )
+        return f"{head} {judged.words}{fix}{seeds}"
     errors = [e for e in (best["eval_loss_se"], next_["eval_loss_se"]) if e is not None]
     own = math.hypot(*errors) if len(errors) == 2 else None
     _, words = replicates.difference(next_["value"], best["value"], own)
-    return f"the best ({_params(best['params'])}) against the next ({_params(next_['params'])}): {metric} {words}"
+    return f"{head} {words}"
 
 
 def _params(params: dict[str, Any]) -> str:
