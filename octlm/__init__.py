@@ -26,6 +26,7 @@ import warnings
 from typing import TYPE_CHECKING, cast
 
 from octlm.core.errors import BadInput, OctlmError, Refused
+from octlm.core.provenance import __version__
 from octlm.core.records import RunRecord
 
 if TYPE_CHECKING:
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from octlm.data.tokenizer import Tokenizer
     from octlm.train.decoder import Decoder
 
-__version__ = "0.1.0"
 __all__ = ["BadInput", "OctlmError", "Refused", "RunRecord", "__version__", "load", "runs"]
 
 

@@ -75,3 +75,14 @@ def test_train_reads_the_config_once(home: Path, monkeypatch: pytest.MonkeyPatch
         result = cli(home, *command, "-q")
         assert result.exit_code == 0, result.stderr
         assert loads == ["EXP-001"], command
+
+
+def test_the_version_has_one_owner_and_pyproject_agrees() -> None:
+    """octlm's version lives in core (every layer records it; core imports nothing of octlm), and is the package's."""
+    import tomllib
+
+    import octlm
+    from octlm.core import provenance
+
+    declared = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert octlm.__version__ == provenance.__version__ == declared

@@ -15,7 +15,6 @@ from typing import Annotated, Any
 
 import typer
 
-from octlm import __version__
 from octlm.cli import render
 from octlm.cli.commands import boxes as commands_boxes
 from octlm.cli.commands import canary as commands_canary
@@ -28,6 +27,7 @@ from octlm.cli.commands import sweeps as commands_sweeps
 from octlm.cli.commands import tools as commands_tools
 from octlm.cli.commands import training as commands_training
 from octlm.cli.common import OctlmGroup, StrictCommand
+from octlm.core.provenance import __version__
 
 HELP = (
     "Train miniature decoder-only language models with a loop that resumes exactly, and prove it.\n\n"

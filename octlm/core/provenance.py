@@ -1,4 +1,5 @@
-"""Where a run came from: the command line, the versions, the git state of the home.
+"""Where a run came from: the command line, the versions (octlm's own, ``__version__``, is kept here: every layer
+records it, so its owner is the package that imports nothing of octlm), the git state of the home.
 
 The git state is read from the repository's files (``HEAD``, loose refs, ``packed-refs``), never by
 running git: git obeys the repository's own config (``core.fsmonitor``, hooks, clean filters named
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from octlm import __version__
+__version__ = "0.1.0"  # octlm's; pyproject.toml says the same (tests/test_public_face.py holds them together)
 
 OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 repositories
 REF_NAME = re.compile(r"refs/[A-Za-z0-9._/+-]+")

@@ -21,12 +21,12 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, cast
 
-from octlm import __version__
 from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import create_exclusive, file_sha256, open_regular, output_writer
 from octlm.core.home import Home, validate_id
 from octlm.core.liveness import start_time
+from octlm.core.provenance import __version__
 from octlm.core.signals import stopping_at_once
 from octlm.exchange import importing, reading, tarcheck
 from octlm.exchange import records as exchange

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from octlm import __version__
 from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import check_regular
 from octlm.core.home import validate_id
+from octlm.core.provenance import __version__
 
 FORMAT, VERSION = "octlm-pack", 1
 ROOT, MANIFEST, RECORDS, TOKENIZER = "octlm-pack/", "manifest.json", "registry.jsonl", "tokenizer.json"

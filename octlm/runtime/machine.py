@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from octlm import __version__
 from octlm.config import Config
 from octlm.core.errors import BadInput, ConfigError, Refused
+from octlm.core.provenance import __version__
 from octlm.core.reporting import Reporter
 from octlm.runtime import allocator, determinism, lean, load
 

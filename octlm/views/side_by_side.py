@@ -254,6 +254,9 @@ def versus(
     if paired is not None and difference is not None:
         difference = paired["eval_loss_difference"]
         judged = noise.paired_words(first_id, other_id, paired)
+        if judged.within is False and (seeds is None or seeds["within_seed_noise"] is None):
+            # two models that differ on these blocks; another seed of either may too (benchmarks/calibration.py)
+            judged = noise.Judged(False, f"{judged.words}; seed noise is not in this error (one seed each)")
     else:
         judged = noise.judge(difference, combined, "evaluation noise", unpaired_test)
     same, order = _data_order(first, other)
