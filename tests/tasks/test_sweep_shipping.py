@@ -37,10 +37,15 @@ def test_a_sweep_shipped_in_shards_to_node_homes_and_back_merges_every_trial(tmp
     packed = json_out(cli(driver, "sweep", "pack", "lr", "-o", str(ship), "--shards", "2", "--json"))
     assert packed["folders"] == [str(ship / "shard-0"), str(ship / "shard-1")]
     assert sorted(p.name for p in (ship / "shard-1").iterdir()) == ["EXP-003.tar", "sweep.json"]
+    for grow in (("retry", "lr"), ("extend", "lr", "--seeds", "2")):  # issue 36: not while its trials are away
+        refused = cli(driver, "sweep", *grow)
+        assert refused.exit_code == 3 and refused.stderr.count("\n") == 1, refused.stderr
+        assert f"sweep lr is shipped to {ship}" in refused.stderr and "octlm sweep unpack" in refused.stderr
     for index in (0, 1):
         node = write_corpus(tmp_path / f"node-{index}")  # a node-local home: the data, no registry yet
         folder = str(ship / f"shard-{index}")
         assert octlm(node, "sweep", "unpack", folder).returncode == 0
+        assert cli(node, "sweep", "retry", "lr").exit_code == 0  # the mark is the driver's, not shipped with it
         again = octlm(node, "sweep", "unpack", folder)
         assert again.returncode == 0 and "nothing changed" in again.stderr
         done = octlm(node, "work", "lr", "--threads", "1", "--until-empty", "-q")
@@ -50,6 +55,7 @@ def test_a_sweep_shipped_in_shards_to_node_homes_and_back_merges_every_trial(tmp
     for index in (0, 1):
         merged = json_out(cli(driver, "sweep", "unpack", str(ship / f"shard-{index}"), "--json"))
         assert merged["trials"] == {f"EXP-00{2 + index}": "further"} and merged["changed"]
+        assert cli(driver, "sweep", "retry", "lr").exit_code == (3 if index == 0 else 0)  # until every shard is back
     status = json_out(cli(driver, "sweep", "status", "lr", "--json"))
     assert status["complete"] and all(t["step"] == 4 and t["value"] is not None for t in status["trials"])
     assert_same_training_state(final(driver, "EXP-003"), final(tmp_path / "node-1", "EXP-003"))

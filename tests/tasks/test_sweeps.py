@@ -316,3 +316,25 @@ def test_an_extended_sweep_adds_trials_and_leaves_the_done_ones_as_they_were(tmp
     assert json_out(cli(home, "sweep", "extend", "grow", "--seeds", "2", "--json"))["trials"] == []
     refused = cli(home, "sweep", "extend", "grow", "--grid", "training.batch_size=8")
     assert refused.exit_code == 2 and "not a key of sweep grow" in refused.stderr
+
+
+def test_a_worker_killed_while_its_sweep_grows_leaves_a_queue_that_finishes_each_trial_once(tmp_path: Path) -> None:
+    """Issue 36 item 5: a SIGKILLed worker, then `sweep extend` and `sweep retry` beside its lost claim: the lost trial
+    is taken over (not retried: it did not fail), the added one queued, and one more worker ends each trial once."""
+    home = sweep_home(tmp_path, every=10, steps=80, eval_interval=40, log_interval=10)
+    assert cli(home, "sweep", "new", "grow", "--from", "EXP-001", "--seeds", "2").exit_code == 0
+    first = start(home, "grow", "--threads", "1")
+    deadline = time.monotonic() + 120
+    while not layout.checkpoints(home / "checkpoints" / "EXP-002") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first.kill()
+    first.wait(timeout=30)
+    grown = cli(home, "sweep", "extend", "grow", "--seeds", "3", "--json")
+    assert grown.exit_code == 0 and json_out(grown)["trials"] == ["EXP-004"], grown.stderr
+    retried = cli(home, "sweep", "retry", "grow", "--json")
+    assert retried.exit_code == 0 and json_out(retried)["trials"] == {}
+    done = octlm(home, "work", "grow", "--threads", "1", "--until-empty", "-q")
+    assert done.returncode == 0, done.stderr
+    claims = rows(home, "select experiment_id, outcome from sweep_claims order by id")
+    assert claims == [("EXP-002", "lost"), ("EXP-002", "done"), ("EXP-003", "done"), ("EXP-004", "done")]
+    assert rows(home, "select status from sweep_trials order by position") == [("done",)] * 3

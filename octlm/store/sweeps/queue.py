@@ -140,3 +140,14 @@ class QueueRows(RegistryBase):
                 spec["history"] = [*spec.get("history", []), event]
                 conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep["id"]))
             return event
+
+    def change_spec(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """The spec of sweep ``name`` replaced by ``change(spec)`` in one transaction (``sweep pack`` marks the
+        trials it ships, ``sweep unpack`` unmarks what comes back); the new spec. BadInput for an unknown sweep."""
+        with self._transaction() as conn:
+            row = conn.execute("select id, spec from sweeps where name = ?", (name,)).fetchone()
+            if row is None:
+                raise BadInput(f"no sweep named {name}")
+            spec = change(dict(decoded(dict(row))["spec"] or {}))
+            conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), row["id"]))
+            return spec

@@ -14,6 +14,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.home import DEFAULT_PREFIX, Home
 from octlm.store import kept
 from octlm.store.registry import Registry, now
+from octlm.tasks.sweeps import shipping
 
 RETRYABLE = ("failed", "stopped")
 
@@ -26,7 +27,10 @@ def retry(home: Home, name: str, statuses: tuple[str, ...]) -> dict[str, Any]:
         raise BadInput(f"sweep retry takes --failed and --stopped, not {', '.join(unknown) or 'nothing'}")
     with Registry(home.registry) as registry:
         sweep = registry.sweep(name)
-        rungs = list(((sweep or {}).get("spec") or {}).get("halving") or [])
+        if sweep is None:
+            raise BadInput(f"unknown sweep {name}: `octlm sweep new {name} --from ID ...` creates it")
+        shipping.refuse_shipped(sweep["spec"] or {}, name, "retried")
+        rungs = list((sweep["spec"] or {}).get("halving") or [])
         event = registry.requeue(name, statuses, lambda trial: _going(trial, rungs))
         if event["trials"]:
             kept.keep_sweep(home, registry, name)  # what survives the registry's loss
@@ -54,6 +58,7 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
         if sweep is None:
             raise BadInput(f"unknown sweep {name}: `octlm sweep new {name} --from ID ...` creates it")
         spec, trials = dict(sweep["spec"] or {}), registry.trials(sweep["id"])
+    shipping.refuse_shipped(spec, name, "extended")
     base = plan.base_of(home, sweep)
     grown = _grown(name, spec, base, seeds, grid, draws)
     cells = plan.configurations(grown["grid"], grown["ranges"], grown["random"], grown["seed"])

@@ -25,7 +25,7 @@ from octlm.core.fsutil import check_output, read_regular, write_output
 from octlm.core.home import Home, validate_id
 from octlm.exchange import packing
 from octlm.store import kept
-from octlm.store.registry import Registry
+from octlm.store.registry import Registry, now
 from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS
 from octlm.tasks.sweeps.asking import SAMPLERS
 from octlm.tasks.sweeps.spec import validate_name
@@ -58,11 +58,40 @@ def pack(home: Home, name: str, output: Path, shards: int = 1) -> dict[str, Any]
         manifest = {
             "format": FORMAT,
             "version": VERSION,
-            "sweep": {key: sweep[key] for key in SWEEP_FIELDS},
+            "sweep": {key: sweep[key] for key in SWEEP_FIELDS} | {"spec": _unmarked(spec)},  # the mark is this home's
             "trials": [{key: trial[key] for key in TRIAL_FIELDS} for trial in mine],
         }
         write_output(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode(), MANIFEST, own_name=True)
-    return {"sweep": name, "folders": [str(f) for f in folders], "trials": [t["experiment_id"] for t in trials]}
+    ids = [t["experiment_id"] for t in trials]
+    shipped = {"to": str(output), "at": now(), "trials": ids}  # this home's, never in what it ships
+    with Registry(home.registry) as registry:
+        registry.change_spec(name, lambda spec: {**spec, "shipped": shipped})
+        kept.keep_sweep(home, registry, name)
+    return {"sweep": name, "folders": [str(f) for f in folders], "trials": ids}
+
+
+def refuse_shipped(spec: dict[str, Any], name: str, doing: str) -> None:
+    """Refused while the sweep's trials are shipped to other homes (``sweep pack``) and not all merged back."""
+    shipped = spec.get("shipped")
+    if isinstance(shipped, dict) and shipped.get("trials"):
+        raise Refused(
+            f"sweep {name} is shipped to {shipped.get('to')} (sweep pack, {shipped.get('at')}): its trials run in "
+            f"other homes, so it cannot be {doing} here; merge them back first (`octlm sweep unpack "
+            f"{shipped.get('to')}`, each shard), nothing was changed"
+        )
+
+
+def _unshipped(spec: dict[str, Any], merged: list[str]) -> dict[str, Any]:
+    """The spec with the trials merged back taken off its ``shipped`` mark (the mark gone when none is left)."""
+    shipped = spec.get("shipped")
+    if not isinstance(shipped, dict):
+        return spec
+    left = [i for i in shipped.get("trials") or [] if i not in merged]
+    return {**spec, "shipped": {**shipped, "trials": left}} if left else _unmarked(spec)
+
+
+def _unmarked(spec: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in spec.items() if key != "shipped"}
 
 
 def _check_places(folders: list[Path], trials: list[dict[str, Any]], output: Path) -> None:
@@ -178,6 +207,7 @@ def unpack(home: Home, folder: Path) -> dict[str, Any]:
     unpacked = [packing.unpack(home, pack, hint=hint) for pack in packs]
     with Registry(home.registry) as registry:
         merged = registry.merge_sweep(manifest["sweep"], manifest["trials"])
+        registry.change_spec(manifest["sweep"]["name"], lambda spec: _unshipped(spec, list(merged)))
         kept.keep_sweep(home, registry, manifest["sweep"]["name"])
     return {
         "sweep": manifest["sweep"]["name"],

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The GPU check, ready for the first GPU this project is lent (issue 37 item 5): day3 trained in bf16 and in fp16
+# (with its GradScaler), verify-resume, a SIGKILL mid-run and a resume compared bit for bit with a straight run,
+# --nproc 1 against 2 ranks with canonical pieces, and the deterministic settings timed against torch's defaults;
+# one table at the end. At most about 6 minutes on one GPU (day3 shortened to --steps).
+#
+#   bash benchmarks/gpu_check.sh                  # on a GPU box: --device cuda, day3's shapes
+#   bash benchmarks/gpu_check.sh --device cpu     # tiny shapes on the CPU: the script itself, tested by CI
+#   bash benchmarks/gpu_check.sh --steps 200 --keep /tmp/gpu-check   # longer runs; keep the scratch home
+#
+# Exit 0 when every check that ran passed (a check that cannot run here says why in its row), 1 otherwise.
+set -uo pipefail
+
+device=cuda steps="" keep=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --device) device="$2"; shift 2 ;;
+        --steps) steps="$2"; shift 2 ;;
+        --keep) keep="$2"; shift 2 ;;
+        -h|--help) sed -n 2,11p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+case "$device" in cuda|cpu) ;; *) echo "gpu_check.sh: --device cuda or cpu, not $device" >&2; exit 2 ;; esac
+python -c 'import octlm, torch' 2>/dev/null ||
+    { echo "gpu_check.sh: octlm and torch are not importable by $(command -v python): pip install -e . first" >&2; exit 2; }
+octlm=(python -m octlm)
+home="${keep:-$(mktemp -d)}"
+mkdir -p "$home/experiments"
+[ -n "$keep" ] || trap 'rm -rf "$home"' EXIT
+export NO_COLOR=1 OCTLM_NO_LOAD_CHECK=1
+
+if [ "$device" = cpu ]; then  # the script's own test: tiny shapes, day1's corpus
+    steps="${steps:-8}"
+    shape=(--set 'data.sources=[builtin:docs]' --set data.max_bytes=0 --set tokenizer.vocab_size=512
+           --set model.context_length=32 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2
+           --set training.batch_size=4 --set training.compile=false)
+else
+    steps="${steps:-300}"
+    shape=()
+fi
+half=$((steps / 2))
+common=(--preset day3 "${shape[@]}" --set "training.steps=$steps" --set training.warmup_steps=2
+        --set "training.eval_interval=$half" --set "checkpoint.interval=$half" --set training.eval_tokens=4096
+        --set "training.device=$device")
+rows=()
+failed=0
+row() {  # check, result, seconds
+    rows+=("$(printf '%-34s %-54s %8s' "$1" "$2" "$3")")
+    case "$2" in PASS*|ok*|skipped*) ;; *) failed=1 ;; esac
+}
+timed() {  # run "$@" quietly; set $took (seconds) and $out (stdout), return its exit code
+    local started=$SECONDS code
+    out="$("$@" 2>"$home/last.err")"; code=$?
+    took=$((SECONDS - started))
+    return $code
+}
+new() { "${octlm[@]}" --home "$home" new "${common[@]}" "$@" 2>>"$home/new.err"; }
+same_bits() {  # the final checkpoints of two experiments: every tensor identical?
+    python - "$home" "$1" "$2" "$steps" <<'PY'
+import sys
+from pathlib import Path
+import torch
+home, a, b, step = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+load = lambda e: torch.load(home / "checkpoints" / e / f"step-{step:06d}.pt", map_location="cpu", weights_only=False)
+x, y = load(a), load(b)
+same = all(torch.equal(x["model"][k], y["model"][k]) for k in x["model"]) and x["model"].keys() == y["model"].keys()
+print("identical" if same else "differ")
+PY
+}
+
+# 1-2. day3 in bf16 and in fp16 (fp16 steps through its GradScaler)
+for precision in bf16 fp16; do
+    id=$(new --set "training.precision=$precision" --description "gpu check: $precision")
+    if timed "${octlm[@]}" --home "$home" train "$id" --json -q; then
+        loss=$(python - "$out" <<'PY'
+import json, sys
+done = json.loads(sys.argv[1])
+print(f"eval loss {done['eval_loss']:.4f}, {done['tokens_per_second']:,.0f} tokens/s")
+PY
+)
+        row "train day3 $precision ($steps steps)" "ok: $loss" "$took"
+    else
+        row "train day3 $precision ($steps steps)" "FAIL: $(tail -n 1 "$home/last.err")" "$took"
+    fi
+    eval "id_$precision=$id"
+done
+
+# 3. verify-resume of the bf16 run, split at the middle
+if timed "${octlm[@]}" --home "$home" verify-resume "$id_bf16" --split-at "$half" --json; then
+    row "verify-resume bf16 --split-at $half" "PASS: every tensor, rng, data order and run file" "$took"
+else
+    row "verify-resume bf16 --split-at $half" "FAIL: $(tail -n 1 "$home/last.err")" "$took"
+fi
+
+# 4. SIGKILL after the first checkpoint, resume, and compare with the straight bf16 run
+killed=$(new --set training.precision=bf16 --description "gpu check: killed")
+started=$SECONDS
+"${octlm[@]}" --home "$home" train "$killed" -q 2>"$home/killed.err" & pid=$!
+until [ -e "$home/checkpoints/$killed/step-$(printf %06d "$half").pt" ] || ! kill -0 $pid 2>/dev/null; do sleep 0.2; done
+kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
+if "${octlm[@]}" --home "$home" resume "$killed" -q 2>>"$home/killed.err"; then
+    verdict=$(same_bits "$id_bf16" "$killed")
+    [ "$verdict" = identical ] && said="PASS: killed at >= $half, resumed: identical" || said="FAIL: $verdict"
+    row "SIGKILL mid-run, resume" "$said" $((SECONDS - started))
+else
+    row "SIGKILL mid-run, resume" "FAIL: $(tail -n 1 "$home/killed.err")" $((SECONDS - started))
+fi
+
+# 5. --nproc 1 against 2 ranks, both with canonical pieces (training.micro_batches)
+gpus=$(python -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+if [ "$device" = cuda ] && [ "$gpus" -lt 2 ]; then
+    row "--nproc 1 vs 2 ranks, pieces" "skipped: $gpus GPU here (2 ranks need 2)" 0
+else
+    one=$(new --set training.micro_batches=4 --description "gpu check: pieces, 1 process")
+    two=$(new --set training.micro_batches=4 --description "gpu check: pieces, 2 ranks")
+    started=$SECONDS
+    if "${octlm[@]}" --home "$home" train "$one" -q 2>"$home/one.err" &&
+        "${octlm[@]}" --home "$home" train "$two" --nproc 2 -q 2>"$home/two.err"; then
+        verdict=$(same_bits "$one" "$two")
+        [ "$verdict" = identical ] && said="PASS: identical weights" || said="FAIL: $verdict"
+        row "--nproc 1 vs 2 ranks, pieces" "$said" $((SECONDS - started))
+    else
+        row "--nproc 1 vs 2 ranks, pieces" "FAIL: $(cat "$home/one.err" "$home/two.err" | tail -n 1)" $((SECONDS - started))
+    fi
+fi
+
+# 6. the deterministic settings against torch's defaults: one step of the bf16 config's model, timed
+timing=$(python - "$device" "${shape[@]+--tiny}" <<'PY'
+import os, statistics, sys, time
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+import torch
+from octlm.config.presets import preset
+from octlm import config as cfg
+from octlm.train.decoder import Decoder
+device, tiny = sys.argv[1], "--tiny" in sys.argv
+values = preset("day3")
+if tiny:
+    values["model"] = {"context_length": 32, "d_model": 32, "n_layers": 2, "n_heads": 2}
+    values["tokenizer"] = {"vocab_size": 512}
+config = cfg.from_dict(values)
+torch.manual_seed(0)
+model = Decoder(config).to(device)
+batch = torch.randint(0, config.tokenizer.vocab_size, (8, config.model.context_length + 1), device=device)
+
+def step() -> float:
+    start = time.perf_counter()
+    with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(model(batch[:, :-1]).float().flatten(0, 1), batch[:, 1:].flatten())
+    loss.backward()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+def timed(deterministic: bool) -> float:
+    torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = deterministic, not deterministic
+    torch.utils.deterministic.fill_uninitialized_memory = deterministic
+    for _ in range(2):
+        step()
+    return statistics.median(step() for _ in range(10))
+
+rounds = [(timed(False), timed(True)) for _ in range(3)]  # alternating
+default, pinned = (statistics.median(r[i] for r in rounds) for i in (0, 1))
+print(f"{pinned / default:.2f}x the default's step time ({pinned * 1e3:.1f} ms against {default * 1e3:.1f} ms)")
+PY
+)
+if [ -n "$timing" ]; then row "deterministic settings vs default" "ok: $timing" 0; else row "deterministic settings vs default" "FAIL: the timing did not run" 0; fi
+
+printf '\ngpu check on %s (%s), %s steps, load %s\n' "$device" \
+    "$(python -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")')" \
+    "$steps" "$(cut -d' ' -f1 /proc/loadavg)"
+printf '%-34s %-54s %8s\n' check result seconds
+printf '%s\n' "${rows[@]}"
+exit $failed
