@@ -65,8 +65,8 @@ def test_show_a_b_says_within_seed_noise_and_beyond(seeds: Path) -> None:
     text = cli(seeds, "show", "EXP-001", "EXP-004").stdout
     assert "EXP-004 against EXP-001, replicates: mean eval loss over the seeds (3 seeds against 3) +0.0100" in text
     assert (
-        "(over the seeds): within seed noise, 0.6x its standard error; the evaluations' own standard error is 0.0040"
-        in text
+        "(over the seeds, Welch, 4.0 df): within seed noise, 0.6x its standard error; the evaluations' own standard "
+        "error is 0.0040" in text
     )
     assert "5.0000 ± 0.0200 (3 seeds)" in text and "5.0100 ± 0.0200 (3 seeds)" in text  # the table's row
     same = json_out(cli(seeds, "show", "EXP-001", "EXP-002", "--json"))["versus"][0]

@@ -84,22 +84,36 @@ def test_a_variant_is_described_as_the_readme_shows(home: Path) -> None:
 
 
 def test_seed_noise_names_what_dominates_and_how_many_seeds_would_resolve_it() -> None:
-    """Issue 36 item 3: Welch's error over the seeds beside the evaluations' own; which dominates; how many seeds."""
+    """Issue 36 item 3: Welch's error over the seeds beside the evaluations' own; which dominates; how many seeds;
+    the threshold Student's t at the Welch degrees of freedom (calibrated for small groups), not two errors."""
     from octlm.views.sweeps import replicates
 
     a = {"n": 3, "mean": 5.000, "sd": 0.020, "values": []}
     b = {"n": 3, "mean": 4.990, "sd": 0.020, "values": []}
     within, words = replicates.difference(a, b, 0.001)  # type: ignore[arg-type]
     welch = (0.02**2 / 3 + 0.02**2 / 3) ** 0.5
-    assert within is True and f"-0.0100 ± {welch:.4f} (over the seeds): within seed noise" in words
+    assert within is True and f"-0.0100 ± {welch:.4f} (over the seeds, Welch, 4.0 df): within seed noise" in words
     assert "(seed noise dominates)" in words
-    # n > 4 * (0.02^2 + 0.02^2) / 0.01^2 = 32: 33 seeds, and at 33 each the difference stands at 2.03 errors
-    assert "about 33 seeds a configuration would resolve a difference this size" in words
-    assert replicates.seeds_to_resolve(-0.01, 0.02, 0.02) == 33
-    assert 0.01 / (0.02**2 / 33 + 0.02**2 / 33) ** 0.5 > noise.NOISE  # 32 puts it at 2.0 errors: not beyond
-    assert 0.01 / (0.02**2 / 32 + 0.02**2 / 32) ** 0.5 == pytest.approx(noise.NOISE)
+    # at n seeds each: Welch's df = 2(n-1), and the difference stands beyond t(df) errors from n = 32 on
+    assert "about 32 seeds a configuration would resolve a difference this size" in words
+    assert replicates.seeds_to_resolve(-0.01, 0.02, 0.02) == 32
+    assert 0.01 / (0.0008 / 32) ** 0.5 > noise.t_critical(62) and 0.01 / (0.0008 / 31) ** 0.5 < noise.t_critical(60)
     _, evaluations = replicates.difference(a, b, 0.05)  # type: ignore[arg-type]
     assert "(evaluation noise dominates)" in evaluations and "seeds a configuration" not in evaluations
+
+
+def test_students_t_gives_the_tables_critical_values_and_calibrates_small_groups() -> None:
+    """The two-sided 95% critical values of Student's t (any table: 12.706, 4.303, 2.776, 2.228, 2.042 at 1, 2, 4,
+    10, 30 df), the normal's 1.96 far out; two groups of 3 seeds 2.8 errors apart are within seed noise, where a
+    threshold of two errors would have called them different."""
+    for df, value in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042), (10**6, 1.960)):
+        assert noise.t_critical(df) == pytest.approx(value, abs=1e-3)
+    assert noise.welch_df(0.02, 3, 0.02, 3) == pytest.approx(4.0)
+    assert noise.welch_df(0.01, 3, 0.03, 5) == pytest.approx(
+        (0.01**2 / 3 + 0.03**2 / 5) ** 2 / ((0.01**2 / 3) ** 2 / 2 + (0.03**2 / 5) ** 2 / 4)
+    )
+    judged = noise.over_seeds(-0.0300, 0.0110, None, df=4.0)  # 2.7 errors: beyond 2, within t(4) = 2.776
+    assert judged.within is True and "Welch, 4.0 df" in judged.words
 
 
 def test_the_winner_of_single_seed_configurations_rests_on_the_paired_error() -> None:

@@ -1,8 +1,10 @@
 """Seed replicates and their noise (torch-free): experiments whose configs are the same but for ``training.seed``
 (and what does not change what a model learns: the fingerprint's bookkeeping keys) are replicates of one
 configuration, made by ``--seeds S`` or by hand. A group is shown as the mean ± sd of each metric over its
-replicates, and two groups differ beyond seed noise when their means are further apart than twice the standard
-error the seeds' spread gives their difference (sqrt(sd_a^2 / n_a + sd_b^2 / n_b)).
+replicates, and two groups differ beyond seed noise when their means are further apart than Student's two-sided 95%
+critical value (at the Welch-Satterthwaite degrees of freedom) times the standard error the seeds' spread gives
+their difference (sqrt(sd_a^2 / n_a + sd_b^2 / n_b)): calibrated at 5% for normal seed noise, where two errors
+would say "different" of two groups of 3 seeds of one config about 12% of the time.
 """
 
 from __future__ import annotations
@@ -116,14 +118,28 @@ def difference(a: Spread, b: Spread, eval_se: float | None = None) -> tuple[bool
     if a["sd"] is None or b["sd"] is None:
         return None, f"{delta:+.4f}; no seed spread to judge it by (give each configuration --seeds 2 or more)"
     welch = math.sqrt(a["sd"] ** 2 / a["n"] + b["sd"] ** 2 / b["n"])
-    judged = noise.over_seeds(delta, welch, eval_se, seeds_to_resolve(delta, a["sd"], b["sd"]))
+    df = noise.welch_df(a["sd"], a["n"], b["sd"], b["n"])
+    judged = noise.over_seeds(delta, welch, eval_se, seeds_to_resolve(delta, a["sd"], b["sd"]), df)
     return judged.within, judged.words
 
 
-def seeds_to_resolve(delta: float, sd_a: float, sd_b: float) -> int | None:
-    """How many seeds each configuration would need for a difference of ``delta`` to stand beyond seed noise (more
-    than ``noise.NOISE`` Welch standard errors, the spreads as measured): ``n > NOISE^2 (sd_a^2 + sd_b^2) / delta^2``;
-    None for no difference."""
+def seeds_to_resolve(delta: float, sd_a: float, sd_b: float, most: int = 1000) -> int | None:
+    """How many seeds each configuration would need for a difference of ``delta`` to stand beyond seed noise, the
+    spreads as measured: the least ``n`` with ``|delta| > t(df) sqrt((sd_a^2 + sd_b^2) / n)``, ``t`` Student's
+    two-sided 95% critical value at the Welch degrees of freedom of ``n`` seeds each (bisection over ``n``); None for
+    no difference, or past ``most``."""
     if delta == 0:
         return None
-    return max(2, math.floor(noise.NOISE**2 * (sd_a**2 + sd_b**2) / delta**2) + 1)
+
+    def resolves(n: int) -> bool:
+        df = noise.welch_df(sd_a, n, sd_b, n)
+        threshold = noise.t_critical(df) if math.isfinite(df) else noise.NOISE
+        return abs(delta) > threshold * math.sqrt((sd_a**2 + sd_b**2) / n)
+
+    if not resolves(most):
+        return None
+    low, high = 1, most  # resolves(high); not resolves(low) (one seed has no spread)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if resolves(middle) else (middle, high)
+    return max(2, high)
