@@ -98,6 +98,7 @@ def test_restart_asks_first_and_lists_what_it_discarded(home: Path) -> None:
         "checkpoints/EXP-001/step-000008.pt (step 8)",
         "checkpoints/EXP-001/tokenizer.json",
         "runs/EXP-001.jsonl",
+        "runs/EXP-001-blocks.jsonl",  # its evaluations block by block (issue 36)
     ]
     assert asked == [expected]
     result = runner.train(Home(home), "EXP-001", restart=True, until=4, confirm=lambda items: True)
