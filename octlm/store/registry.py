@@ -132,6 +132,10 @@ class Registry(SweepRows, QueueRows):
     def experiment_ids(self) -> list[str]:
         return [row["id"] for row in self._rows("select id from experiments order by id")]
 
+    def with_fingerprint(self, config_hash: str) -> list[str]:
+        """The IDs of the experiments registered with this config fingerprint, in ID order."""
+        return [row["id"] for row in self._rows("select id from experiments where config_hash = ?", (config_hash,))]
+
     def configs(self) -> dict[str, dict[str, Any]]:
         """{experiment ID: its resolved config as registered}; a malformed config reads as {}."""
         rows = self._rows("select id, config_json from experiments")

@@ -1,7 +1,7 @@
 """How long a run will take, from earlier runs on this machine: one line said before a long run.
 
 The rate is a run file's last ``elapsed_seconds`` over its step (the experiment's own, else that of an
-experiment with the same config fingerprint); the checkpoint size is its newest checkpoint file's.
+experiment the registry holds with the same config fingerprint); the checkpoint size is its newest checkpoint file's.
 Torch-free; any file that cannot be read simply gives no estimate.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from octlm.config import Config
 from octlm.core import layout
 from octlm.core.home import Home
-from octlm.store import experiments
+from octlm.store.registry import Registry
 from octlm.store.runs import runfile
 
 LONG_RUN_S = 60.0  # shorter runs get no estimate: their bar says enough
@@ -39,17 +39,11 @@ def _checkpoint_bytes(home: Home, experiment_id: str) -> int | None:
 
 
 def _siblings(home: Home, config: Config) -> list[str]:
-    """The experiment first, then every other one with the same config fingerprint."""
-    found = [config.id]
-    for path in sorted(home.experiments.glob("*.yaml")):
-        if path.stem == config.id:
-            continue
-        try:
-            if experiments.load(home, path.stem).fingerprint == config.fingerprint:
-                found.append(path.stem)
-        except Exception:
-            continue
-    return found
+    """The experiment first, then every other one the registry holds with the same config fingerprint (no YAML is
+    parsed: a start never reads every experiment of the home)."""
+    with Registry(home.registry, create=False) as registry:
+        same = registry.with_fingerprint(config.fingerprint)
+    return [config.id, *(experiment_id for experiment_id in same if experiment_id != config.id)]
 
 
 def duration(seconds: float) -> str:
