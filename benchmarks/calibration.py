@@ -6,6 +6,11 @@ blocks), the unpaired test (the two errors combined as if independent), and, ove
 groups, the seed-level test (Welch's error over the seeds).
 
 python benchmarks/calibration.py [--pairs 40] [--steps 30] [--json]
+python benchmarks/calibration.py --groups 40 --group-size 3 [--steps 20] [--json]
+
+With --groups N: the seed-level verdict alone, on N comparisons of two disjoint groups of --group-size seeds of one
+config, and N of a group of the base config against a group 3x off in the learning rate (the base groups reused):
+(2N + N) x --group-size runs.
 
 Prints one table (and with --json the figures); the measured table with its date, machine and load is in
 docs/performance.md.
@@ -79,15 +84,58 @@ def seed_level(finals: list[float], group: int) -> tuple[int, int]:
     return len(groups) // 2, said
 
 
+def groups_mode(home: Path, base: dict, count: int, size: int) -> dict:
+    """The seed-level verdict (``replicates.difference``: Welch's error, Student's t) on ``count`` same-config
+    comparisons of disjoint groups of ``size`` seeds, and ``count`` comparisons of a base group against a group 3x
+    off in the learning rate."""
+    rate, finals = base["training"]["learning_rate"], {}
+    runs = [(f"EXP-{n + 1:04d}", n + 1, rate) for n in range(2 * count * size)]
+    runs += [(f"EXP-{len(runs) + n + 1:04d}", 10_000 + n, rate * 3) for n in range(count * size)]
+    for index, (experiment_id, seed, learning_rate) in enumerate(runs):
+        train(home, experiment_id, _with(base, seed=seed, learning_rate=learning_rate))
+        records = (home / "runs" / f"{experiment_id}.jsonl").read_text().splitlines()
+        finals[experiment_id] = next(
+            r["eval_loss"] for r in map(json.loads, reversed(records)) if r.get("eval_loss") is not None
+        )
+        if index % 10 == 9:
+            print(f"run {index + 1}/{len(runs)}", file=sys.stderr)
+    values = [finals[e] for e, _, _ in runs]
+    base_groups = [values[i : i + size] for i in range(0, 2 * count * size, size)]
+    off_groups = [values[2 * count * size + i : 2 * count * size + i + size] for i in range(0, count * size, size)]
+    same = [_said(base_groups[2 * i], base_groups[2 * i + 1]) for i in range(count)]
+    off = [_said(base_groups[2 * i], off_groups[i]) for i in range(count)]
+    return {"comparisons": count, "group": size, "same_config_different": sum(same), "rate_3x_different": sum(off)}
+
+
+def _said(a: list[float], b: list[float]) -> bool:
+    within, _ = replicates.difference(replicates.spread(a), replicates.spread(b))
+    return within is False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=40, help="pairs of each kind (default 40)")
     parser.add_argument("--steps", type=int, default=30, help="training steps of each run (default 30)")
     parser.add_argument("--eval-tokens", type=int, default=8192, help="training.eval_tokens (default: new's 8192)")
+    parser.add_argument("--groups", type=int, default=0, help="seed-level mode: comparisons of replicate groups")
+    parser.add_argument("--group-size", type=int, default=3, help="seeds a group, with --groups (default 3)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("OCTLM_NO_LOAD_CHECK", "1")
     started, load_start = time.perf_counter(), os.getloadavg()[0]
+    if args.groups:
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "experiments").mkdir()
+            found = groups_mode(Path(folder), base_config(args.steps, args.eval_tokens), args.groups, args.group_size)
+        found |= {
+            "date": time.strftime("%Y-%m-%d"),
+            "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+            "seconds": round(time.perf_counter() - started, 1),
+            "steps": args.steps,
+            "eval_tokens": args.eval_tokens,
+        }
+        print(json.dumps(found, indent=2) if args.json else found)
+        return
     rows: dict[str, list[dict]] = {"same config, other seed": [], "learning rate 3x off": []}
     with tempfile.TemporaryDirectory() as folder:
         home = Path(folder)
