@@ -68,6 +68,19 @@ def terminal() -> bool:
     return sys.stdout.isatty()
 
 
+def say(text: str) -> None:
+    """One sentence on stdout: on a terminal wrapped at words to its width (its later lines indented); in a pipe one
+    line, for grep."""
+    line = plain(text)
+    if terminal():
+        import shutil
+        import textwrap
+
+        width = shutil.get_terminal_size().columns
+        line = textwrap.fill(line, width=max(40, width - 1), subsequent_indent="  ", break_on_hyphens=False)
+    print(line)
+
+
 def emit_json(value: Any) -> None:
     """``value`` as JSON on stdout: valid JSON always (a non-finite number, a diverged run's NaN or a halving rung's
     infinity, is written as null: JSON has no Infinity)."""

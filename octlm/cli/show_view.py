@@ -79,7 +79,7 @@ def write(shown: Shown, request: Request) -> None:
         print_compare(list(request.ids), shown.rows, title)
         document = cast(compare.Comparison, shown.document)
         for line in compare.sentences(document):
-            print(render.plain(line))
+            render.say(line)
         for experiment in document["experiments"]:  # below the table, so a long one never widens it
             if experiment["description"]:
                 print(f"{experiment['id']}: {render.plain(experiment['description'])}")
@@ -160,7 +160,7 @@ def print_sweep(shown: Shown) -> None:
     if found["best_so_far"]:
         best = found["best_so_far"][-1]
         print(render.plain(f"best so far: {best['best']:.4f} after {len(found['best_so_far'])} finished trials"))
-    print(render.plain(found["verdict"]))  # the winner, its margin and its test: the last line
+    render.say(found["verdict"])  # the winner, its margin and its test: the last line
 
 
 def _pairs(params: dict[str, Any]) -> str:

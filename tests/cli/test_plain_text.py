@@ -66,3 +66,22 @@ def test_a_home_path_with_markup_and_emoji_codes_stays_text(tmp_path: Path) -> N
     code, screen = on_terminal(home, "show", "EXP-404")
     assert code == 2 and f"{home}/experiments/EXP-404.yaml" in screen.replace("\r\n", "")
     assert "\u274c" not in screen and "Traceback" not in screen
+
+
+def test_a_sentence_wraps_at_words_on_a_terminal_and_stays_one_line_in_a_pipe(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Verdicts (show A B, show SWEEP) are long sentences: a terminal breaks them between words, never inside one;
+    a pipe keeps each on one line for grep."""
+    from octlm.cli import render
+
+    sentence = " ".join(["the best (training.learning_rate=0.001) against the next: eval_loss -0.5513 ± 0.0419"] * 3)
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setattr(render, "terminal", lambda: True)
+    render.say(sentence)
+    shown = capsys.readouterr().out.splitlines()
+    assert len(shown) > 1 and all(len(line) <= 59 for line in shown)
+    assert " ".join(line.strip() for line in shown) == sentence  # every word whole, none cut
+    monkeypatch.setattr(render, "terminal", lambda: False)
+    render.say(sentence)
+    assert capsys.readouterr().out == sentence + "\n"
