@@ -2,11 +2,11 @@
 
 A pack holds, under ``octlm-pack/``: ``manifest.json`` (format, version, the experiment, the sha256 and size of
 every other member), ``registry.jsonl`` (the experiment's records, as ``registry export`` writes them, with its
-YAML and run files; only the packed checkpoints), ``tokenizer.json``, and ``checkpoints/step-NNNNNN.pt`` with
-their ``.sha256`` files. Members are sorted, with fixed times, owners and modes, so the same state packs to the
-same bytes. ``unpack`` reads nothing but such regular files (any other name, a link or a device is refused),
-verifies every checksum in a staging folder inside the home before anything is registered, then places the
-files and merges the rows (``importing``).
+YAML and run files; only the packed checkpoints), ``tokenizer.json``, ``blocks.jsonl`` (its evaluations block by
+block, where it has them), and ``checkpoints/step-NNNNNN.pt`` with their ``.sha256`` files. Members are sorted,
+with fixed times, owners and modes, so the same state packs to the same bytes. ``unpack`` reads nothing but such
+regular files (any other name, a link or a device is refused), verifies every checksum in a staging folder inside
+the home before anything is registered, then places the files and merges the rows (``importing``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from octlm.exchange import records as exchange
 from octlm.exchange.records import ExportedExperiment, Record
 from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry
+from octlm.store.runs import evalblocks
 
 FORMAT, VERSION, ROOT, MANIFEST, RECORDS, TOKENIZER = (
     tarcheck.FORMAT,
@@ -73,6 +74,9 @@ def pack(
             members[f"checkpoints/{layout.sidecar(path).name}"] = layout.sidecar(path)
         if (folder / TOKENIZER).is_file():
             members[TOKENIZER] = folder / TOKENIZER
+        blocks = evalblocks.path_for(home.run_file(experiment_id))
+        if blocks.is_file():  # so that a moved run can still be paired with the runs of its new home
+            members[tarcheck.BLOCKS] = blocks
         digests = {name: _digest(source) for name, source in members.items()}
         for _, path in chosen:
             _check_sidecar(path, digests[f"checkpoints/{path.name}"][0])
@@ -202,7 +206,9 @@ def unpack(
             staging = Path(tempfile.mkdtemp(prefix=prefix, dir=home.root))  # doctor tells a live one by its name
             try:
                 staged = _extract(tar, members, manifest, staging, path)
-                moves = _moves(home.checkpoint_dir(target), staged)
+                blocks = [p for p in staged if p.name == tarcheck.BLOCKS]
+                moves = _moves(home.checkpoint_dir(target), [p for p in staged if p not in blocks])
+                moves += _blocks_move(home, target, blocks)
                 rows = (
                     importing.apply(home, registry, chosen, before=lambda placed: _place(moves, placed))
                     if chosen.changed or moves
@@ -319,6 +325,13 @@ def _moves(folder: Path, staged: list[Path]) -> list[tuple[Path, Path]]:
         elif _digest(place)[0] != _digest(source)[0]:
             raise Refused(f"{place} is here with other bytes than the pack's: nothing was changed")
     return moves
+
+
+def _blocks_move(home: Home, target: str, staged: list[Path]) -> list[tuple[Path, Path]]:
+    """The pack's evaluations block by block, to ``runs/<target>-blocks.jsonl`` unless this home has that file
+    already (its own evaluations, perhaps past the pack's: kept as they are)."""
+    place = evalblocks.path_for(home.run_file(target))
+    return [(source, place) for source in staged if not place.exists()]
 
 
 def _place(moves: list[tuple[Path, Path]], placed: list[Path]) -> None:

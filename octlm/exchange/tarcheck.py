@@ -22,7 +22,8 @@ from octlm.core.provenance import __version__
 
 FORMAT, VERSION = "octlm-pack", 1
 ROOT, MANIFEST, RECORDS, TOKENIZER = "octlm-pack/", "manifest.json", "registry.jsonl", "tokenizer.json"
-MEMBER = re.compile(rf"manifest\.json|registry\.jsonl|tokenizer\.json|checkpoints/{layout.FILE.pattern}")
+BLOCKS = "blocks.jsonl"  # the evaluations block by block (``store.runs.evalblocks``), where the home had them
+MEMBER = re.compile(rf"manifest\.json|registry\.jsonl|tokenizer\.json|blocks\.jsonl|checkpoints/{layout.FILE.pattern}")
 RELEASE = re.compile(r"(\d+(?:\.\d+)*)(?:[.+-]?[a-z].*)?\Z")  # a PEP 440 release and whatever follows it
 MAX_SMALL = 1 << 30  # the manifest, the records and the tokenizer are read whole
 

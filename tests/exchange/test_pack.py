@@ -253,3 +253,15 @@ def test_packing_main_s_home_writes_main_s_bytes(tmp_path: Path, monkeypatch: py
     assert {k: v for k, v in now.items() if k not in (records, ROOT_MANIFEST)} == {
         k: v for k, v in then.items() if k not in (records, ROOT_MANIFEST)
     }
+
+
+def test_a_pack_carries_the_evaluations_block_by_block(packed: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 36: a moved run keeps its per-block evaluations (``blocks.jsonl`` in the pack), so the home it moves to
+    can still pair it; a home that has the file already keeps its own; the same pack twice changes nothing."""
+    home_a, pack = packed
+    kept = home_a / "runs" / "EXP-001-blocks.jsonl"
+    assert members(pack)["octlm-pack/blocks.jsonl"] == kept.read_bytes() and kept.stat().st_size > 0
+    home_b = write_corpus(tmp_path / "b")
+    assert cli(home_b, "unpack", str(pack)).exit_code == 0
+    assert (home_b / "runs" / "EXP-001-blocks.jsonl").read_bytes() == kept.read_bytes()
+    assert json_out(cli(home_b, "unpack", str(pack), "--json"))["changed"] is False
