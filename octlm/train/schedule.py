@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 from octlm.config import TrainingConfig
 
@@ -45,19 +47,50 @@ def constant(step: int, *, peak: float, warmup_steps: int) -> float:
     return peak * (step + 1) / max(1, warmup_steps) if step < warmup_steps else peak
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """One member of the family: how it becomes a one-argument function of the step, and the config keys it reads
+    beyond ``training.learning_rate``, ``warmup_steps`` and ``steps`` (what ``octlm config keys`` documents for it)."""
+
+    build: Callable[[TrainingConfig], Callable[[int], float]]
+    keys: tuple[str, ...] = ()
+
+
+# The family's one table: a new schedule is a function above and a row here (its name also goes in
+# ``config.schema.SCHEDULES``, the choices a config may name: config imports nothing of train). tests/train/
+# test_schedules.py holds every row to the choices, the key's documentation and its own edges.
+SCHEDULES: dict[str, Schedule] = {
+    "cosine": Schedule(
+        lambda t: partial(
+            learning_rate,
+            peak=t.learning_rate,
+            floor=t.min_learning_rate,
+            warmup_steps=t.warmup_steps,
+            total_steps=t.steps,
+        ),
+        ("training.min_learning_rate",),
+    ),
+    "wsd": Schedule(
+        lambda t: partial(
+            wsd,
+            peak=t.learning_rate,
+            floor=t.min_learning_rate,
+            warmup_steps=t.warmup_steps,
+            total_steps=t.steps,
+            decay_fraction=t.decay_fraction,
+        ),
+        ("training.min_learning_rate", "training.decay_fraction"),
+    ),
+    "constant": Schedule(lambda t: partial(constant, peak=t.learning_rate, warmup_steps=t.warmup_steps)),
+    "linear": Schedule(
+        lambda t: partial(
+            linear, peak=t.learning_rate, floor=t.min_learning_rate, warmup_steps=t.warmup_steps, total_steps=t.steps
+        ),
+        ("training.min_learning_rate",),
+    ),
+}
+
+
 def for_config(training: TrainingConfig) -> Callable[[int], float]:
-    """The schedule of a ``TrainingConfig`` as a one-argument function."""
-    peak, floor, warmup, total = (
-        training.learning_rate,
-        training.min_learning_rate,
-        training.warmup_steps,
-        training.steps,
-    )
-    if training.schedule == "wsd":
-        fraction = training.decay_fraction
-        return lambda s: wsd(s, peak=peak, floor=floor, warmup_steps=warmup, total_steps=total, decay_fraction=fraction)
-    if training.schedule == "linear":
-        return lambda s: linear(s, peak=peak, floor=floor, warmup_steps=warmup, total_steps=total)
-    if training.schedule == "constant":
-        return lambda s: constant(s, peak=peak, warmup_steps=warmup)
-    return lambda s: learning_rate(s, peak=peak, floor=floor, warmup_steps=warmup, total_steps=total)
+    """The schedule of a ``TrainingConfig`` as a one-argument function (``SCHEDULES``)."""
+    return SCHEDULES[training.schedule].build(training)

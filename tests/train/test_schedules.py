@@ -62,3 +62,28 @@ def test_the_schedules_at_their_edges() -> None:
     assert (
         constant(5, peak=2.0, warmup_steps=10) == pytest.approx(1.2) and constant(50, peak=2.0, warmup_steps=10) == 2.0
     )
+
+
+@pytest.mark.parametrize("name", ["cosine", "wsd", "constant", "linear"])
+def test_every_schedule_of_the_table_is_a_choice_documented_and_shaped_as_a_schedule(name: str) -> None:
+    """Issue 34 item 2: the schedules' one table (train/schedule.SCHEDULES) against the config's choices and the
+    key's documentation (octlm config keys, docs/reference/config.md), and each member's shape: a warmup from
+    peak/warmup to the peak, never above the peak nor below the floor, at the floor (or the peak) at the end."""
+    from octlm.config import describe_keys
+    from octlm.config import from_dict as config_from
+    from octlm.config.schema import SCHEDULES as CHOICES
+    from octlm.train.schedule import SCHEDULES
+
+    assert set(SCHEDULES) == set(CHOICES) and name in SCHEDULES  # this list, the table and the choices agree
+    documented = next(key for key in describe_keys() if key["key"] == "training.schedule")["doc"]
+    assert name in documented
+    keys = {key["key"] for key in describe_keys()}
+    assert set(SCHEDULES[name].keys) <= keys
+    from conftest import tiny_config
+
+    training = {"schedule": name, "steps": 100, "warmup_steps": 10, "learning_rate": 1.0, "min_learning_rate": 0.1}
+    schedule = SCHEDULES[name].build(config_from(tiny_config(training=training)).training)
+    rates = [schedule(step) for step in range(120)]
+    assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
+    assert all(0.1 - 1e-12 <= rate <= 1.0 + 1e-12 for rate in rates)
+    assert rates[-1] == pytest.approx(1.0 if name == "constant" else 0.1)
