@@ -132,11 +132,15 @@ class SweepRows(RegistryBase):
             return sweep_id
 
     def add_trials(
-        self, sweep_id: int, members: Sequence[tuple[dict[str, Any], dict[str, Any]]], expect_groups: int
+        self,
+        sweep_id: int,
+        members: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+        expect_groups: int,
+        spec: Any = None,
     ) -> bool:
-        """More trials for a sweep that asks as it goes, in one transaction, only while the sweep still holds the
-        ``expect_groups`` configurations the ask was made from: False when another worker added some first
-        (nothing is written then)."""
+        """More trials for a sweep (one that asks as it goes, or ``sweep extend`` with the grown ``spec``), in one
+        transaction, only while the sweep still holds the ``expect_groups`` configurations they were made from:
+        False when another process added some first (nothing is written then)."""
         with self._transaction() as conn:
             groups = conn.execute("select count(distinct group_key) from sweep_trials where sweep_id = ?", (sweep_id,))
             if groups.fetchone()[0] != expect_groups:
@@ -145,22 +149,8 @@ class SweepRows(RegistryBase):
                 "select coalesce(max(position), -1) + 1 from sweep_trials where sweep_id = ?", (sweep_id,)
             )
             self._add_members(conn, sweep_id, members, int(start.fetchone()[0]))
-            return True
-
-    def extend_sweep(
-        self, sweep_id: int, members: Sequence[tuple[dict[str, Any], dict[str, Any]]], spec: Any, expect_groups: int
-    ) -> bool:
-        """``sweep extend``: more trials and the sweep's grown ``spec`` in one transaction, only while the sweep still
-        holds the ``expect_groups`` configurations it was grown from (False, nothing written, otherwise)."""
-        with self._transaction() as conn:
-            groups = conn.execute("select count(distinct group_key) from sweep_trials where sweep_id = ?", (sweep_id,))
-            if groups.fetchone()[0] != expect_groups:
-                return False
-            start = conn.execute(
-                "select coalesce(max(position), -1) + 1 from sweep_trials where sweep_id = ?", (sweep_id,)
-            )
-            self._add_members(conn, sweep_id, members, int(start.fetchone()[0]))
-            conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep_id))
+            if spec is not None:
+                conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep_id))
             return True
 
     def add_experiments(self, rows: Sequence[dict[str, Any]]) -> None:

@@ -70,7 +70,7 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
     grown["history"] = [*spec.get("history", []), event]
     groups = len({t["group_key"] for t in trials})
     with plan.write_trials(home, new, spec.get("prefix") or DEFAULT_PREFIX, name) as (registry, members):
-        if not registry.extend_sweep(sweep["id"], members, grown, groups):
+        if not registry.add_trials(sweep["id"], members, groups, grown):
             raise Refused(f"sweep {name} changed while it was being extended: nothing was changed; try again")
         kept.keep_sweep(home, registry, name)
     return {"name": name, **event, "trials": [t.config.id for t in new]}
