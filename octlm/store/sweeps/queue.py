@@ -11,8 +11,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from octlm.core.errors import BadInput
-from octlm.store.base import RegistryBase, checked, decoded, encode, now, writable
-from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead
+from octlm.store.base import RegistryBase, checked, decoded, now, writable
+from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead, set_spec
 
 
 class QueueRows(RegistryBase):
@@ -138,7 +138,7 @@ class QueueRows(RegistryBase):
             if taken:
                 spec = dict(sweep["spec"] or {})
                 spec["history"] = [*spec.get("history", []), event]
-                conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep["id"]))
+                set_spec(conn, sweep["id"], spec)
             return event
 
     def change_spec(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
@@ -149,5 +149,5 @@ class QueueRows(RegistryBase):
             if row is None:
                 raise BadInput(f"no sweep named {name}")
             spec = change(dict(decoded(dict(row))["spec"] or {}))
-            conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), row["id"]))
+            set_spec(conn, row["id"], spec)
             return spec

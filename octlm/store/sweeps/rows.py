@@ -97,6 +97,11 @@ TRIALS = (
 )
 
 
+def set_spec(conn: sqlite3.Connection, sweep_id: int, spec: Any) -> None:
+    """A sweep's spec replaced, inside the caller's transaction (extend, retry, the shipped mark)."""
+    conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep_id))
+
+
 def claim_is_dead(row: dict[str, Any]) -> bool:
     """A claim whose process is gone (on this host, by pid and start time): its trial may be taken over."""
     probe = {"status": "running", "host": row.get("host"), "pid": row.get("pid"), "pid_start": row.get("pid_start")}
@@ -150,7 +155,7 @@ class SweepRows(RegistryBase):
             )
             self._add_members(conn, sweep_id, members, int(start.fetchone()[0]))
             if spec is not None:
-                conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep_id))
+                set_spec(conn, sweep_id, spec)
             return True
 
     def add_experiments(self, rows: Sequence[dict[str, Any]]) -> None:
