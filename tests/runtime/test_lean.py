@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import write_experiment
 
 TRAIN_THEN_SAY = (
@@ -25,6 +26,7 @@ def _train(home: Path, experiment_id: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # two training processes
 def test_an_eager_run_never_imports_the_compiler(home: Path) -> None:
     assert _train(home, "EXP-001") == "compiler not loaded"
     write_experiment(home, "EXP-002", training={"grad_clip": 0.0, "spike_guard": "skip"})
