@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "config": {"core"},
     "runtime": {"core", "config"},
-    "data": {"core", "config", "runtime"},
+    "data": {"core", "config"},
     "train": {"core", "config", "runtime", "data"},
     "store": {"core", "config"},
     "run": {"core", "config", "runtime", "data", "train", "store"},
@@ -38,6 +38,9 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"core", "config", "runtime", "data", "train", "store", "run", "tasks", "exchange", "views"},
     "": {"core", "config", "runtime", "data", "train", "store", "run", "tasks", "exchange", "views", "cli"},
 }  # "": the package's own face (``octlm/__init__.py``) and entry point (``__main__``)
+# The layers from the bottom up: every row of ``ALLOWED`` names only layers below its own, so no arrow of the package
+# graph points up (``test_the_table_points_down``) and the graph has no cycle between packages.
+LAYERS = ["core", "config", "store", "exchange", "views", "runtime", "data", "train", "run", "tasks", "cli", ""]
 TORCH_FREE = {"", "core", "config", "store", "exchange", "views", "cli"}
 MAX_FUNCTION, MAX_MODULE = 30, 250
 MODULES_PER_PACKAGE = (2, 10)
@@ -228,6 +231,18 @@ RULES = {
 def test_package_obeys(rule: str) -> None:
     if offenders := RULES[rule](PACKAGE):
         pytest.fail(f"{rule}: {len(offenders)} offender(s):\n" + "\n".join(offenders), pytrace=False)
+
+
+def test_the_table_points_down() -> None:
+    """Every allowed edge goes from a layer to one below it in ``LAYERS``; every layer is in both lists."""
+    assert sorted(LAYERS) == sorted(ALLOWED)
+    up = [
+        f"{source or 'the root'} -> {target}"
+        for source, targets in ALLOWED.items()
+        for target in targets
+        if LAYERS.index(target) >= LAYERS.index(source)
+    ]
+    assert up == []
 
 
 def test_the_root_lists_at_most_13_entries() -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NoReturn
 
 from octlm.config.presets import PRESETS
+from octlm.config.tiers import TIERS
 from octlm.config.tree import canonical, flatten
 from octlm.config.tree import diff as diff  # re-exported: config imports it from here
 from octlm.config.validation import check_bound, check_choice, coerce, kind_of, shown
@@ -23,7 +24,7 @@ from octlm.core.errors import ConfigError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
-DETERMINISMS = ("local", "vendor", "portable")
+DETERMINISMS = tuple(TIERS)  # the determinism tiers, one record each in tiers.py
 SAMPLINGS = ("replacement", "epochs")
 SCHEDULES = ("cosine", "wsd", "constant", "linear")
 SPIKE_GUARDS = ("off", "stop", "skip")
@@ -224,7 +225,7 @@ class TrainingConfig(_Section):
                 f"wsd decays over the last {self.decay_fraction} of {self.steps} steps, which must be above 0 and "
                 f"begin after the {self.warmup_steps} warmup steps",
             )
-        if self.determinism != "local" and self.compile:
+        if TIERS[self.determinism].pins_kernels and self.compile:
             message = (
                 f"torch.compile generates code for this machine's instruction set, which {self.determinism} cannot pin"
             )

@@ -20,7 +20,6 @@ from octlm.data import blocks as data
 from octlm.data import corpus, sources, tokens
 from octlm.data.fingerprints import Fingerprints, dataset_hash
 from octlm.data.tokenizer import Tokenizer, cache_path, from_cache, load_or_train, to_cache
-from octlm.runtime import machine as runtime
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,11 @@ def prepare(
     reporter: Reporter | None = None,
     first_step: bool = True,
     apart: bool = True,
+    *,
+    device: torch.device,
 ) -> PreparedData:
-    """Set up the process, then read the corpus, load (or take from the cache, or train) the tokenizer and
+    """For a process already set up for ``device`` (``runtime.machine.prepare_process``, called by ``run/`` and
+    ``tasks/``), read the corpus, load (or take from the cache, or train) the tokenizer and
     cut blocks, telling ``reporter`` each phase; with ``first_step``, the last phase is the first step.
 
     A newly trained or cached tokenizer is saved only after the whole corpus has encoded with it. With
@@ -64,7 +66,6 @@ def prepare(
     (``apart.run_apart``), so that the memory they take is not kept for the run; this process then loads
     both, as a warm start does. The tokens are the same either way."""
     report = reporter or QuietReporter()
-    device = runtime.prepare_process(config)
     found = _read_corpus(home, config, report)
     cached = cache_path(home.cache, (d.text for d in found.train), config.tokenizer.vocab_size)  # reads them all
     where = _Where(home, config, tokenizer_path, cached)

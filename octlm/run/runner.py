@@ -150,7 +150,8 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
     """Prepare the data and build the state (validating everything), discard, then train in one session."""
     try:
         tokenizer = start.tokenizer or context.files.tokenizer
-        prepared = start.select(prepare(context.home, context.config, tokenizer, context.reporter))
+        device = runtime.prepare_process(context.config)  # device, profile, threads, determinism, allocator
+        prepared = start.select(prepare(context.home, context.config, tokenizer, context.reporter, device=device))
         prepared = dataclasses.replace(prepared, world_size=context.relay.ranks.world_size)
         state, forked = _build_state(context, start, prepared)
         if start.discard is not None:  # only now: everything above validated what it could

@@ -33,12 +33,10 @@ import platform
 import sys
 
 from octlm.config import Config
+from octlm.config.tiers import TIERS
 from octlm.core.errors import Refused
 
-PORTABLE = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-VENDOR = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-PROFILES: dict[str, dict[str, str]] = {"local": {}, "vendor": VENDOR, "portable": PORTABLE}
-VARIABLES = tuple(PORTABLE)  # every variable a tier may pin
+VARIABLES = tuple(dict.fromkeys(key for tier in TIERS.values() for key in tier.pins))  # every variable a tier pins
 # Every variable that changes which kernels torch, MKL and oneDNN run (a tier pins the first three): recorded by each
 # checkpoint, compared on resume (``machine.check_environment``).
 KERNEL_VARIABLES = (*VARIABLES, "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "DNNL_MAX_CPU_ISA")
@@ -56,18 +54,10 @@ def parse_kernels(text: object) -> dict[str, str]:
     return {key: value for key, _, value in pairs if key}
 
 
-CAPABILITY = {"vendor": "AVX2", "portable": "AVX2"}  # what torch.backends.cpu.get_cpu_capability() says
-COVERS = {
-    "local": "this machine only",
-    "vendor": "x86-64 processors with AVX2 on which MKL takes {vendor}, at the same torch release and threads",
-    "portable": "any x86-64 processor with AVX2, Intel or AMD, at the same torch release and thread count",
-}
-
-
 def settings(determinism: str, pieces: bool = False) -> dict[str, str]:
     """The environment a tier pins (nothing for ``local``); with canonical ``pieces``, MKL's strict mode too."""
-    pinned = dict(PROFILES[determinism])
-    if pieces and determinism == "local":
+    pinned = dict(TIERS[determinism].pins)
+    if pieces and not pinned:
         pinned["MKL_CBWR"] = "AUTO,STRICT"  # ?gemm's bits independent of threads (vendor is strict already)
     return pinned
 
@@ -109,8 +99,8 @@ def pinned_here() -> list[str]:
 
 
 def covers(determinism: str, path: str = "") -> str:
-    """Which machines continue each other's runs under the tier (its ``COVERS`` line, MKL's ``path`` named)."""
-    return COVERS[determinism].format(vendor=f"its {path} path (as here)" if path else "this processor's")
+    """Which machines continue each other's runs under the tier (its ``covers`` line, MKL's ``path`` named)."""
+    return TIERS[determinism].covers.format(vendor=f"its {path} path (as here)" if path else "this processor's")
 
 
 def vendor() -> str:

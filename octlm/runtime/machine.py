@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from octlm.config import Config
+from octlm.config.tiers import TIERS, Tier
 from octlm.core.errors import BadInput, ConfigError, Refused
 from octlm.core.provenance import __version__
 from octlm.core.reporting import Reporter
@@ -90,7 +91,7 @@ def require_profile(config: Config) -> None:
     processor without the profile's instruction set)."""
     profile = config.training.determinism
     missing = determinism.unpinned(profile, config.training.micro_batches > 0)
-    wanted = determinism.CAPABILITY.get(profile)
+    wanted = TIERS[profile].capability
     if missing:
         determinism.pin(config)  # refuses: torch is loaded here
     if wanted and torch.backends.cpu.get_cpu_capability() != wanted:
@@ -101,7 +102,7 @@ def require_profile(config: Config) -> None:
 def set_threads(config: Config, recorded: int | None = None) -> None:
     """``training.threads`` when set; else, under a tier that pins kernels, the count a resumed checkpoint
     ``recorded``."""
-    wanted = config.training.threads or (recorded if config.training.determinism != "local" else None)
+    wanted = config.training.threads or (recorded if TIERS[config.training.determinism].pins_kernels else None)
     if wanted and wanted != torch.get_num_threads():
         torch.set_num_threads(wanted)
 
@@ -123,7 +124,7 @@ def environment(
     """The environment record: what a checkpoint records of the process and machine that wrote it, compared on
     resume (``environment_warnings``, ``check_environment``). Under a profile other than ``local`` it names the
     profile and the canary's digest (``canary.environment`` computes it)."""
-    pinned = {"determinism": determinism.describe(profile), "canary": canary} if profile != "local" else {}
+    pinned = {"determinism": determinism.describe(profile), "canary": canary} if TIERS[profile].pins_kernels else {}
     return {
         "octlm": __version__,
         "torch": str(torch.__version__),
@@ -164,7 +165,7 @@ def check_environment(
                 f"this machine does not agree with the one that wrote {name} (canary {current['canary']} here, "
                 f"{there} there): the resume will not be bit-identical{_remedy(saved, current)}"
             )
-    if pieces and not str(current.get("determinism", "")).startswith("portable"):
+    if pieces and _tier_of(current).strict_with_pieces:
         saved, current = {**saved, "threads": None}, {**current, "threads": None}
     _check_kernels(saved, current, name, reporter)
     for message in environment_warnings(saved, current):
@@ -196,9 +197,15 @@ def _check_kernels(saved: dict[str, Any], current: dict[str, Any], name: str, re
 def _remedy(saved: dict[str, Any], current: dict[str, Any]) -> str:
     """Which tier would have made a move between these machines exact, when one would."""
     there, here = saved.get("mkl"), current.get("mkl")
-    if there and here and there != here and str(saved.get("determinism", "")).startswith("vendor"):
-        return f" (MKL ran its {there} path there, {here} here: training.determinism: portable covers both vendors)"
+    if there and here and there != here and _tier_of(saved).pins_kernels and not _tier_of(saved).across_vendors:
+        across = next(tier.name for tier in TIERS.values() if tier.across_vendors)
+        return f" (MKL ran its {there} path there, {here} here: training.determinism: {across} covers both vendors)"
     return ""
+
+
+def _tier_of(record: dict[str, Any]) -> Tier:
+    """The tier an environment record names (``portable (MKL_CBWR=...)``; none: ``local``)."""
+    return TIERS.get(str(record.get("determinism") or "local").split(" ")[0], TIERS["local"])
 
 
 PINNED = ("torch", "python", "platform", "device", "dtype", "threads", "optimizer", "determinism")

@@ -18,6 +18,7 @@ from octlm.core.reporting import QuietReporter, Reporter
 from octlm.data import tokens
 from octlm.data.pipeline import prepare
 from octlm.run.files import ExperimentFiles
+from octlm.runtime import machine
 from octlm.store import experiments
 
 
@@ -55,7 +56,8 @@ def run(home: Home, experiment_id: str, reporter: Reporter | None = None) -> dic
     existing = set(home.cache.glob("tokens-*.bin")) if home.cache.is_dir() else set()
     started = time.perf_counter()
     with files.lock():
-        prepared = prepare(home, config, files.tokenizer, timer, first_step=False, apart=False)  # its own peak
+        device = machine.prepare_process(config)
+        prepared = prepare(home, config, files.tokenizer, timer, first_step=False, apart=False, device=device)
     seconds = time.perf_counter() - started
     phases = timer.end()
     train, validation = len(prepared.train_blocks.stream), len(prepared.eval_blocks.stream)

@@ -320,3 +320,41 @@ def test_the_tiers_and_what_each_covers(tmp_path: Path) -> None:
     assert cfg.Config().with_keys({"training.determinism": "vendor"}).training.determinism == "vendor"
     with pytest.raises(ConfigError, match="training.determinism"):
         cfg.Config().with_keys({"training.determinism": "intel"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["local", "vendor", "portable"])
+def test_every_tier_of_the_table_is_a_choice_documented_and_pinned_by_a_real_canary(name: str, tmp_path: Path) -> None:
+    """Issue 34 item 2: the tiers' one table (config/tiers.TIERS) against the config's choices, the key's
+    documentation (``octlm config keys``, docs/reference/config.md) and docs/performance.md's figures; then a real
+    ``octlm canary`` under the tier, in a process of its own, holds the tier's pins and says what it covers."""
+    import json
+    import subprocess
+    import sys
+
+    from octlm.config import describe_keys
+    from octlm.config.schema import DETERMINISMS
+    from octlm.config.tiers import TIERS
+
+    assert list(TIERS) == list(DETERMINISMS) == ["local", "vendor", "portable"]  # this list, the table, the choices
+    tier = TIERS[name]
+    documented = next(key for key in describe_keys() if key["key"] == "training.determinism")["doc"]
+    assert name in documented
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    table = (docs / "guide" / "determinism.md").read_text()  # the guide's table: its pins, what it covers, its cost
+    assert f"| `{name}` | " in table and all(f"{k}={v}" in table for k, v in tier.pins.items())
+    assert name in (docs / "reference" / "config.md").read_text()
+    env = {key: value for key, value in os.environ.items() if key not in TIERS["portable"].pins}
+    done = subprocess.run(
+        [sys.executable, "-m", "octlm_cli", "--home", str(tmp_path), "canary", "--determinism", name, "--json"],
+        capture_output=True,
+        text=True,
+        env={**env, "NO_COLOR": "1"},
+        timeout=300,
+        check=True,
+    )
+    said = json.loads(done.stdout)
+    assert all(f"{key}={value}" in said["profile"] for key, value in tier.pins.items())
+    assert said["covers"].startswith(tier.covers.split("{")[0])
+    if tier.capability:
+        assert said["capability"] == tier.capability

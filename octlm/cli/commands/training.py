@@ -23,6 +23,7 @@ from octlm.core.errors import Refused
 from octlm.runtime import launch
 
 if TYPE_CHECKING:
+    from octlm.core.home import Home
     from octlm.run.session import RunSummary  # imports torch
 
 RestartOption = Annotated[
@@ -162,7 +163,7 @@ def train(
     options: dict[str, Any] = {"restart": restart, "until": until}
     if restart:
         options["confirm"] = None if yes else "ask"
-    _train(ctx, "train", experiment_id, config, as_json, quiet, **options)
+    _train(ctx, _training, experiment_id, config, as_json, quiet, **options)
 
 
 @handled
@@ -182,12 +183,26 @@ def resume(
     """Continue from the newest valid checkpoint (or start at 0); exits 0 at once when complete."""
     config = pin_experiment(ctx, experiment_id)  # before torch loads, here and in the ranks
     start_ranks(ctx, experiment_id, launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint), config)
-    _train(ctx, "resume", experiment_id, config, as_json, quiet, step=step, until=until, reshard=reshard)
+    _train(ctx, _resuming, experiment_id, config, as_json, quiet, step=step, until=until, reshard=reshard)
+
+
+def _training(home: Home, experiment_id: str, **options: Any) -> RunSummary | None:
+    """The ``train`` use case (``run.runner.train``, imported here: it imports torch)."""
+    from octlm.run import runner
+
+    return runner.train(home, experiment_id, **options)
+
+
+def _resuming(home: Home, experiment_id: str, **options: Any) -> RunSummary | None:
+    """The ``resume`` use case (``run.runner.resume``)."""
+    from octlm.run import runner
+
+    return runner.resume(home, experiment_id, **options)
 
 
 def _train(
     ctx: typer.Context,
-    use_case: str,
+    use_case: Callable[..., RunSummary | None],
     experiment_id: str,
     config: Config | None,
     as_json: bool,
@@ -196,7 +211,6 @@ def _train(
 ) -> None:
     """``train`` or ``resume`` with a progress reporter; a hung-up terminal never fails the run. ``config``: the
     experiment's, loaded once by the command (None on a box without it)."""
-    from octlm.run import runner  # runner imports torch
     from octlm.views import estimate
 
     home, leader = home_of(ctx), launch.rank() == 0  # only rank 0 of several speaks
@@ -207,7 +221,7 @@ def _train(
             interactive = leader and reporter.interactive and sys.stdin.isatty()
             options["confirm"] = _asker(reporter) if interactive else None
         try:
-            result = getattr(runner, use_case)(home, experiment_id, reporter=reporter, config=config, **options)
+            result = use_case(home, experiment_id, reporter=reporter, config=config, **options)
         finally:
             reporter.close()
         if not leader or result is None:

@@ -36,7 +36,7 @@ from octlm.data.pipeline import PreparedData, prepare
 from octlm.data.sources import data_root
 from octlm.run.files import ExperimentFiles
 from octlm.run.restore import restore
-from octlm.runtime import load
+from octlm.runtime import load, machine
 from octlm.runtime.launch import Launch
 from octlm.store import experiments
 from octlm.store.registry import Registry
@@ -127,7 +127,8 @@ def verify_resume(
         experiments.register(home, registry, config)
         with files.lock():
             # trains the experiment's tokenizer once if it has none
-            prepared = prepare(home, config, files.tokenizer, reporter, first_step=False)
+            device = machine.prepare_process(config)
+            prepared = prepare(home, config, files.tokenizer, reporter, first_step=False, device=device)
         torch.set_num_threads(threads.threads)  # the next-batch losses, here, as the segments train
         plan = _plan(home, config, splits, final, sizes, threads)
         shown_by = segments or QuietSegments()

@@ -1,0 +1,55 @@
+"""The determinism tiers (``training.determinism``): one ``Tier`` record each, in one table, ``TIERS``.
+
+Everything octlm does per tier reads the record: the config's choices (``schema``), the environment pinned before
+torch loads and the processor it needs (``runtime.determinism``, ``runtime.machine``), the canary and what it
+says the tier covers (``train.canary``, ``octlm canary``), what a checkpoint records of it and how a resume
+compares it (``runtime.machine.check_environment``), and the reference pages (``config keys``, docs/).
+Adding a tier: its record here, the tests in tests/runtime/test_tiers.py, its measured figures in
+docs/performance.md (``docs/modules.md``, "Families")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One determinism tier."""
+
+    name: str
+    pins: dict[str, str] = field(default_factory=dict)  # environment set before torch loads (MKL, ATen, oneDNN)
+    capability: str | None = None  # what torch.backends.cpu.get_cpu_capability() must say under it
+    covers: str = "this machine only"  # which machines continue each other's runs ({vendor}: MKL's path)
+    cost: str = "1x"  # its step time against local's, measured on CPU (docs/performance.md)
+    strict_with_pieces: bool = True  # with canonical pieces, MKL's strict mode makes the thread count irrelevant
+    across_vendors: bool = False  # machines of both vendors agree (else a move across MKL paths is named)
+
+    @property
+    def pins_kernels(self) -> bool:
+        """Whether the tier pins kernels: a checkpoint then records the canary, and a resume compares it."""
+        return bool(self.pins)
+
+
+_AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+TIERS: dict[str, Tier] = {
+    tier.name: tier
+    for tier in (
+        Tier("local"),
+        Tier(
+            "vendor",
+            pins={"MKL_CBWR": "AVX2,STRICT", **_AVX2},
+            capability="AVX2",
+            covers="x86-64 processors with AVX2 on which MKL takes {vendor}, at the same torch release and threads",
+            cost="1.19x (day1), 1.48x (day2)",
+        ),
+        Tier(
+            "portable",
+            pins={"MKL_CBWR": "COMPATIBLE", **_AVX2},
+            capability="AVX2",
+            covers="any x86-64 processor with AVX2, Intel or AMD, at the same torch release and thread count",
+            cost="2.09x (day1), 3.24x (day2)",
+            strict_with_pieces=False,  # MKL's COMPATIBLE branch has no strict mode
+            across_vendors=True,
+        ),
+    )
+}
