@@ -119,7 +119,7 @@ def test_a_sweep_spec_is_refused_at_once_before_anything_is_written(home: Path, 
 
 def test_later_tpe_trials_are_made_from_the_base_kept_with_the_sweep(home: Path) -> None:
     from octlm.store.registry import Registry
-    from octlm.tasks.sweeps import asking
+    from octlm.tasks.sweeps import plan
 
     made = cli(
         home,
@@ -145,12 +145,12 @@ def test_later_tpe_trials_are_made_from_the_base_kept_with_the_sweep(home: Path)
         trial = registry.trials(sweep["id"])[0]
         registry.settle_claim(registry.claim([sweep["id"]], {"host": "h", "pid": 1})["claim_id"], "done", value=5.0)
         assert trial["experiment_id"] == "EXP-002"
-    added = asking.top_up(Home(home), sweep)
+    added = plan.top_up(Home(home), sweep)
     assert added, "TPE asked for another trial"
     config = json_out(cli(home, "show", added[0], "--json"))["config"]
     assert config["training"]["batch_size"] == 4  # the base as it was, not its edited YAML
     (home / "experiments" / "EXP-001.yaml").unlink()  # and a deleted base kills nothing
-    assert asking.top_up(Home(home), {**sweep, "spec": {**sweep["spec"], "parallel": 2}}) is not None
+    assert plan.top_up(Home(home), {**sweep, "spec": {**sweep["spec"], "parallel": 2}}) is not None
 
 
 # ---------------------------------------------------------------- 19: the user's own kernel settings

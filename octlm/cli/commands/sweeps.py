@@ -127,7 +127,7 @@ def sweep_new(
     as_json: JsonOption = False,
 ) -> None:
     """Create a sweep: its trials as experiments (tagged sweep:NAME, each its own config), in one transaction."""
-    from octlm.tasks.sweeps import plan
+    from octlm.tasks.sweeps import plan, samplers
     from octlm.tasks.sweeps.spec import Request
 
     request = Request(
@@ -153,7 +153,7 @@ def sweep_new(
         return
     for trial in made["trials"]:
         print(trial["id"])
-    asks = " (more are asked for as these finish)" if made["spec"]["sampler"] == "tpe" else ""
+    asks = " (more are asked for as these finish)" if samplers.SAMPLERS[made["spec"]["sampler"]].asks else ""
     render.info(f"sweep {name}: {len(made['trials'])} trials{asks}; train them with `octlm work {name}`")
 
 

@@ -14,11 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from octlm.core.errors import BadInput
-from octlm.core.home import Home
-from octlm.store import kept
-from octlm.store.registry import Registry
 
-SAMPLERS = ("tpe",)
 Params = dict[str, Any]
 FINISHED = ("done", "failed", "stopped")
 
@@ -82,32 +78,3 @@ def history(trials: Sequence[dict[str, Any]]) -> tuple[list[tuple[Params, float 
         else:
             pending.append(params)
     return finished, pending, len(groups)
-
-
-class Raced(Exception):
-    """Another worker asked first: the trials made for this ask are taken back."""
-
-
-def top_up(home: Home, sweep: dict[str, Any]) -> list[str]:
-    """Ask for as many configurations as keep ``parallel`` of them pending, within the ``trials`` budget, and add
-    their trials (files, rows) to the sweep; the new experiment IDs. Nothing when another worker asked first."""
-    from octlm.tasks.sweeps import plan
-
-    spec = sweep["spec"]
-    if spec.get("sampler") not in SAMPLERS:
-        return []
-    with Registry(home.registry, create=False) as registry:
-        finished, pending, total = history(registry.trials(sweep["id"]))
-    wanted = min(int(spec["parallel"]) - len(pending), int(spec["trials"]) - total)
-    cells = ask(spec, finished, wanted, pending)
-    if not cells:
-        return []
-    trials = plan.build_trials(plan.base_of(home, sweep), cells, spec, sweep["name"])
-    try:
-        with plan.write_trials(home, trials, spec["prefix"], sweep["name"]) as (registry, members):
-            if not registry.add_trials(sweep["id"], members, expect_groups=total):
-                raise Raced
-            kept.keep_sweep(home, registry, sweep["name"])
-    except Raced:
-        return []
-    return [trial.config.id for trial in trials]

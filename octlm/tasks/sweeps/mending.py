@@ -14,7 +14,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.home import DEFAULT_PREFIX, Home
 from octlm.store import kept
 from octlm.store.registry import Registry, now
-from octlm.tasks.sweeps import shipping
+from octlm.tasks.sweeps import samplers, shipping
 
 RETRYABLE = ("failed", "stopped")
 
@@ -61,7 +61,7 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
     shipping.refuse_shipped(spec, name, "extended")
     base = plan.base_of(home, sweep)
     grown = _grown(name, spec, base, seeds, grid, draws)
-    cells = plan.configurations(grown["grid"], grown["ranges"], grown["random"], grown["seed"])
+    cells = samplers.configurations(grown["grid"], grown["ranges"], grown["random"], grown["seed"])
     have = {(t["group_key"], t["replicate"]) for t in trials}
     new = [t for t in plan.build_trials(base, cells, grown, name) if (t.group_key, t.replicate) not in have]
     if not new:
@@ -82,7 +82,7 @@ def _grown(
     """The sweep's spec with what ``extend`` adds, each addition checked (one line naming the option)."""
     from octlm.tasks.sweeps.spec import MAX_TRIALS, parse_grid
 
-    if spec.get("halving") or spec.get("sampler") not in ("grid", "random"):
+    if spec.get("halving") or samplers.of(spec).asks:
         raise BadInput(f"sweep {name}: extend takes grid and random sweeps without --halving (this one is not)")
     added = parse_grid(grid, base)
     unknown = sorted(set(added) - set(spec["grid"]))

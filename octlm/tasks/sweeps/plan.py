@@ -12,9 +12,6 @@ written and every row (experiments, sweep, trials) goes in in one transaction: a
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +22,7 @@ from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import Home
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
-from octlm.tasks.sweeps import asking
+from octlm.tasks.sweeps import asking, samplers
 from octlm.tasks.sweeps.spec import (
     SEED,
     Request,
@@ -60,24 +57,6 @@ class Trial:
 class Plan:
     spec: dict[str, Any]
     trials: list[Trial] = field(default_factory=list)
-
-
-def configurations(
-    grid: dict[str, list[Any]], ranges: dict[str, dict[str, Any]], draws: int, seed: int
-) -> list[Params]:
-    """The grid's product (keys in the order given), crossed with ``draws`` seeded draws of the ranges."""
-    product = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())] or [{}]
-    if not ranges:
-        return product
-    generator = random.Random(seed)
-    points = [{key: _draw(generator, spec) for key, spec in ranges.items()} for _ in range(max(draws, 1))]
-    return [{**point, **cell} for point in points for cell in product]
-
-
-def _draw(generator: random.Random, spec: dict[str, Any]) -> Any:
-    low, high = spec["low"], spec["high"]
-    value = math.exp(generator.uniform(math.log(low), math.log(high))) if spec["log"] else generator.uniform(low, high)
-    return round(value) if spec["int"] else float(f"{value:.4g}")
 
 
 def base_of(home: Home, sweep: dict[str, Any]) -> cfg.Config:
@@ -147,21 +126,18 @@ def plan(home: Home, request: Request) -> Plan:
     base = experiments.load(home, request.base)
     check_metric(request.metric)
     grid, ranges = parse_grid(request.grid, base), parse_ranges(request.ranges)
-    sampler = request.sampler or ("random" if request.random else "grid")
-    check_options(request, sampler, grid, ranges)
-    check_size(request, sampler, grid)  # before a single trial's config is built
+    sampler = samplers.chosen(request)
+    check_options(request, grid, ranges)
+    sampler.check(request, grid, ranges)
+    check_size(sampler.count(request, grid))  # before a single trial's config is built
     rungs = parse_rungs(request.halving, base)
     spec = {
-        **{"grid": grid, "ranges": ranges, "random": request.random, "seeds": request.seeds, "sampler": sampler},
+        **{"grid": grid, "ranges": ranges, "random": request.random, "seeds": request.seeds, "sampler": sampler.name},
         **{"trials": request.trials, "parallel": request.parallel, "metric": request.metric, "seed": request.seed},
         **{"halving": rungs, "keep": request.keep, "overrides": list(request.overrides), "prefix": request.prefix},
         "base_config": base.to_dict(),  # the config its trials are made from, whatever happens to the base's YAML later
     }
-    if sampler in asking.SAMPLERS:
-        cells = asking.ask(spec, [], min(request.parallel, request.trials or 0))
-    else:
-        cells = configurations(grid, ranges, request.random, request.seed)
-    return Plan(spec, build_trials(base, cells, spec, request.name))
+    return Plan(spec, build_trials(base, sampler.first(spec), spec, request.name))
 
 
 def create(home: Home, request: Request) -> dict[str, Any]:
@@ -215,3 +191,30 @@ def _experiment_row(home: Home, trial: Trial, sweep: str | None) -> dict[str, An
 def _trial_row(trial: Trial) -> dict[str, Any]:
     fields = {"params": trial.params, "group_key": trial.group_key, "replicate": trial.replicate}
     return {**fields, "seed": trial.seed, "target_step": trial.target_step}
+
+
+class Raced(Exception):
+    """Another worker asked first: the trials made for this ask are taken back."""
+
+
+def top_up(home: Home, sweep: dict[str, Any]) -> list[str]:
+    """Ask for as many configurations as keep ``parallel`` of them pending, within the ``trials`` budget, and add
+    their trials (files, rows) to the sweep; the new experiment IDs. Nothing when another worker asked first."""
+    spec, sampler = sweep["spec"], samplers.of(sweep["spec"])
+    if not sampler.asks:
+        return []
+    with Registry(home.registry, create=False) as registry:
+        finished, pending, total = asking.history(registry.trials(sweep["id"]))
+    wanted = min(int(spec["parallel"]) - len(pending), int(spec["trials"]) - total)
+    cells = sampler.more(spec, finished, wanted, pending)
+    if not cells:
+        return []
+    trials = build_trials(base_of(home, sweep), cells, spec, sweep["name"])
+    try:
+        with write_trials(home, trials, spec["prefix"], sweep["name"]) as (registry, members):
+            if not registry.add_trials(sweep["id"], members, expect_groups=total):
+                raise Raced
+            kept.keep_sweep(home, registry, sweep["name"])
+    except Raced:
+        return []
+    return [trial.config.id for trial in trials]

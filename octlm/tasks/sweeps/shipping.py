@@ -27,7 +27,7 @@ from octlm.exchange import packing
 from octlm.store import kept
 from octlm.store.registry import Registry, now
 from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS
-from octlm.tasks.sweeps.asking import SAMPLERS
+from octlm.tasks.sweeps import samplers
 from octlm.tasks.sweeps.spec import validate_name
 
 FORMAT, VERSION, MANIFEST = "octlm-sweep", 1, "sweep.json"
@@ -42,7 +42,7 @@ def pack(home: Home, name: str, output: Path, shards: int = 1) -> dict[str, Any]
             raise BadInput(f"unknown sweep {name}")
         trials = registry.trials(sweep["id"])
     spec = sweep["spec"] or {}
-    if shards != 1 and (spec.get("halving") or spec.get("sampler") in SAMPLERS):
+    if shards != 1 and (spec.get("halving") or samplers.of(spec).asks):
         raise BadInput(
             f"--shards {shards}: sweep {name} decides across all its trials (halving, Optuna): ship it whole"
         )

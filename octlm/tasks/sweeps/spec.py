@@ -18,7 +18,6 @@ from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import DEFAULT_PREFIX, validate_id
 from octlm.store import experiments
-from octlm.tasks.sweeps import asking
 
 NAME = re.compile(r"[a-z][a-z0-9_.]*(-[a-z0-9_.]+)*")
 
@@ -26,7 +25,6 @@ NAME = re.compile(r"[a-z][a-z0-9_.]*(-[a-z0-9_.]+)*")
 NAME_HELP = "a sweep's name is lowercase letters, digits, '_', '.' and '-', starting with a letter (e.g. lr-2026)"
 
 
-SAMPLERS = ("grid", "random", *asking.SAMPLERS)  # grid and random: octlm's own, every trial made at once
 MAX_TRIALS = 10_000
 
 
@@ -156,29 +154,18 @@ def check_metric(metric: str) -> None:
         raise BadInput(f"--metric {metric!r}: a sweep minimises one of {', '.join(METRICS)}")
 
 
-def check_size(request: Request, sampler: str, grid: dict[str, list[Any]]) -> None:
-    """The trials a sweep would make, counted from its options (never by making them): at most ``MAX_TRIALS``."""
-    if sampler in asking.SAMPLERS:
-        count = (request.trials or 0) * request.seeds
-        if request.parallel > (request.trials or 0):
-            raise BadInput(f"--parallel {request.parallel}: at most --trials ({request.trials}) asked ahead")
-    else:
-        count = math.prod(len(values) for values in grid.values()) * max(request.random, 1) * request.seeds
+def check_size(count: int) -> None:
+    """The trials a sweep would make, counted from its options by its sampler (never by making them): at most
+    ``MAX_TRIALS``."""
     if count > MAX_TRIALS:
         raise BadInput(f"{count:,} trials: at most {MAX_TRIALS:,} in one sweep; fewer values, draws, --trials or seeds")
 
 
-def check_options(request: Request, sampler: str, grid: dict[str, Any], ranges: dict[str, Any]) -> None:
-    if sampler not in SAMPLERS:
-        raise BadInput(f"--sampler {sampler}: choose one of {', '.join(SAMPLERS)}")
+def check_options(request: Request, grid: dict[str, Any], ranges: dict[str, Any]) -> None:
+    """The options every sampler takes (each sampler checks its own: ``samplers``)."""
     if not 1 <= request.seeds <= 1000:
         raise BadInput(f"--seeds {request.seeds}: give 1 to 1000 replicates")
     if not 0 < request.keep < 1:
         raise BadInput(f"--keep {request.keep}: the fraction promoted at each rung, above 0 and below 1")
-    if sampler in asking.SAMPLERS:
-        if not ranges and not grid or not request.trials or request.trials < 1 or request.parallel < 1:
-            raise BadInput(f"--sampler {sampler} asks as trials finish: give --trials N, --parallel K and --range keys")
-    elif request.trials is not None or bool(ranges) != bool(request.random):
-        raise BadInput("--trials goes with --sampler tpe; --range with --random N (or --sampler tpe), and back")
     if not grid and not ranges and request.seeds < 2:
         raise BadInput("a sweep varies something: give --grid KEY=V1,V2, --random N --range KEY=LOW:HIGH or --seeds S")

@@ -39,7 +39,7 @@ from octlm.core.signals import SIGNAL_EXIT, handled_signals, handling
 from octlm.runtime import determinism
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
-from octlm.tasks.sweeps import asking, halving
+from octlm.tasks.sweeps import halving, plan
 from octlm.tasks.sweeps.trial_log import TALLY_VARIABLE, Tally, TrialLog
 
 POLL_S = 0.5
@@ -222,7 +222,7 @@ def _run(home: Home, trial: dict[str, Any], say: Say, tally: Tally, busy: set[in
         f"{experiment_id}: done at step {trial['target_step']}"
         + (f", {_metric(home, trial)} {value:.4f}" if value is not None else "")
     )
-    asking.top_up(home, _sweep_of(home, trial))
+    plan.top_up(home, _sweep_of(home, trial))
     tally.overhead_s += time.perf_counter() - settled
     return None
 
