@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import write_corpus, write_experiment
 
 from octlm.core.home import Home
@@ -63,7 +64,8 @@ def trained_where(home: Path, monkeypatch: pytest.MonkeyPatch, **options) -> tup
 
     monkeypatch.setattr(Tokenizer, "train", staticmethod(recording))
     config = experiments.load(Home(home), "EXP-001")
-    prepared = prepare(Home(home), config, home / "tokenizer.json", first_step=False, **options)
+    cpu = torch.device("cpu")
+    prepared = prepare(Home(home), config, home / "tokenizer.json", first_step=False, device=cpu, **options)
     return int(marker.read_text()), prepared
 
 

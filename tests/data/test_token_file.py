@@ -61,7 +61,7 @@ def test_exp_008_streams_and_blocks_are_unchanged(tmp_path: Path) -> None:
     shutil.copytree(REPO / "experiments", tmp_path / "experiments")
     home = Home(tmp_path)
     config = experiments.load(home, "EXP-008")
-    prepared = prepare(home, config, tmp_path / "tokenizer.json", first_step=False)
+    prepared = prepare(home, config, tmp_path / "tokenizer.json", first_step=False, device=torch.device("cpu"))
     assert prepared.data_hash == EXP_008_DATA_HASH
     found = corpus.load(config.data.sources, tmp_path, config.data.validation_fraction, config.data.max_bytes)
     streams = tokens.token_streams(found, prepared.tokenizer, home.cache, prepared.data_hash)
