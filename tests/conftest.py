@@ -39,9 +39,39 @@ CORPUS = "\n\n".join(
 TESTS = Path(__file__).resolve().parent
 
 
+# The costliest tests, costliest first (measured on two cores, `--durations`): they are run first, so that the
+# workers of pytest-xdist end together on short tests instead of one of them finishing a two-minute test alone
+# (worksteal gives each worker a contiguous share and an idle one takes half of another's queue from its end).
+HEAVIEST = (
+    "test_compiled_training_with_dropout_resumes_exactly",
+    "test_every_command_of_the_tour_runs_in_a_fresh_home",
+    "test_verify_resume_catches_rank0_rng_and_plain_ddp",
+    "test_golden_run_and_canary_under_emulation",
+    "test_resume_crosses_vendors_bit_for_bit",
+    "test_verify_resume_on_ranks_is_identical_on_every_check",
+    "test_four_pieces_train_the_same_bits_on_1_2_4_ranks_and_two_nodes",
+    "test_verify_resume_from_two_ranks_to_one_passes",
+    "test_resume_under_another_world_size_is_refused_then_reshards",
+    "test_verify_resume_on_a_busy_box_keeps_its_warning_on_screen_and_repeats_it",
+    "test_six_pieces_are_exact_on_3_ranks_and_a_ring_sum_is_not",
+    "test_stopped_on_four_ranks_continues_on_two_and_on_one_exactly",
+    "test_a_sweep_on_a_slurm_job_array_survives_a_requeue_mid_trial",
+    "test_fp16_with_grad_scaler_resumes_exactly",
+    "test_sigterm_mid_run_checkpoints_once_and_resumes_bit_identical",
+    "test_verify_resume_takes_its_threads_from_the_free_cores",
+    "test_verify_resume_passes_under_portable",
+    "test_bf16_autocast_resumes_exactly",
+    "test_world_sizes_that_do_not_divide_the_pieces_are_refused",
+    "test_resume_in_new_processes_chain_of_three",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``tests/e2e/`` is slow by where it lives (faults, ranks, hostile input, signals, the browser); its ranks and
-    browser files carry those markers too, so ``-m "not slow"`` runs the fast half and ``-m ranks`` the ranks."""
+    browser files carry those markers too, so ``-m "not slow"`` runs the fast half and ``-m ranks`` the ranks.
+    The ``HEAVIEST`` go first."""
+    first = {name: index for index, name in enumerate(HEAVIEST)}
+    items.sort(key=lambda item: first.get(getattr(item, "originalname", item.name), len(first)))
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(TESTS).parts
         if parts[0] == "e2e":
