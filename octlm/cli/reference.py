@@ -27,8 +27,9 @@ def page(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
 def shapes() -> dict[str, Any]:
     """{what is run: the TypedDict of what its ``--json`` writes}, every document that is typed."""
     from octlm.core.records import EvalResult, TrainResult
+    from octlm.store.registry import CheckpointRow, RunRow, VerificationRow
     from octlm.views.curves.plots import PlotData
-    from octlm.views.details import Detail
+    from octlm.views.details import Detail, Fingerprints
     from octlm.views.listing import Listing, ListingRow
     from octlm.views.paired import Paired
     from octlm.views.side_by_side import Comparison, Versus
@@ -40,6 +41,10 @@ def shapes() -> dict[str, Any]:
         "octlm show --json": Listing,
         "octlm show --json: each of experiments": ListingRow,
         "octlm show ID --json": Detail,
+        "octlm show ID --json: its fingerprints": Fingerprints,
+        "octlm show ID --json: each of runs": RunRow,
+        "octlm show ID --json: each of checkpoints": CheckpointRow,
+        "octlm show ID --json: each of verifications": VerificationRow,
         "octlm show A B --json": Comparison,
         "octlm show A B --json: each of versus": Versus,
         "octlm show A B --json: a versus's paired": Paired,

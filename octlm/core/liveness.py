@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -67,7 +68,7 @@ def effective_status(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def is_other_host(row: dict[str, Any]) -> bool:
+def is_other_host(row: Mapping[str, object]) -> bool:
     return str(row.get("status", "")).startswith("unknown (host ")
 
 

@@ -203,7 +203,8 @@ def _experiment(
 def _same_config(registry: ExchangeRegistry, item: ExportedExperiment, target: str) -> None:
     """An experiment known here by its UUID is merged only under the same config fingerprint: a copied home,
     changed and retrained, holds another experiment under the same UUID."""
-    here = (registry.experiment(target) or {}).get("config_hash")
+    row = registry.experiment(target)
+    here = row["config_hash"] if row else None
     theirs = item.get("config_hash")
     if isinstance(here, str) and isinstance(theirs, str) and here != theirs:
         raise Refused(

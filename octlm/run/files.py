@@ -65,7 +65,7 @@ class ExperimentFiles:
         """The main track's newest checkpoint that verifies (or the one at ``step``), each checked
         against the registry's checksum and size where it has them."""
         rows = registry.checkpoints(self.experiment_id)
-        sizes = {str(self.home.root / row["path"]): row["size"] for row in rows if isinstance(row.get("size"), int)}
+        sizes = {str(self.home.root / row["path"]): row["size"] for row in rows if isinstance(row["size"], int)}
         return checkpoint.newest_valid(self.folder, registry.digests(self.home.root, self.experiment_id), step, sizes)
 
     def discardable(self) -> list[str]:

@@ -68,8 +68,8 @@ def register(home: Home, registry: Registry, config: cfg.Config) -> None:
     kept), and the row's UUID is kept (see the module)."""
     found = kept.identity(home, config.id)
     registry.sync_experiment(config.id, **row_fields(home, config), **({"uuid": found} if found else {}))
-    row = registry.experiment(config.id) or {}
-    if isinstance(row.get("uuid"), str) and (row["uuid"] != found or not kept.kept_identity(home, config.id)):
+    row = registry.experiment(config.id)
+    if row and isinstance(row["uuid"], str) and (row["uuid"] != found or not kept.kept_identity(home, config.id)):
         kept.keep_identity(home, config.id, row["uuid"])
 
 

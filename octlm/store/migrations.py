@@ -428,7 +428,7 @@ class RunRow(TypedDict):
     id: int
     experiment_id: str
     kind: str | None
-    status: str | None
+    status: str  # the effective status (a dead process reads crashed), never null in a read
     start_step: int | None
     end_step: int | None
     target_step: int | None

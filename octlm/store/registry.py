@@ -10,9 +10,8 @@ on one box never fail with "database is locked". The schema is owned by
 ``octlm show`` stays light. This module never imports torch.
 
 ``Registry(path, create=False)`` reads only (see ``base``). Reads return plain dicts with the JSON columns
-decoded (typed as ``ExperimentRow`` ... ``MetricRow``, exported here, though the methods still say
-``dict[str, Any]`` for their callers); a cell that is not valid JSON reads as ``None`` (``malformed_cells``
-names them). Writes accept only the known columns of their table.
+decoded, typed as ``ExperimentRow`` ... ``MetricRow`` (``migrations``, exported here); a cell that is not valid
+JSON reads as ``None`` (``malformed_cells`` names them). Writes accept only the known columns of their table.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import socket
 import sqlite3
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from octlm.core.liveness import effective_status, start_time
 from octlm.core.records import NESTED_FIELDS, RunRecord
@@ -115,18 +114,18 @@ class Registry(SweepRows, QueueRows):
                 (experiment_id, *row.values()),
             )
 
-    def experiments(self) -> list[dict[str, Any]]:
+    def experiments(self) -> list[ExperimentRow]:
         """Every experiment row, by ID (``config_json`` decoded, None when malformed)."""
-        return self._rows("select * from experiments order by id")
+        return cast("list[ExperimentRow]", self._rows("select * from experiments order by id"))
 
-    def experiment(self, experiment_id: str) -> dict[str, Any] | None:
-        rows = self._rows("select * from experiments where id = ?", (experiment_id,))
+    def experiment(self, experiment_id: str) -> ExperimentRow | None:
+        rows = cast("list[ExperimentRow]", self._rows("select * from experiments where id = ?", (experiment_id,)))
         return rows[0] if rows else None
 
     def former_ids(self, experiment_id: str) -> list[str]:
         """The IDs this experiment's checkpoints may name from before it was unpacked under its own (``--as``)."""
-        row = self.experiment(experiment_id) or {}
-        former = row.get("former_ids")
+        row = self.experiment(experiment_id)
+        former = row["former_ids"] if row else None
         return [i for i in former if isinstance(i, str)] if isinstance(former, list) else []
 
     def experiment_ids(self) -> list[str]:
@@ -192,7 +191,7 @@ class Registry(SweepRows, QueueRows):
             conn.execute("update experiments set tags = ? where id = ?", (json.dumps(tags), experiment_id))
             return tags
 
-    def add_note(self, experiment_id: str, text: str) -> dict[str, Any]:
+    def add_note(self, experiment_id: str, text: str) -> NoteRow:
         """Append a note to an experiment; the note's row."""
         if not text.strip() or len(text) > MAX_NOTE_CHARS:
             raise ValueError(f"a note holds 1 to {MAX_NOTE_CHARS:,} characters")
@@ -202,11 +201,12 @@ class Registry(SweepRows, QueueRows):
             cursor = conn.execute(
                 "insert into notes (experiment_id, created, text, uuid) values (?, ?, ?, ?)", tuple(row.values())
             )
-        return {"id": cursor.lastrowid, **row}
+        return cast("NoteRow", {"id": cursor.lastrowid, **row})
 
-    def notes(self, experiment_id: str) -> list[dict[str, Any]]:
+    def notes(self, experiment_id: str) -> list[NoteRow]:
         """An experiment's notes, oldest first."""
-        return self._rows("select * from notes where experiment_id = ? order by id", (experiment_id,))
+        sql = "select * from notes where experiment_id = ? order by id"
+        return cast("list[NoteRow]", self._rows(sql, (experiment_id,)))
 
     def row_counts(self, experiment_id: str) -> dict[str, int]:
         """{table: rows of this experiment} for every table that holds some."""
@@ -254,16 +254,16 @@ class Registry(SweepRows, QueueRows):
     def finish_run(self, run_id: int, status: str, **fields: Any) -> None:
         self.update_run(run_id, status=status, ended=now(), **fields)
 
-    def runs(self, experiment_id: str) -> list[dict[str, Any]]:
+    def runs(self, experiment_id: str) -> list[RunRow]:
         """The runs of an experiment, oldest first, each with its effective status."""
         rows = self._rows("select * from runs where experiment_id = ? order by id", (experiment_id,))
-        return [effective_status(row) for row in rows]
+        return cast("list[RunRow]", [effective_status(row) for row in rows])
 
-    def running_runs(self) -> list[dict[str, Any]]:
+    def running_runs(self) -> list[RunRow]:
         """Runs recorded as ``running`` (or imported as ``unknown (host X)``), each with its effective status (a dead
         process reads ``crashed``)."""
         sql = "select * from runs where status = 'running' or status like 'unknown (host %' order by id"
-        return [effective_status(row) for row in self._rows(sql)]
+        return cast("list[RunRow]", [effective_status(row) for row in self._rows(sql)])
 
     def has_training_run(self, experiment_id: str) -> bool:
         sql = "select 1 from runs where experiment_id = ? and kind in (?, ?) limit 1"
@@ -299,8 +299,9 @@ class Registry(SweepRows, QueueRows):
         with self._transaction() as conn:
             conn.execute("update checkpoints set sha256 = ? where path = ?", (sha256, path))
 
-    def checkpoints(self, experiment_id: str) -> list[dict[str, Any]]:
-        return self._rows("select * from checkpoints where experiment_id = ? order by step", (experiment_id,))
+    def checkpoints(self, experiment_id: str) -> list[CheckpointRow]:
+        sql = "select * from checkpoints where experiment_id = ? order by step"
+        return cast("list[CheckpointRow]", self._rows(sql, (experiment_id,)))
 
     def digests(self, root: Path, experiment_id: str) -> dict[str, str]:
         """{absolute checkpoint path: sha256} as registered, for verifying files before loading."""
@@ -323,10 +324,11 @@ class Registry(SweepRows, QueueRows):
         with self._transaction() as conn:
             conn.execute(f"insert into verifications ({columns}) values ({marks})", tuple(row.values()))
 
-    def verifications(self, experiment_id: str) -> list[dict[str, Any]]:
+    def verifications(self, experiment_id: str) -> list[VerificationRow]:
         """Verdicts of an experiment, oldest first; ``details`` is a dict ({} when absent or unreadable)."""
         rows = self._rows("select * from verifications where experiment_id = ? order by id", (experiment_id,))
-        return [{**row, "details": row["details"] if isinstance(row["details"], dict) else {}} for row in rows]
+        decoded = [{**row, "details": row["details"] if isinstance(row["details"], dict) else {}} for row in rows]
+        return cast("list[VerificationRow]", decoded)
 
     # ------------------------------------------------------------------ metrics (the run files' records as rows)
 
@@ -353,10 +355,10 @@ class Registry(SweepRows, QueueRows):
                 "delete from metrics where experiment_id = ? and track = ? and step > ?", (experiment_id, track, step)
             )
 
-    def metrics(self, experiment_id: str, track: str = "train") -> list[dict[str, Any]]:
+    def metrics(self, experiment_id: str, track: str = "train") -> list[MetricRow]:
         """The metric rows of one track, by step (rows of one step in the order they were written)."""
         sql = "select * from metrics where experiment_id = ? and track = ? order by step, id"
-        return self._rows(sql, (experiment_id, track))
+        return cast("list[MetricRow]", self._rows(sql, (experiment_id, track)))
 
 
 def new_uuid() -> str:

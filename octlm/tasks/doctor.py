@@ -34,7 +34,7 @@ from octlm.core.home import Home
 from octlm.core.liveness import alive, is_other_host
 from octlm.store import experiments, kept
 from octlm.store.locking import ExperimentLock
-from octlm.store.registry import Registry, now
+from octlm.store.registry import CheckpointRow, Registry, now
 from octlm.store.sweeps.rows import claim_is_dead
 from octlm.train import checkpoint
 
@@ -271,7 +271,7 @@ def _verdict(
     experiment_id: str,
     relative: str,
     path: Path,
-    row: dict[str, Any] | None,
+    row: CheckpointRow | None,
     repair: bool,
 ) -> tuple[checkpoint.Record | None, list[Problem]]:
     """The checkpoint's record when it verifies and belongs to this experiment's training (else None),
@@ -291,7 +291,7 @@ def _verdict(
 
 
 def _digests(
-    home: Home, registry: Registry, experiment_id: str, relative: str, path: Path, row: dict[str, Any], repair: bool
+    home: Home, registry: Registry, experiment_id: str, relative: str, path: Path, row: CheckpointRow, repair: bool
 ) -> Problem | None:
     """The ``.sha256`` file and the registry row name different digests: say which the file matches."""
     written, registered = layout.read_sidecar(path), row["sha256"]

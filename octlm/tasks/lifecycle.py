@@ -22,7 +22,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.home import Home, validate_id
 from octlm.store import experiments, kept
 from octlm.store.locking import ExperimentLock
-from octlm.store.registry import MAX_NOTE_CHARS, Registry
+from octlm.store.registry import MAX_NOTE_CHARS, NoteRow, Registry
 
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/=+-]{0,63}")
 TAG_HELP = "a tag is 1 to 64 letters, digits and _ . : / = + - (starting with a letter or digit)"
@@ -123,9 +123,9 @@ def _registered(home: Home, experiment_id: str) -> Iterator[Registry]:
 def set_archived(home: Home, experiment_id: str, archived: bool) -> dict[str, Any]:
     """Archive (hidden from ``show`` unless ``--all``) or unarchive; {"id", "archived", "changed"}."""
     with _registered(home, experiment_id) as registry:
-        row = registry.experiment(experiment_id) or {}
+        row = registry.experiment(experiment_id)
         registry.set_archived(experiment_id, archived)
-    return {"id": experiment_id, "archived": archived, "changed": bool(row.get("archived")) != archived}
+    return {"id": experiment_id, "archived": archived, "changed": bool(row and row["archived"]) != archived}
 
 
 def parse_tags(changes: list[str]) -> tuple[list[str], list[str]]:
@@ -144,13 +144,14 @@ def retag(home: Home, experiment_id: str, changes: list[str]) -> dict[str, Any]:
     """Apply ``+name`` / ``-name`` changes; {"id", "tags", "added", "removed"} (what actually changed)."""
     add, remove = parse_tags(changes)
     with _registered(home, experiment_id) as registry:
-        before = (registry.experiment(experiment_id) or {}).get("tags") or []
+        row = registry.experiment(experiment_id)
+        before = (row["tags"] if row else None) or []
         tags = registry.retag(experiment_id, add, remove) if add or remove else sorted(before)
     added, removed = sorted(set(tags) - set(before)), sorted(set(before) - set(tags))
     return {"id": experiment_id, "tags": tags, "added": added, "removed": removed}
 
 
-def add_note(home: Home, experiment_id: str, text: str) -> dict[str, Any]:
+def add_note(home: Home, experiment_id: str, text: str) -> NoteRow:
     """Append a note; the note's row ({"id", "experiment_id", "created", "text"})."""
     text = text.strip()
     if not text:
@@ -161,7 +162,7 @@ def add_note(home: Home, experiment_id: str, text: str) -> dict[str, Any]:
         return registry.add_note(experiment_id, text)
 
 
-def notes(home: Home, experiment_id: str) -> list[dict[str, Any]]:
+def notes(home: Home, experiment_id: str) -> list[NoteRow]:
     """An experiment's notes, oldest first (read-only)."""
     validate_id(experiment_id)
     with Registry(home.registry, create=False) as registry:

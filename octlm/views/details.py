@@ -5,19 +5,18 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Sequence
-from typing import Any, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast
 
 from octlm.config import flatten
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
 from octlm.core.records import NUMBER_FIELDS, Figures, RunRecord
 from octlm.store import experiments
-from octlm.store.registry import TRAINING_KINDS, Registry
+from octlm.store.registry import TRAINING_KINDS, CheckpointRow, ExperimentRow, Registry, RunRow, VerificationRow
 from octlm.store.runs import runfile
 
 SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
 NUMBERS = NUMBER_FIELDS  # the fields of a run-file record the views compute with
-RegistryRow = dict[str, Any]  # a registry row as ``store`` reads it (JSON cells decoded), passed through as it is
 
 
 class Fingerprints(TypedDict):
@@ -47,9 +46,9 @@ class Detail(Lifecycle, Figures):
     train_loss: float | None
     fingerprints: Fingerprints
     config: dict[str, Any]  # resolved
-    runs: list[RegistryRow]
-    checkpoints: list[RegistryRow]
-    verifications: list[RegistryRow]  # each with ``details`` a mapping
+    runs: list[RunRow]
+    checkpoints: list[CheckpointRow]
+    verifications: list[VerificationRow]  # each with ``details`` a mapping
 
 
 def detail(home: Home, experiment_id: str) -> Detail:
@@ -72,12 +71,12 @@ def detail(home: Home, experiment_id: str) -> Detail:
         notes = _notes(registry, experiment_id)
     training = [run for run in runs if run["kind"] in TRAINING_KINDS]
     last = training[-1] if training else None
-    latest = (last or {}).get("latest_metrics")
+    latest = last["latest_metrics"] if last else None
     figures = latest if isinstance(latest, dict) else {}
     return {
         "schema_version": SCHEMA_VERSION,
         "id": experiment_id,
-        "uuid": (row or {}).get("uuid"),
+        "uuid": row["uuid"] if row else None,
         "description": resolved.get("description", ""),
         "status": last["status"] if last else "new",
         "step": last["end_step"] if last else None,
@@ -94,7 +93,7 @@ def detail(home: Home, experiment_id: str) -> Detail:
             "data": _newest(runs, "data_hash"),
             "tokenizer": _newest(runs, "tokenizer_hash"),
         },
-        **lifecycle(row or {}, resolved, notes),
+        **lifecycle(row, resolved, notes),
         "config": resolved,
         "runs": runs,
         "checkpoints": checkpoints,
@@ -102,15 +101,15 @@ def detail(home: Home, experiment_id: str) -> Detail:
     }
 
 
-def lifecycle(row: RegistryRow, config: dict[str, Any], notes: list[Any]) -> Lifecycle:
+def lifecycle(row: ExperimentRow | None, config: dict[str, Any], notes: list[Any]) -> Lifecycle:
     """Tags, notes, archived and the parent checkpoint of a fork (``init.parent``), whichever the registry
     row and config hold (a registry without them reads as none)."""
     init = config.get("init") if isinstance(config.get("init"), dict) else {}
-    tags = row.get("tags")
+    tags = row["tags"] if row else None
     return {
         "tags": [str(t) for t in tags] if isinstance(tags, list) else [],
         "notes": notes,
-        "archived": bool(row.get("archived")),
+        "archived": bool(row["archived"]) if row else False,
         "parent": (init or {}).get("parent") or None,
     }
 
@@ -150,8 +149,8 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _newest(runs: list[RegistryRow], key: str) -> Any:
-    return next((run[key] for run in reversed(runs) if run.get(key)), None)
+def _newest(runs: list[RunRow], key: Literal["data_hash", "tokenizer_hash"]) -> str | None:
+    return next((run[key] for run in reversed(runs) if run[key]), None)
 
 
 def flat(item: Detail) -> dict[str, Any]:

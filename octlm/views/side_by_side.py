@@ -15,10 +15,10 @@ from typing import Any, Literal, TypedDict, cast, get_args
 from octlm.config import flatten
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
-from octlm.store.registry import Registry
+from octlm.store.registry import Registry, VerificationRow
 from octlm.store.runs import evalblocks
 from octlm.views import noise
-from octlm.views.details import SCHEMA_VERSION, Detail, RegistryRow, detail, run_records
+from octlm.views.details import SCHEMA_VERSION, Detail, detail, run_records
 from octlm.views.paired import Paired, pair
 from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import Group
@@ -308,7 +308,7 @@ def _latest_of(records: Records, key: str) -> Any:
     return next((value for record in reversed(records) if (value := record.get(key)) is not None), None)
 
 
-def _verdict(verifications: list[RegistryRow], kind: str) -> str | None:
+def _verdict(verifications: list[VerificationRow], kind: str) -> str | None:
     found = [v for v in verifications if v["kind"] == kind]
     verdict: str | None = found[-1]["verdict"] if found else None  # a registry row's column
     return verdict

@@ -40,6 +40,11 @@ def test_train_names_its_figures_as_eval_and_show_do(trained: tuple[Path, dict])
     _holds(evaluated, "octlm eval ID --json")
     shown = json_out(cli(home, "show", "EXP-001", "--json"))
     _holds(shown, "octlm show ID --json")
+    _holds(shown["fingerprints"], "octlm show ID --json: its fingerprints")
+    for part in ("runs", "checkpoints", "verifications"):  # the registry's rows as the store reads them
+        assert shown[part], part  # the eval above left its verdict
+        for row in shown[part]:
+            _holds(row, f"octlm show ID --json: each of {part}")
     for name in ("eval_loss", "eval_loss_se", "perplexity", "bits_per_byte"):
         assert train[name] == train["metrics"][name] == shown[name], name
     assert train["step"] == shown["step"] == evaluated["step"] == 12

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from octlm.core.home import Home
+from octlm.store.registry import CheckpointRow, RunRow
 from octlm.views import side_by_side as compare
 from octlm.views.curves import charts
 from octlm.views.curves.charts import Drawing, number
-from octlm.views.details import Detail, RegistryRow, run_records
+from octlm.views.details import Detail, run_records
 
 Cells = tuple[Any, ...]  # a table's row: one value a column, written as ``charts.number`` writes it
 
@@ -77,14 +78,14 @@ def fingerprints(item: Detail) -> list[Cells]:
     return list(item["fingerprints"].items())
 
 
-def _ranks(run: RegistryRow) -> str:
+def _ranks(run: RunRow) -> str:
     size = run["world_size"] if isinstance(run.get("world_size"), int) else 1
     text = str(size) + (f" {run['backend']}" if size > 1 and run.get("backend") else "")
     nodes = run.get("nnodes")
     return text + (f", {nodes} nodes" if isinstance(nodes, int) and nodes > 1 else "")
 
 
-def _run(r: RegistryRow) -> Cells:
+def _run(r: RunRow) -> Cells:
     metrics = _dict(r.get("latest_metrics"))
     steps = f"{r['start_step']}\u00a0\u2192\u00a0{r['end_step']}"
     when = (_when(r["started"]), _when(r["ended"]))
@@ -101,19 +102,19 @@ def _run(r: RegistryRow) -> Cells:
     )
 
 
-def _provenance(r: RegistryRow) -> Cells:
+def _provenance(r: RunRow) -> Cells:
     argv = " ".join(map(str, r["argv"])) if isinstance(r.get("argv"), list) else r.get("argv")
     dirty = {1: "yes", 0: "no"}.get(r.get("git_dirty"))  # type: ignore[arg-type]
     versions = f"{r.get('octlm_version')} / {r.get('python_version')} / {r.get('torch_version')}"
     return (r["id"], argv, _cut(r.get("git_commit"), 12), dirty, versions, r.get("resumed_from"))
 
 
-def runs(rows: list[RegistryRow]) -> tuple[list[Cells], list[Cells]]:
+def runs(rows: list[RunRow]) -> tuple[list[Cells], list[Cells]]:
     """Each run (how it went) and its provenance (what ran it)."""
     return [_run(r) for r in rows], [_provenance(r) for r in rows]
 
 
-def checkpoints(rows: list[RegistryRow]) -> list[Cells]:
+def checkpoints(rows: list[CheckpointRow]) -> list[Cells]:
     return [
         (c["step"], c.get("tokens"), c["path"], c.get("size"), _cut(c.get("sha256"), 16), _when(c.get("created")))
         for c in rows

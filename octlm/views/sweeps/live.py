@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from octlm.core.home import ID_PATTERN, Home
-from octlm.store.registry import Registry
+from octlm.store.registry import Registry, RunRow
 from octlm.store.runs import runfile
 from octlm.views.estimate import duration
 
@@ -94,10 +94,10 @@ def _queue(name: str, trials: list[dict[str, Any]]) -> Queue:
     return Queue(name, counts, places)
 
 
-def _experiment(home: Home, experiment_id: str, summary: dict[str, Any], run: dict[str, Any] | None) -> Experiment:
+def _experiment(home: Home, experiment_id: str, summary: dict[str, Any], run: RunRow | None) -> Experiment:
     records = [r for r in runfile.read(home.runs / f"{experiment_id}.jsonl") if isinstance(r, dict)]
     latest = _latest(records)
-    status = str((run or {}).get("status") or summary.get("status") or "new")
+    status = str((run["status"] if run else None) or summary.get("status") or "new")
     steps, step = summary.get("steps"), latest.get("step")
     rate, eta = latest.get("tokens_per_second"), None
     if status == "running" and rate and step and steps and latest.get("tokens"):
