@@ -20,7 +20,7 @@ from octlm.core.errors import Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.home import Home, validate_id
 from octlm.store.registry import Registry
-from octlm.store.sweeps.rows import DECISION_FIELDS, SWEEP_FIELDS, TRIAL_FIELDS
+from octlm.store.sweeps.rows import DECISION_FIELDS, SWEEP_FIELDS, TRIAL_FIELDS, picked
 
 FOLDER = ".octlm"
 IGNORE = "# octlm's own records (see octlm/store/kept.py): never to be committed\n*\n"
@@ -124,9 +124,9 @@ def keep_sweep(home: Home, registry: Registry, name: str) -> bool:
     record = {
         "format": SWEEP_RECORD,
         "version": 1,
-        "sweep": {key: sweep[key] for key in SWEEP_FIELDS},
-        "trials": [{key: trial[key] for key in TRIAL_FIELDS} for trial in registry.trials(sweep["id"])],
-        "decisions": [{key: row[key] for key in DECISION_FIELDS} for row in registry.decisions(sweep["id"])],
+        "sweep": picked(sweep, SWEEP_FIELDS),
+        "trials": [picked(trial, TRIAL_FIELDS) for trial in registry.trials(sweep["id"])],
+        "decisions": [picked(row, DECISION_FIELDS) for row in registry.decisions(sweep["id"])],
     }
     return keep_record(home, SWEEPS, name, record)
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from octlm.store.sweeps.rows import DecisionRow
 
 from octlm.cli import render
 from octlm.cli.common import JsonOption, QuietOption, SetOption, handled, home_of
@@ -254,7 +257,7 @@ def _event(event: dict[str, Any]) -> str:
     return f"{event.get('event')} {event.get('at')}: {said}"
 
 
-def _decision(decision: dict[str, Any]) -> str:
+def _decision(decision: DecisionRow) -> str:
     """Successive halving's decision at a rung, in words: who went on, who stopped, by their metric."""
     said: dict[bool, list[str]] = {True: [], False: []}
     for group in decision["ranking"]:

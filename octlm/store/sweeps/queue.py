@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, cast
 
 from octlm.core.errors import BadInput
 from octlm.store.base import RegistryBase, checked, decoded, now, writable
-from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead, set_spec
+from octlm.store.sweeps.rows import TRIALS, Decide, Decision, SweepSpec, _insert, claim_is_dead, set_spec
 
 
 class QueueRows(RegistryBase):
@@ -141,13 +141,13 @@ class QueueRows(RegistryBase):
                 set_spec(conn, sweep["id"], spec)
             return event
 
-    def change_spec(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    def change_spec(self, name: str, change: Callable[[SweepSpec], SweepSpec]) -> SweepSpec:
         """The spec of sweep ``name`` replaced by ``change(spec)`` in one transaction (``sweep pack`` marks the
         trials it ships, ``sweep unpack`` unmarks what comes back); the new spec. BadInput for an unknown sweep."""
         with self._transaction() as conn:
             row = conn.execute("select id, spec from sweeps where name = ?", (name,)).fetchone()
             if row is None:
                 raise BadInput(f"no sweep named {name}")
-            spec = change(dict(decoded(dict(row))["spec"] or {}))
+            spec = change(cast("SweepSpec", dict(decoded(dict(row))["spec"] or {})))
             set_spec(conn, row["id"], spec)
             return spec

@@ -7,14 +7,53 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.liveness import effective_status
 from octlm.store.base import EXPERIMENT_COLUMNS, RegistryBase, checked, encode, now, writable
 from octlm.store.migrations import Json
+
+
+class Range(TypedDict):
+    """One ``--range KEY=LOW:HIGH[:log]`` as a spec keeps it."""
+
+    low: float
+    high: float
+    log: bool
+    int: bool
+
+
+class Shipped(TypedDict):
+    """A sweep's mark while ``sweep pack`` has its trials in other homes (this home's, never shipped)."""
+
+    to: str
+    at: str
+    trials: list[str]  # the experiment IDs not merged back yet
+
+
+class SweepSpec(TypedDict, total=False):
+    """What a sweep tries and how (``sweeps.spec``, JSON): every key is there in a sweep made by this octlm; an older
+    sweep's spec may lack the later ones (``history``, ``shipped``, ``base_config``, ``sampler``), hence not total."""
+
+    grid: dict[str, list[Any]]  # KEY: its values, as the config holds them (a config key's values are free-form)
+    ranges: dict[str, Range]
+    random: int
+    seeds: int
+    sampler: str  # a name of tasks/sweeps/samplers.SAMPLERS
+    trials: int | None
+    parallel: int
+    metric: str
+    seed: int
+    halving: list[int]  # the rungs' steps ([]: no halving)
+    keep: float
+    overrides: list[str]
+    prefix: str
+    base_config: dict[str, Any]  # the base experiment's config tree (free-form: the config's own shape)
+    history: list[dict[str, Any]]  # extend's and retry's events, each its own keys (``mending``)
+    shipped: Shipped  # where ``sweep pack`` sent it, until ``sweep unpack`` brings every trial back
 
 
 class SweepRow(TypedDict):
@@ -23,7 +62,7 @@ class SweepRow(TypedDict):
     uuid: str
     base: str | None
     description: str | None
-    spec: Json  # {"grid": ..., "ranges": ..., "seeds": ..., "sampler": ..., "halving": [...], ...}
+    spec: SweepSpec
     created: str | None
     updated: str | None
 
@@ -43,6 +82,19 @@ class TrialRow(TypedDict):
     value: float | None
     error: str | None
     updated: str | None
+
+
+class QueuedTrial(TrialRow):
+    """A trial as ``trials`` reads it: with its open claim (None when unclaimed) and whether its process is gone."""
+
+    claim_id: int | None
+    host: str | None
+    pid: int | None
+    pid_start: int | None
+    threads: int | None
+    device: str | None
+    claimed: str | None
+    lost: bool
 
 
 class ClaimRow(TypedDict):
@@ -95,6 +147,11 @@ TRIALS = (
     "select t.*, c.id as claim_id, c.host, c.pid, c.pid_start, c.threads, c.device, c.claimed"
     f" from sweep_trials t left join ({OPEN}) c on c.trial_id = t.id"
 )
+
+
+def picked(row: Mapping[str, object], keys: Sequence[str]) -> dict[str, object]:
+    """The ``keys`` of a row (``SWEEP_FIELDS``, ``TRIAL_FIELDS``, ...): what a pack or a kept record carries."""
+    return {key: row[key] for key in keys}
 
 
 def set_spec(conn: sqlite3.Connection, sweep_id: int, spec: Any) -> None:
@@ -232,23 +289,24 @@ class SweepRows(RegistryBase):
 
     # ------------------------------------------------------------------ reads
 
-    def sweep(self, name: str) -> dict[str, Any] | None:
+    def sweep(self, name: str) -> SweepRow | None:
         """The sweep named ``name`` (``spec`` decoded), or None."""
         rows = self._rows("select * from sweeps where name = ?", (name,)) if self._has_sweeps() else []
-        return rows[0] if rows else None
+        return cast("SweepRow", rows[0]) if rows else None
 
-    def sweeps(self) -> list[dict[str, Any]]:
-        return self._rows("select * from sweeps order by id") if self._has_sweeps() else []
+    def sweeps(self) -> list[SweepRow]:
+        return cast("list[SweepRow]", self._rows("select * from sweeps order by id") if self._has_sweeps() else [])
 
     def _has_sweeps(self) -> bool:
         """False on a registry a read-only opening left without m009 (every read then answers empty)."""
         return bool(self._rows("select 1 from sqlite_master where type = 'table' and name = 'sweeps'"))
 
-    def trials(self, sweep_id: int) -> list[dict[str, Any]]:
+    def trials(self, sweep_id: int) -> list[QueuedTrial]:
         """A sweep's trials in queue order, each with its open claim's ``claim_id``, ``host``, ``pid``, ``threads``,
         ``device`` and ``claimed`` (None when unclaimed) and ``lost``: the claim's process is gone."""
         rows = self._rows(f"{TRIALS} where t.sweep_id = ? order by t.position", (sweep_id,))
-        return [{**row, "lost": row["claim_id"] is not None and claim_is_dead(row)} for row in rows]
+        found = [{**row, "lost": row["claim_id"] is not None and claim_is_dead(row)} for row in rows]
+        return cast("list[QueuedTrial]", found)
 
     def sweeps_of(self, experiment_id: str) -> list[str]:
         """The names of the sweeps ``experiment_id`` is a trial of."""
@@ -257,8 +315,9 @@ class SweepRows(RegistryBase):
         sql = "select s.name from sweep_trials t join sweeps s on s.id = t.sweep_id where t.experiment_id = ?"
         return [row["name"] for row in self._rows(sql, (experiment_id,))]
 
-    def decisions(self, sweep_id: int) -> list[dict[str, Any]]:
-        return self._rows("select * from sweep_decisions where sweep_id = ? order by rung", (sweep_id,))
+    def decisions(self, sweep_id: int) -> list[DecisionRow]:
+        sql = "select * from sweep_decisions where sweep_id = ? order by rung"
+        return cast("list[DecisionRow]", self._rows(sql, (sweep_id,)))
 
     def rung_value(self, experiment_id: str, step: int, metric: str) -> float | None:
         """``metric`` (eval_loss, ...) of the experiment's newest metrics row at ``step``."""

@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from octlm.core.errors import BadInput
+from octlm.store.sweeps.rows import QueuedTrial, SweepSpec
 
 Params = dict[str, Any]
 FINISHED = ("done", "failed", "stopped")
 
 
 def ask(
-    spec: dict[str, Any], finished: Sequence[tuple[Params, float | None]], count: int, pending: Sequence[Params] = ()
+    spec: SweepSpec, finished: Sequence[tuple[Params, float | None]], count: int, pending: Sequence[Params] = ()
 ) -> list[Params]:
     """``count`` new configurations from the sweep's sampler, given what finished (params, value; None: failed)
     and what is ``pending``."""
@@ -44,7 +45,7 @@ def ask(
     return [_rounded(study.ask(distributions).params, spec) for _ in range(count)]
 
 
-def _distributions(optuna: Any, spec: dict[str, Any]) -> dict[str, Any]:
+def _distributions(optuna: Any, spec: SweepSpec) -> dict[str, Any]:
     found: dict[str, Any] = {
         key: optuna.distributions.CategoricalDistribution(values) for key, values in spec["grid"].items()
     }
@@ -58,15 +59,15 @@ def _distributions(optuna: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _rounded(params: Params, spec: dict[str, Any]) -> Params:
+def _rounded(params: Params, spec: SweepSpec) -> Params:
     """Floats of ranges to four significant digits (a config a person reads), as the random draws are."""
     return {k: float(f"{v:.4g}") if k in spec["ranges"] and isinstance(v, float) else v for k, v in params.items()}
 
 
-def history(trials: Sequence[dict[str, Any]]) -> tuple[list[tuple[Params, float | None]], list[Params], int]:
+def history(trials: Sequence[QueuedTrial]) -> tuple[list[tuple[Params, float | None]], list[Params], int]:
     """The sweep's configurations as a study sees them: finished (params, mean value or None), pending, and how
     many there are in all."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[QueuedTrial]] = {}
     for trial in trials:
         groups.setdefault(trial["group_key"], []).append(trial)
     finished, pending = [], []

@@ -14,6 +14,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.home import DEFAULT_PREFIX, Home
 from octlm.store import kept
 from octlm.store.registry import Registry, now
+from octlm.store.sweeps.rows import SweepSpec
 from octlm.tasks.sweeps import samplers, shipping
 
 RETRYABLE = ("failed", "stopped")
@@ -57,7 +58,7 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
         sweep = registry.sweep(name)
         if sweep is None:
             raise BadInput(f"unknown sweep {name}: `octlm sweep new {name} --from ID ...` creates it")
-        spec, trials = dict(sweep["spec"] or {}), registry.trials(sweep["id"])
+        spec, trials = (sweep["spec"] or {}).copy(), registry.trials(sweep["id"])
     shipping.refuse_shipped(spec, name, "extended")
     base = plan.base_of(home, sweep)
     grown = _grown(name, spec, base, seeds, grid, draws)
@@ -76,9 +77,7 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
     return {"name": name, **event, "trials": [t.config.id for t in new]}
 
 
-def _grown(
-    name: str, spec: dict[str, Any], base: Any, seeds: int | None, grid: tuple[str, ...], draws: int
-) -> dict[str, Any]:
+def _grown(name: str, spec: SweepSpec, base: Any, seeds: int | None, grid: tuple[str, ...], draws: int) -> SweepSpec:
     """The sweep's spec with what ``extend`` adds, each addition checked (one line naming the option)."""
     from octlm.tasks.sweeps.spec import MAX_TRIALS, parse_grid
 
@@ -93,7 +92,7 @@ def _grown(
         raise BadInput(f"--seeds {seeds}: sweep {name} has {spec['seeds']} already; give more")
     if draws and not spec.get("ranges"):
         raise BadInput(f"--random {draws}: sweep {name} draws no --range keys")
-    grown = {**spec, "seeds": seeds or spec["seeds"], "random": spec["random"] + draws}
+    grown: SweepSpec = {**spec, "seeds": seeds or spec["seeds"], "random": spec["random"] + draws}
     grown["grid"] = {k: [*v, *(x for x in added.get(k, []) if x not in v)] for k, v in spec["grid"].items()}
     count = math.prod(len(v) for v in grown["grid"].values()) * max(grown["random"], 1) * grown["seeds"]
     if count > MAX_TRIALS:

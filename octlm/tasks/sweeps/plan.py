@@ -22,6 +22,7 @@ from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import Home
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
+from octlm.store.sweeps.rows import SweepRow, SweepSpec
 from octlm.tasks.sweeps import asking, samplers
 from octlm.tasks.sweeps.spec import (
     SEED,
@@ -55,20 +56,20 @@ class Trial:
 
 @dataclass
 class Plan:
-    spec: dict[str, Any]
+    spec: SweepSpec
     trials: list[Trial] = field(default_factory=list)
 
 
-def base_of(home: Home, sweep: dict[str, Any]) -> cfg.Config:
+def base_of(home: Home, sweep: SweepRow) -> cfg.Config:
     """The config a sweep's trials are made from: the one kept when the sweep was made (an older sweep: its base's
     YAML as it is now)."""
     kept = (sweep.get("spec") or {}).get("base_config")
     if isinstance(kept, dict):
         return cfg.from_dict(kept, f"sweep {sweep.get('name')}: its base config").replace(id=sweep.get("base") or "")
-    return experiments.load(home, sweep["base"])
+    return experiments.load(home, sweep["base"] or "")
 
 
-def build_trials(base: cfg.Config, cells: list[Params], spec: dict[str, Any], name: str) -> list[Trial]:
+def build_trials(base: cfg.Config, cells: list[Params], spec: SweepSpec, name: str) -> list[Trial]:
     """Every configuration's replicates, each config built and validated (BadInput names the key)."""
     trials = []
     rungs, seeds, start = spec["halving"], spec["seeds"], base.training.seed
@@ -131,10 +132,20 @@ def plan(home: Home, request: Request) -> Plan:
     sampler.check(request, grid, ranges)
     check_size(sampler.count(request, grid))  # before a single trial's config is built
     rungs = parse_rungs(request.halving, base)
-    spec = {
-        **{"grid": grid, "ranges": ranges, "random": request.random, "seeds": request.seeds, "sampler": sampler.name},
-        **{"trials": request.trials, "parallel": request.parallel, "metric": request.metric, "seed": request.seed},
-        **{"halving": rungs, "keep": request.keep, "overrides": list(request.overrides), "prefix": request.prefix},
+    spec: SweepSpec = {
+        "grid": grid,
+        "ranges": ranges,
+        "random": request.random,
+        "seeds": request.seeds,
+        "sampler": sampler.name,
+        "trials": request.trials,
+        "parallel": request.parallel,
+        "metric": request.metric,
+        "seed": request.seed,
+        "halving": rungs,
+        "keep": request.keep,
+        "overrides": list(request.overrides),
+        "prefix": request.prefix,
         "base_config": base.to_dict(),  # the config its trials are made from, whatever happens to the base's YAML later
     }
     return Plan(spec, build_trials(base, sampler.first(spec), spec, request.name))
@@ -197,7 +208,7 @@ class Raced(Exception):
     """Another worker asked first: the trials made for this ask are taken back."""
 
 
-def top_up(home: Home, sweep: dict[str, Any]) -> list[str]:
+def top_up(home: Home, sweep: SweepRow) -> list[str]:
     """Ask for as many configurations as keep ``parallel`` of them pending, within the ``trials`` budget, and add
     their trials (files, rows) to the sweep; the new experiment IDs. Nothing when another worker asked first."""
     spec, sampler = sweep["spec"], samplers.of(sweep["spec"])
@@ -205,7 +216,7 @@ def top_up(home: Home, sweep: dict[str, Any]) -> list[str]:
         return []
     with Registry(home.registry, create=False) as registry:
         finished, pending, total = asking.history(registry.trials(sweep["id"]))
-    wanted = min(int(spec["parallel"]) - len(pending), int(spec["trials"]) - total)
+    wanted = min(spec["parallel"] - len(pending), (spec["trials"] or 0) - total)
     cells = sampler.more(spec, finished, wanted, pending)
     if not cells:
         return []

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from octlm.core.errors import BadInput
+from octlm.store.sweeps.rows import Range, SweepSpec
 from octlm.tasks.sweeps import asking
 from octlm.tasks.sweeps.spec import Request
 
@@ -35,12 +36,12 @@ class Sampler(Protocol):
     @property
     def help(self) -> str: ...
 
-    def check(self, request: Request, grid: dict[str, list[Any]], ranges: dict[str, Any]) -> None: ...
+    def check(self, request: Request, grid: dict[str, list[Any]], ranges: dict[str, Range]) -> None: ...
     def count(self, request: Request, grid: dict[str, list[Any]]) -> int: ...
-    def first(self, spec: dict[str, Any]) -> list[Params]: ...
+    def first(self, spec: SweepSpec) -> list[Params]: ...
     def more(
         self,
-        spec: dict[str, Any],
+        spec: SweepSpec,
         finished: Sequence[tuple[Params, float | None]],
         wanted: int,
         pending: Sequence[Params],
@@ -55,19 +56,19 @@ class Drawn:
     help: str
     asks: bool = False
 
-    def check(self, request: Request, grid: dict[str, list[Any]], ranges: dict[str, Any]) -> None:
+    def check(self, request: Request, grid: dict[str, list[Any]], ranges: dict[str, Range]) -> None:
         if request.trials is not None or bool(ranges) != bool(request.random):
             raise BadInput("--trials goes with --sampler tpe; --range with --random N (or --sampler tpe), and back")
 
     def count(self, request: Request, grid: dict[str, list[Any]]) -> int:
         return math.prod(len(values) for values in grid.values()) * max(request.random, 1) * request.seeds
 
-    def first(self, spec: dict[str, Any]) -> list[Params]:
+    def first(self, spec: SweepSpec) -> list[Params]:
         return configurations(spec["grid"], spec["ranges"], spec["random"], spec["seed"])
 
     def more(
         self,
-        spec: dict[str, Any],
+        spec: SweepSpec,
         finished: Sequence[tuple[Params, float | None]],
         wanted: int,
         pending: Sequence[Params],
@@ -83,7 +84,7 @@ class Asked:
     help: str
     asks: bool = True
 
-    def check(self, request: Request, grid: dict[str, list[Any]], ranges: dict[str, Any]) -> None:
+    def check(self, request: Request, grid: dict[str, list[Any]], ranges: dict[str, Range]) -> None:
         if not ranges and not grid or not request.trials or request.trials < 1 or request.parallel < 1:
             raise BadInput(
                 f"--sampler {self.name} asks as trials finish: give --trials N, --parallel K and --range keys"
@@ -94,12 +95,12 @@ class Asked:
             raise BadInput(f"--parallel {request.parallel}: at most --trials ({request.trials}) asked ahead")
         return (request.trials or 0) * request.seeds
 
-    def first(self, spec: dict[str, Any]) -> list[Params]:
-        return asking.ask(spec, [], min(int(spec["parallel"]), int(spec["trials"] or 0)))
+    def first(self, spec: SweepSpec) -> list[Params]:
+        return asking.ask(spec, [], min(spec["parallel"], spec["trials"] or 0))
 
     def more(
         self,
-        spec: dict[str, Any],
+        spec: SweepSpec,
         finished: Sequence[tuple[Params, float | None]],
         wanted: int,
         pending: Sequence[Params],
@@ -125,14 +126,12 @@ def chosen(request: Request) -> Sampler:
     return SAMPLERS[name]
 
 
-def of(spec: dict[str, Any]) -> Sampler:
+def of(spec: SweepSpec) -> Sampler:
     """A sweep's sampler, as its spec names it (a spec from before it was recorded: grid)."""
     return SAMPLERS.get(str(spec.get("sampler") or "grid"), SAMPLERS["grid"])
 
 
-def configurations(
-    grid: dict[str, list[Any]], ranges: dict[str, dict[str, Any]], draws: int, seed: int
-) -> list[Params]:
+def configurations(grid: dict[str, list[Any]], ranges: dict[str, Range], draws: int, seed: int) -> list[Params]:
     """The grid's product (keys in the order given), crossed with ``draws`` seeded draws of the ranges."""
     product = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())] or [{}]
     if not ranges:
@@ -142,7 +141,7 @@ def configurations(
     return [{**point, **cell} for point in points for cell in product]
 
 
-def _draw(generator: random.Random, spec: dict[str, Any]) -> Any:
+def _draw(generator: random.Random, spec: Range) -> Any:
     low, high = spec["low"], spec["high"]
     value = math.exp(generator.uniform(math.log(low), math.log(high))) if spec["log"] else generator.uniform(low, high)
     return round(value) if spec["int"] else float(f"{value:.4g}")

@@ -26,7 +26,7 @@ from octlm.core.home import Home, validate_id
 from octlm.exchange import packing
 from octlm.store import kept
 from octlm.store.registry import Registry, now
-from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS
+from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, QueuedTrial, Shipped, SweepSpec, picked
 from octlm.tasks.sweeps import samplers
 from octlm.tasks.sweeps.spec import validate_name
 
@@ -58,19 +58,19 @@ def pack(home: Home, name: str, output: Path, shards: int = 1) -> dict[str, Any]
         manifest = {
             "format": FORMAT,
             "version": VERSION,
-            "sweep": {key: sweep[key] for key in SWEEP_FIELDS} | {"spec": _unmarked(spec)},  # the mark is this home's
-            "trials": [{key: trial[key] for key in TRIAL_FIELDS} for trial in mine],
+            "sweep": picked(sweep, SWEEP_FIELDS) | {"spec": _unmarked(spec)},  # the mark is this home's
+            "trials": [picked(trial, TRIAL_FIELDS) for trial in mine],
         }
         write_output(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode(), MANIFEST, own_name=True)
     ids = [t["experiment_id"] for t in trials]
-    shipped = {"to": str(output), "at": now(), "trials": ids}  # this home's, never in what it ships
+    shipped: Shipped = {"to": str(output), "at": now(), "trials": ids}  # this home's, never in what it ships
     with Registry(home.registry) as registry:
         registry.change_spec(name, lambda spec: {**spec, "shipped": shipped})
         kept.keep_sweep(home, registry, name)
     return {"sweep": name, "folders": [str(f) for f in folders], "trials": ids}
 
 
-def refuse_shipped(spec: dict[str, Any], name: str, doing: str) -> None:
+def refuse_shipped(spec: SweepSpec, name: str, doing: str) -> None:
     """Refused while the sweep's trials are shipped to other homes (``sweep pack``) and not all merged back."""
     shipped = spec.get("shipped")
     if isinstance(shipped, dict) and shipped.get("trials"):
@@ -81,7 +81,7 @@ def refuse_shipped(spec: dict[str, Any], name: str, doing: str) -> None:
         )
 
 
-def _unshipped(spec: dict[str, Any], merged: list[str]) -> dict[str, Any]:
+def _unshipped(spec: SweepSpec, merged: list[str]) -> SweepSpec:
     """The spec with the trials merged back taken off its ``shipped`` mark (the mark gone when none is left)."""
     shipped = spec.get("shipped")
     if not isinstance(shipped, dict):
@@ -90,11 +90,13 @@ def _unshipped(spec: dict[str, Any], merged: list[str]) -> dict[str, Any]:
     return {**spec, "shipped": {**shipped, "trials": left}} if left else _unmarked(spec)
 
 
-def _unmarked(spec: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in spec.items() if key != "shipped"}
+def _unmarked(spec: SweepSpec) -> SweepSpec:
+    unmarked = spec.copy()
+    unmarked.pop("shipped", None)
+    return unmarked
 
 
-def _check_places(folders: list[Path], trials: list[dict[str, Any]], output: Path) -> None:
+def _check_places(folders: list[Path], trials: list[QueuedTrial], output: Path) -> None:
     """Every place a shipped sweep writes, checked before anything is written: a shard folder octlm names is no link,
     and no link, device or FIFO sits where a trial's pack or ``sweep.json`` goes (``fsutil.output_writer``)."""
     for index, folder in enumerate(folders):

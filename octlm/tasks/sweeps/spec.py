@@ -18,6 +18,7 @@ from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import DEFAULT_PREFIX, validate_id
 from octlm.store import experiments
+from octlm.store.sweeps.rows import Range
 
 NAME = re.compile(r"[a-z][a-z0-9_.]*(-[a-z0-9_.]+)*")
 
@@ -89,10 +90,10 @@ def _typed(base: cfg.Config, key: str, text: str) -> Any:
     return flatten(built.to_dict())[key]
 
 
-def parse_ranges(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+def parse_ranges(items: Sequence[str]) -> dict[str, Range]:
     """``--range KEY=LOW:HIGH[:log]`` as {key: {low, high, log, int}}; BadInput naming the malformed one."""
     kinds = {item["key"]: item["type"] for item in cfg.describe_keys()}
-    ranges: dict[str, dict[str, Any]] = {}
+    ranges: dict[str, Range] = {}
     for item in items:
         key, _, text = item.partition("=")
         parts, key = text.split(":"), key.strip()
@@ -161,7 +162,7 @@ def check_size(count: int) -> None:
         raise BadInput(f"{count:,} trials: at most {MAX_TRIALS:,} in one sweep; fewer values, draws, --trials or seeds")
 
 
-def check_options(request: Request, grid: dict[str, Any], ranges: dict[str, Any]) -> None:
+def check_options(request: Request, grid: dict[str, list[Any]], ranges: dict[str, Range]) -> None:
     """The options every sampler takes (each sampler checks its own: ``samplers``)."""
     if not 1 <= request.seeds <= 1000:
         raise BadInput(f"--seeds {request.seeds}: give 1 to 1000 replicates")

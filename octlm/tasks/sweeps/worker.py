@@ -39,6 +39,7 @@ from octlm.core.signals import SIGNAL_EXIT, handled_signals, handling
 from octlm.runtime import determinism
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
+from octlm.store.sweeps.rows import SweepRow
 from octlm.tasks.sweeps import halving, plan
 from octlm.tasks.sweeps.trial_log import TALLY_VARIABLE, Tally, TrialLog
 
@@ -222,7 +223,8 @@ def _run(home: Home, trial: dict[str, Any], say: Say, tally: Tally, busy: set[in
         f"{experiment_id}: done at step {trial['target_step']}"
         + (f", {_metric(home, trial)} {value:.4f}" if value is not None else "")
     )
-    plan.top_up(home, _sweep_of(home, trial))
+    if sweep := _sweep_of(home, trial):
+        plan.top_up(home, sweep)
     tally.overhead_s += time.perf_counter() - settled
     return None
 
@@ -267,13 +269,14 @@ def train_trial(home: Home, trial: dict[str, Any], log: TrialLog, threads: int =
 
 
 def _metric(home: Home, trial: dict[str, Any]) -> str:
-    spec = (_sweep_of(home, trial) or {}).get("spec") or {}
-    return str(spec.get("metric") or "eval_loss")
+    sweep = _sweep_of(home, trial)
+    metric = (sweep["spec"] or {}).get("metric") if sweep else None
+    return metric or "eval_loss"
 
 
-def _sweep_of(home: Home, trial: dict[str, Any]) -> dict[str, Any]:
+def _sweep_of(home: Home, trial: dict[str, Any]) -> SweepRow | None:
     with Registry(home.registry, create=False) as registry:
-        return next((row for row in registry.sweeps() if row["id"] == trial["sweep_id"]), {})
+        return next((row for row in registry.sweeps() if row["id"] == trial["sweep_id"]), None)
 
 
 def _failed(home: Home, trial: dict[str, Any], error: BaseException, log: TrialLog, say: Say, tally: Tally) -> None:

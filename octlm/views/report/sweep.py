@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from octlm.core.home import Home
+from octlm.store.sweeps.rows import SweepSpec
 from octlm.views.curves import axes
 from octlm.views.curves.charts import AREA, PALETTE, Area, Tick, coordinate, number, tick_label
 from octlm.views.sweeps import replicates, status
@@ -94,13 +95,13 @@ def against(ranking: SweepRanking, key: str, log: bool) -> Plot:
     )
 
 
-def _logarithmic(spec: dict[str, Any], key: str) -> bool:
+def _logarithmic(spec: SweepSpec, key: str) -> bool:
     """A key drawn log-uniformly, or whose swept values (all of them, not only those measured so far) span 10x or
     more, is drawn on a log axis."""
     ranges, grid = spec.get("ranges") or {}, spec.get("grid") or {}
     if key in ranges:
         bounds = ranges[key]
-        return bool(bounds.get("log")) or _spans([bounds.get("low", 0), bounds.get("high", 0)])
+        return bounds["log"] or _spans([bounds["low"], bounds["high"]])
     swept = grid.get(key) or []
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in swept) and bool(swept) and _spans(swept)
 

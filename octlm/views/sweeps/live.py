@@ -16,6 +16,7 @@ from typing import Any
 from octlm.core.home import ID_PATTERN, Home
 from octlm.store.registry import Registry, RunRow
 from octlm.store.runs import runfile
+from octlm.store.sweeps.rows import QueuedTrial
 from octlm.views.estimate import duration
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -82,7 +83,7 @@ def snapshot(home: Home, targets: tuple[str, ...] = ()) -> Screen:
     return Screen(tuple(_experiment(home, i, summary.get(i, {}), running.get(i)) for i in ids), tuple(queues), unknown)
 
 
-def _queue(name: str, trials: list[dict[str, Any]]) -> Queue:
+def _queue(name: str, trials: list[QueuedTrial]) -> Queue:
     counts = {state: 0 for state in ("queued", "running", "done", "failed", "stopped")}
     for trial in trials:
         counts[trial["status"]] = counts.get(trial["status"], 0) + 1

@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.store.registry import Registry
+from octlm.store.sweeps.rows import DecisionRow, QueuedTrial, SweepRow, SweepSpec
 from octlm.views import noise, side_by_side
 from octlm.views.details import run_records
 from octlm.views.paired import Paired, pair
@@ -48,11 +49,11 @@ class SweepStatus(TypedDict):
     name: str
     base: str | None
     description: str | None
-    spec: dict[str, Any]
+    spec: SweepSpec
     counts: dict[str, int]
     claims: int  # every claim taken so far, released ones included
     trials: list[TrialState]
-    decisions: list[dict[str, Any]]
+    decisions: list[DecisionRow]
     complete: bool
 
 
@@ -79,7 +80,7 @@ class SweepRanking(TypedDict):
     best_so_far: list[dict[str, Any]]  # in the order trials finished: {id, value, best}
 
 
-def load(home: Home, name: str) -> tuple[dict[str, Any], list[dict[str, Any]], Registry]:
+def load(home: Home, name: str) -> tuple[SweepRow, list[QueuedTrial], Registry]:
     """The sweep's row and trials (BadInput for an unknown name) and the read-only registry, still open."""
     registry = Registry(home.registry, create=False)
     sweep = registry.sweep(name)
@@ -110,7 +111,7 @@ def status(home: Home, name: str) -> SweepStatus:
     }
 
 
-def _state(trial: dict[str, Any], summary: dict[str, Any]) -> TrialState:
+def _state(trial: QueuedTrial, summary: dict[str, Any]) -> TrialState:
     where = None
     if trial["claim_id"] is not None:
         threads = f", {trial['threads']} thread{'s' * (trial['threads'] != 1)}" if trial["threads"] else ""
@@ -155,8 +156,8 @@ def ranking(home: Home, name: str) -> SweepRanking:
     }
 
 
-def _configurations(trials: list[dict[str, Any]], errors: dict[str, float | None]) -> list[Configuration]:
-    groups: dict[str, list[dict[str, Any]]] = {}
+def _configurations(trials: list[QueuedTrial], errors: dict[str, float | None]) -> list[Configuration]:
+    groups: dict[str, list[QueuedTrial]] = {}
     for trial in trials:
         groups.setdefault(trial["group_key"], []).append(trial)
     found: list[Configuration] = []
@@ -229,7 +230,7 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in params.items()) or "the base config"
 
 
-def best_so_far(finished: list[dict[str, Any]], trials: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def best_so_far(finished: list[dict[str, Any]], trials: dict[str, QueuedTrial]) -> list[dict[str, Any]]:
     """The trials' final metric in the order they finished (their last claim's release), with the best so far."""
     best: float | None = None
     out = []
