@@ -8,9 +8,22 @@ silent, and the run it reports on goes on.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from octlm.core.records import RunRecord
+
+
+class RunStart(TypedDict):
+    """What a session tells its reporter as training starts (``Reporter.start``)."""
+
+    id: str
+    kind: str  # train, resume, overfit
+    start: int  # the step it starts from
+    until: int  # the step it trains to
+    parameters: int
+    device: str
+    precision: str
+    ranks: int
 
 
 class Reporter(Protocol):
@@ -21,7 +34,7 @@ class Reporter(Protocol):
         name, what is now known about it (``detail``). A spinner on a terminal; elsewhere one timestamped
         line for each call that carries a detail."""
 
-    def start(self, info: dict[str, Any]) -> None: ...
+    def start(self, info: RunStart) -> None: ...
     def step(self, step: int) -> None: ...
     def eval(self, record: RunRecord) -> None: ...
     def checkpoint(self, step: int, path: Path) -> None: ...
@@ -39,7 +52,7 @@ class QuietReporter:
     def phase(self, name: str, detail: str = "") -> None:
         pass
 
-    def start(self, info: dict[str, Any]) -> None:
+    def start(self, info: RunStart) -> None:
         pass
 
     def step(self, step: int) -> None:

@@ -9,7 +9,7 @@ import importlib.util
 import os
 import platform
 import shutil
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 
@@ -17,6 +17,7 @@ from octlm.config import Config
 from octlm.config.tiers import TIERS, Tier
 from octlm.core.errors import BadInput, ConfigError, Refused
 from octlm.core.provenance import __version__
+from octlm.core.records import Environment
 from octlm.core.reporting import Reporter
 from octlm.runtime import allocator, determinism, lean, load
 
@@ -120,12 +121,11 @@ def prepare_process(config: Config) -> torch.device:
 
 def environment(
     device: torch.device, precision: str, optimizer_impl: str, *, profile: str = "local", canary: str | None = None
-) -> dict[str, Any]:
+) -> Environment:
     """The environment record: what a checkpoint records of the process and machine that wrote it, compared on
     resume (``environment_warnings``, ``check_environment``). Under a profile other than ``local`` it names the
     profile and the canary's digest (``canary.environment`` computes it)."""
-    pinned = {"determinism": determinism.describe(profile), "canary": canary} if TIERS[profile].pins_kernels else {}
-    return {
+    record: Environment = {
         "octlm": __version__,
         "torch": str(torch.__version__),
         "python": platform.python_version(),
@@ -136,8 +136,10 @@ def environment(
         "optimizer": optimizer_impl,
         "processor": determinism.processor(),
         "kernels": determinism.kernel_settings(),
-        **pinned,
     }
+    if TIERS[profile].pins_kernels:
+        record["determinism"], record["canary"] = determinism.describe(profile), canary
+    return record
 
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -150,7 +152,7 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
 
 def check_environment(
-    saved: dict[str, Any], current: dict[str, Any], name: str, reporter: Reporter, pieces: bool = False
+    saved: Mapping[str, object], current: Mapping[str, object], name: str, reporter: Reporter, pieces: bool = False
 ) -> None:
     """Before loading: under a tier that pins kernels, whether this machine agrees with the one that wrote
     checkpoint ``name`` (their canaries, and which tier would have made the move exact); then every difference
@@ -172,7 +174,7 @@ def check_environment(
         reporter.warn(message)
 
 
-def _check_kernels(saved: dict[str, Any], current: dict[str, Any], name: str, reporter: Reporter) -> None:
+def _check_kernels(saved: Mapping[str, object], current: Mapping[str, object], name: str, reporter: Reporter) -> None:
     """The variables that change the kernels (``determinism.KERNEL_VARIABLES``), as set when ``name`` was written
     and now: under ``local`` a difference is warned of; under a tier that pins kernels it is refused (exit 3). A
     checkpoint from before they were recorded is not compared."""
@@ -194,7 +196,7 @@ def _check_kernels(saved: dict[str, Any], current: dict[str, Any], name: str, re
     )
 
 
-def _remedy(saved: dict[str, Any], current: dict[str, Any]) -> str:
+def _remedy(saved: Mapping[str, object], current: Mapping[str, object]) -> str:
     """Which tier would have made a move between these machines exact, when one would."""
     there, here = saved.get("mkl"), current.get("mkl")
     if there and here and there != here and _tier_of(saved).pins_kernels and not _tier_of(saved).across_vendors:
@@ -203,7 +205,7 @@ def _remedy(saved: dict[str, Any], current: dict[str, Any]) -> str:
     return ""
 
 
-def _tier_of(record: dict[str, Any]) -> Tier:
+def _tier_of(record: Mapping[str, object]) -> Tier:
     """The tier an environment record names (``portable (MKL_CBWR=...)``; none: ``local``)."""
     return TIERS.get(str(record.get("determinism") or "local").split(" ")[0], TIERS["local"])
 
@@ -219,7 +221,7 @@ WHY = {
 }
 
 
-def environment_warnings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+def environment_warnings(saved: Mapping[str, object], current: Mapping[str, object]) -> list[str]:
     """The differences between the environment a checkpoint recorded and this one that may change the bits. Under
     a tier that pins kernels (both sides), the processor is not one of them (the canary speaks for it); a GPU
     always is."""

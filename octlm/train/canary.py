@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from octlm.config import Config, from_dict
+from octlm.core.records import Environment
 from octlm.data.blocks import TokenBlocks
 from octlm.runtime import determinism, rng
 from octlm.runtime import machine as runtime
@@ -128,7 +129,7 @@ def run(config: Config) -> dict[str, Any]:
     }
 
 
-def environment(state: TrainState) -> dict[str, Any]:
+def environment(state: TrainState) -> Environment:
     """The environment record of ``state``'s process (``runtime.environment``), with the canary's digest under a
     profile that pins kernels (computed once per process and thread count)."""
     training = state.config.training
@@ -141,4 +142,5 @@ def environment(state: TrainState) -> dict[str, Any]:
         profile=training.determinism,
         canary=digest(torch.get_num_threads()),
     )
-    return {**record, "mkl": mkl_path()}
+    record["mkl"] = mkl_path()
+    return record

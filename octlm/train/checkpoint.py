@@ -23,7 +23,7 @@ from octlm.config import flatten
 from octlm.core import layout
 from octlm.core.errors import Refused
 from octlm.core.fsutil import atomic_write, read_regular
-from octlm.core.records import RunRecord
+from octlm.core.records import Environment, RunRecord
 from octlm.data.fingerprints import Fingerprints
 
 FORMAT = "octlm-checkpoint-v2"
@@ -51,7 +51,7 @@ class Record:
     rng: list[dict[str, Any]]
     fingerprints: Fingerprints
     config: dict[str, Any]
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=lambda: Environment())  # read back: any of its keys may lack
     metrics: RunRecord = field(default_factory=lambda: RunRecord())  # the newest value of each run-file field
     log_accumulator: dict[str, Any] = field(default_factory=dict)  # loss sum and count since the last log
     world_size: int = 1  # the ranks that trained it (absent from files written before data parallelism: 1)
@@ -93,7 +93,7 @@ class Record:
             rng=flat["rng"],
             fingerprints=Fingerprints(prints["config"], prints["data"], prints["tokenizer"]),
             config=bounded.mapping(flat["config"], "config", sections=True),
-            environment=bounded.mapping(flat.get("environment") or {}, "environment"),
+            environment=cast(Environment, bounded.mapping(flat.get("environment") or {}, "environment")),
             metrics=cast(RunRecord, bounded.mapping(flat.get("metrics") or {}, "metrics")),
             log_accumulator=bounded.mapping(flat.get("log_accumulator") or {}, "log_accumulator"),
             world_size=_world_size(flat, bounded, name),

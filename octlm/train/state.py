@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from octlm.config import Config
-from octlm.core.records import RunRecord
+from octlm.core.records import Environment, RunRecord
 from octlm.data.fingerprints import Fingerprints
 from octlm.data.sampler import Sampler, sampler_for
 from octlm.runtime import compile_cache, rng
@@ -192,7 +192,7 @@ def record_of(
     fingerprints: Fingerprints,
     metrics: RunRecord,
     rng_states: list[dict[str, Any]] | None = None,
-    environment: dict[str, Any] | None = None,
+    environment: Environment | None = None,
 ) -> Record:
     """The checkpoint record of a training state; ``rng_states``: every rank's random state, in rank order
     (default: this process's alone); ``environment``: what the process and machine that wrote it were
@@ -211,7 +211,7 @@ def record_of(
         rng=rng_states,
         fingerprints=fingerprints,
         config=state.config.to_dict(),
-        environment=environment or {},
+        environment=environment or Environment(),
         metrics=metrics,
         log_accumulator=state.accumulator.state_dict(),
         world_size=len(rng_states),

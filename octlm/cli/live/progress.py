@@ -16,13 +16,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from octlm.cli import render
 from octlm.cli.live import bars
 from octlm.core.records import RunRecord
+from octlm.core.reporting import RunStart
 
 REFRESH_S = 0.1  # the bar is redrawn by the training thread at most this often (no refresh thread)
 VANISHED = (errno.EPIPE, errno.EIO)  # the reader left; the terminal hung up
@@ -243,7 +243,7 @@ class ConsoleReporter:
 
     # ------------------------------------------------------------ the run
 
-    def start(self, info: dict[str, Any]) -> None:
+    def start(self, info: RunStart) -> None:
         if not self.quiet:
             self._safely(self._said_found)
         self.note(
@@ -256,7 +256,7 @@ class ConsoleReporter:
         if self.interactive:
             self._safely(lambda: self._start_bar(info))
 
-    def _start_bar(self, info: dict[str, Any]) -> None:
+    def _start_bar(self, info: RunStart) -> None:
         self.progress = Progress(
             TextColumn("[bold]{task.fields[id]}"),  # an ID: letters, digits and dashes
             BarColumn(bar_width=12),

@@ -13,6 +13,7 @@ from octlm.core.records.runs import (
     RUN_RECORD_FIELDS,
     TEXT_FIELDS,
     TIMING_FIELDS,
+    Environment,
     RunRecord,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "RUN_RECORD_FIELDS",
     "TEXT_FIELDS",
     "TIMING_FIELDS",
+    "Environment",
     "EvalResult",
     "Figures",
     "RunRecord",

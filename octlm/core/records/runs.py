@@ -52,3 +52,23 @@ EVALUATION_FIELDS = (
 TIMING_FIELDS = ("elapsed_seconds", "tokens_per_second", "eval_seconds")  # they differ between equal runs
 OPTIONAL_FIELDS = ("skipped_steps", "eval_sources")  # only where the feature is on
 LOOP_FIELDS = tuple(name for name in RUN_RECORD_FIELDS if name not in TIMING_FIELDS)  # what the loop writes
+
+
+class Environment(TypedDict, total=False):
+    """The environment record: what a checkpoint records of the process and machine that wrote it, compared on
+    resume (``runtime.machine.environment`` builds it; a checkpoint of an older octlm may lack any key, so the
+    comparisons read it as a mapping)."""
+
+    octlm: str
+    torch: str
+    python: str
+    platform: str  # Linux-x86_64
+    device: str  # cpu, cuda, mps
+    dtype: str  # fp32, bf16, fp16
+    threads: int
+    optimizer: str  # foreach, fused, ...
+    processor: str
+    kernels: str  # the kernel variables set: "MKL_CBWR=AUTO,STRICT ..." (empty: none)
+    determinism: str  # under a tier that pins kernels: "portable (MKL_CBWR=...)"
+    canary: str | None  # ... and its canary's digest
+    mkl: str  # ... and the path MKL takes (Intel, AMD Zen)

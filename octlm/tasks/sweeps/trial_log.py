@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from octlm.core.records import RunRecord
+from octlm.core.reporting import RunStart
 
 TAIL_LINES = 20
 Say = Callable[[str], None]
@@ -70,7 +71,7 @@ class TrialLog:
         if detail:
             self.line(f"{name}: {detail}")
 
-    def start(self, info: dict[str, Any]) -> None:
+    def start(self, info: RunStart) -> None:
         self.line(f"{info['kind']} {info['id']}: steps {info['start']} -> {info['until']} on {info['device']}")
 
     def step(self, step: int) -> None:
