@@ -11,12 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.test_layering import PACKAGE, modules
 
 CHILD = r"""
 import importlib, os, sys, traceback
-import torch, numpy, tokenizers, typer, rich, yaml, jinja2  # loaded once, shared by every child
-names = sys.argv[1:]
+if sys.argv[1] == "preload":
+    import torch, numpy, tokenizers, typer, rich, yaml, jinja2  # loaded once, shared by every child
+names = sys.argv[2:]
 failed = []
 for name in names:
     pid = os.fork()
@@ -35,16 +38,16 @@ print("FAILED:" + ",".join(failed))
 """
 
 
-def alone(names: list[str], cwd: Path) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, *names], capture_output=True, text=True, cwd=cwd, timeout=600, check=True
-    )
+def alone(names: list[str], cwd: Path, preload: bool = True) -> list[str]:
+    command = [sys.executable, "-c", CHILD, "preload" if preload else "-", *names]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=600, check=True)
     line = next(line for line in done.stdout.splitlines() if line.startswith("FAILED:"))
     return [name for name in line.removeprefix("FAILED:").split(",") if name] + (
         [done.stderr] if "FAILED:" not in line else []
     )
 
 
+@pytest.mark.slow  # about 25 s on two quiet cores: 150 children
 def test_every_module_imports_alone() -> None:
     names = [name for name in modules(PACKAGE) if ".corpora" not in name and name != "octlm.__main__"]  # runs the CLI
     assert len(names) > 100
@@ -57,5 +60,5 @@ def test_a_module_that_needs_another_imported_first_fails(tmp_path: Path) -> Non
     (tmp_path / "planted" / "__init__.py").write_text("")
     (tmp_path / "planted" / "a.py").write_text("import planted.b\nVALUE = 1\n")
     (tmp_path / "planted" / "b.py").write_text("from planted import a\nDOUBLE = a.VALUE * 2\n")  # a cycle
-    assert alone(["planted.b"], tmp_path) == []  # first imported, b happens to work ...
-    assert alone(["planted.a"], tmp_path) == ["planted.a"]  # ... but a, imported first, finds b half-made
+    assert alone(["planted.b"], tmp_path, preload=False) == []  # first imported, b happens to work ...
+    assert alone(["planted.a"], tmp_path, preload=False) == ["planted.a"]  # ... but a, first, finds b half-made

@@ -59,9 +59,7 @@ def start_ranks(ctx: typer.Context, experiment_id: str, spec: launch.Launch, con
 
 def _check_group(spec: launch.Launch) -> None:
     """Under ``torchrun`` the options are the launcher's to give; given anyway, they must agree with it."""
-    import os
-
-    world = int(os.environ["WORLD_SIZE"])
+    world = launch.world().world_size
     if spec.world_size > 1 and spec.world_size != world:
         raise BadInput(
             f"--nproc {spec.nproc} x --nnodes {spec.nnodes}: this process is one of {world} ranks started by "

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from octlm.core.errors import Diverged, Interrupted, OctlmError, Relayed
-from octlm.runtime.launch import launched
+from octlm.runtime.launch import launched, world
 
 if TYPE_CHECKING:
     from octlm.runtime.pieces import PieceSum
@@ -209,18 +209,16 @@ def current() -> Ranks:
 
 
 def _join() -> Ranks:
-    world = int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    place = world()
     fault = os.environ.get(FAULT_VARIABLE, "")
     if fault not in ("", *FAULTS):
         fault = ""  # not a product setting: anything else is ignored
-    ranks = Ranks(world, int(os.environ["RANK"]), local, max(1, world // max(1, per_node)), fault)
+    ranks = Ranks(place.world_size, place.rank, place.local_rank, place.nnodes, fault)
     if ranks.parallel:
         import torch.distributed as dist
 
         if torch.cuda.is_available():
-            torch.cuda.set_device(local % torch.cuda.device_count())
+            torch.cuda.set_device(place.local_rank % torch.cuda.device_count())
         if not dist.is_initialized():
             dist.init_process_group(_backend(), timeout=TIMEOUT)
     return ranks

@@ -55,9 +55,39 @@ def launched() -> bool:
     return all(key in os.environ for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
+@dataclass(frozen=True)
+class World:
+    """Where this process stands in its group: the one record of its rank, its rank on its node, the world size and
+    the ranks per node, read from the launch environment (``octlm --nproc``'s or torchrun's ``RANK``,
+    ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``) by ``world()`` and nowhere else. A process outside a
+    group is rank 0 of 1."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    per_node: int = 1
+
+    @property
+    def nnodes(self) -> int:
+        return max(1, self.world_size // max(1, self.per_node))
+
+    @property
+    def node_rank(self) -> int:
+        return self.rank // max(1, self.per_node)
+
+
+def world() -> World:
+    """This process's place in its group, from its environment (``World()`` outside one)."""
+    if not launched():
+        return World()
+    size = int(os.environ["WORLD_SIZE"])
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(size)))
+    return World(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), size, per_node)
+
+
 def rank() -> int:
     """This process's rank (0 outside a group)."""
-    return int(os.environ.get("RANK", "0")) if launched() else 0
+    return world().rank
 
 
 @dataclass(frozen=True)
