@@ -33,6 +33,10 @@ from octlm.config.schema import (
 from octlm.config.validation import kind_of, shown, type_name
 from octlm.core.errors import ConfigError
 
+# libyaml's emitter where PyYAML was built with it (the wheels are), else the pure-Python one: the same YAML text
+# (tests/config/test_config.py compares them), about 20x faster for a sweep writing 1,000 trial files.
+DUMPER: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 
 def from_dict(raw: Any, origin: str = "<config>") -> Config:
     """Build and validate a Config from a parsed YAML mapping; ``origin`` names the file."""
@@ -157,7 +161,7 @@ def to_yaml(config: Config) -> str:
     body = config.to_dict()
     ordered = {k: body[k] for k in TOP_LEVEL if body.get(k)}
     ordered.update({k: body[k] for k in SECTIONS if k != "init" or config.init != InitConfig()})
-    return yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
+    return yaml.dump(ordered, Dumper=DUMPER, sort_keys=False, default_flow_style=False)
 
 
 def describe_keys() -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ which adds loading from YAML, overrides and key descriptions on top.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import typing
@@ -39,8 +40,14 @@ def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str =
 
 
 def field_kinds(cls: type) -> dict[str, Any]:
-    """The resolved type of each field of a dataclass (annotations are text under ``__future__``)."""
-    return typing.get_type_hints(cls)
+    """The resolved type of each field of a dataclass (annotations are text under ``__future__``), resolved once per
+    class: every section built (a sweep builds thousands) reads them."""
+    if cls not in _KINDS:
+        _KINDS[cls] = typing.get_type_hints(cls)
+    return _KINDS[cls]
+
+
+_KINDS: dict[type, dict[str, Any]] = {}
 
 
 @dataclass(frozen=True)
@@ -391,6 +398,10 @@ class Config:
         return out
 
     def canonical_json(self) -> str:
+        return self._canonical
+
+    @functools.cached_property
+    def _canonical(self) -> str:  # a config never changes once built (``replace`` builds another): computed once
         return canonical(self.to_dict())
 
     def trajectory_dict(self) -> dict[str, Any]:
@@ -401,7 +412,7 @@ class Config:
             if k not in BOOKKEEPING and not (k in ADDED_LATER and v == ADDED_LATER[k])
         }
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         return hashlib.sha256(canonical(self.trajectory_dict()).encode()).hexdigest()
 

@@ -263,6 +263,17 @@ def publish(home: Home, registry: Registry, experiment_id: str | None, config: c
     return _publish_first(home, candidates, config, experiment_id, prefix)
 
 
+def free_ids(home: Home, registry: Registry, prefix: str) -> Iterator[str]:
+    """The free ``<prefix>NNN`` IDs in order, the taken ones read once: for publishing many (a sweep's trials)
+    with ``publish_next``, instead of reading the folder again for each."""
+    return _candidates(home, registry, None, validate_prefix(prefix))
+
+
+def publish_next(home: Home, candidates: Iterator[str], config: cfg.Config, prefix: str) -> cfg.Config:
+    """``publish`` under the next of ``candidates`` (``free_ids``) whose file does not exist yet."""
+    return _publish_first(home, candidates, config, None, prefix)
+
+
 def _candidates(home: Home, registry: Registry, experiment_id: str | None, prefix: str) -> Iterator[str]:
     """The IDs to try: the one asked for (if free), else ``<prefix>NNN`` after the highest taken with that
     prefix (``BOX-`` counts ``BOX-007``, not ``EXP-009`` nor ``B-BOX-010``)."""

@@ -235,3 +235,25 @@ def test_config_module_does_not_import_torch() -> None:
     code = "import sys, octlm.config as c; c.describe_keys(); print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "description",
+    ["plain", "yes", "null", "1e-3", "a: b # c", "naïve — ünïcode ✓", "x" * 200, "long words " * 30, "tab\there", "'\""],
+)
+def test_the_config_file_is_the_same_text_from_libyaml_and_pure_python(description: str) -> None:
+    """``to_yaml`` writes with libyaml's emitter where there is one: the text is what the pure-Python emitter writes,
+    and it reads back as the same config."""
+    import yaml
+
+    from octlm import config as cfg
+    from octlm.config import files
+
+    config = cfg.from_dict(preset("day1")).replace(description=description)
+    written = cfg.to_yaml(config)
+    body = config.to_dict()
+    ordered = {k: body[k] for k in files.TOP_LEVEL if body.get(k)}
+    ordered.update({k: body[k] for k in files.SECTIONS if k != "init" or config.init != files.InitConfig()})
+    assert written == yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
+    assert files.DUMPER is yaml.CSafeDumper  # the wheel has libyaml: the comparison above is between the two
+    assert cfg.from_dict(yaml.safe_load(written)).fingerprint == config.fingerprint

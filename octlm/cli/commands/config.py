@@ -7,7 +7,6 @@ from typing import Any
 from octlm import config as cfg
 from octlm.cli import render
 from octlm.cli.common import JsonOption, handled
-from octlm.views.details import SCHEMA_VERSION
 
 KEY_HEADERS = ("key", "type", "default", "fingerprinted", "help")
 
@@ -15,6 +14,8 @@ KEY_HEADERS = ("key", "type", "default", "fingerprinted", "help")
 @handled
 def keys(as_json: JsonOption = False) -> None:
     """List every config key: its type, default, whether it is in the fingerprint, and what it does."""
+    from octlm.views.details import SCHEMA_VERSION
+
     described = cfg.describe_keys()
     if as_json:
         render.emit_json({"schema_version": SCHEMA_VERSION, "keys": described})

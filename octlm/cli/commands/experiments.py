@@ -7,9 +7,8 @@ from typing import Annotated
 
 import typer
 
-from octlm.cli import render, show_view
+from octlm.cli import render
 from octlm.cli.common import JsonOption, complete_ids, handled, home_of
-from octlm.views import show as shows
 
 IdsArgument = Annotated[
     list[str] | None,
@@ -78,6 +77,9 @@ def show(
     include_archived: AllOption = False,
 ) -> None:
     """List experiments, show one in detail, or compare several side by side."""
+    from octlm.cli import show_view  # here: --help never loads the views
+    from octlm.views import show as shows
+
     width = min(render.out_console().width, 120) if sys.stdout.isatty() else 80
     request = shows.Request(
         ids=tuple(ids or ()),

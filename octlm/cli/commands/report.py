@@ -13,7 +13,6 @@ import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home_of
-from octlm.views import report as reports
 
 IdsArgument = Annotated[
     list[str],
@@ -64,6 +63,8 @@ def report(ctx: typer.Context, experiment_ids: IdsArgument, output: OutputOption
     comparison of `octlm show A B`, the curves overlaid, then each experiment. Inline SVG with the value
     of each point on hover; no script, no external file: it opens offline.
     """
+    from octlm.views import report as reports  # here: --help never loads the report's views
+
     html = reports.report(home_of(ctx), list(experiment_ids))
     if output is None:
         sys.stdout.write(html)

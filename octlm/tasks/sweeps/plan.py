@@ -182,9 +182,9 @@ def write_trials(
     written: list[str] = []
     with Registry(home.registry) as registry:
         try:
-            members = []
+            members, free = [], experiments.free_ids(home, registry, prefix)  # the taken IDs read once
             for trial in trials:
-                trial.config = experiments.publish(home, registry, None, trial.config, prefix)
+                trial.config = experiments.publish_next(home, free, trial.config, prefix)
                 written.append(trial.config.id)
                 members.append((_experiment_row(home, trial, sweep), _trial_row(trial)))
             yield registry, members

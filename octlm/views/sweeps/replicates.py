@@ -43,7 +43,11 @@ class Group(TypedDict):
 
 def key(config: Mapping[str, Any]) -> str:
     """What replicates share: the config's fingerprinted keys without the seed (canonical JSON)."""
-    return canonical({k: v for k, v in flatten(dict(config)).items() if k not in BOOKKEEPING and k != SEED})
+    return _key(flatten(dict(config)))
+
+
+def _key(flat: Mapping[str, Any]) -> str:
+    return canonical({k: v for k, v in flat.items() if k not in BOOKKEEPING and k != SEED})
 
 
 def twins(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -65,10 +69,12 @@ def groups(configs: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
     """The replicate groups among ``configs`` ({ID: resolved config}): two IDs or more with two seeds or more,
     in ID order within a group, groups by their first ID."""
     by_key: dict[str, list[str]] = {}
+    seeds: dict[str, Any] = {}
     for experiment_id in sorted(configs):
         if configs[experiment_id]:
-            by_key.setdefault(key(configs[experiment_id]), []).append(experiment_id)
-    seeds = {i: flatten(dict(configs[i])).get(SEED) for i in configs}
+            flat = flatten(dict(configs[experiment_id]))  # once per config: a home may hold 10,000
+            by_key.setdefault(_key(flat), []).append(experiment_id)
+            seeds[experiment_id] = flat.get(SEED)
     found = [ids for ids in by_key.values() if len({seeds[i] for i in ids}) > 1]
     return sorted(found)
 

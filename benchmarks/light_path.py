@@ -1,0 +1,116 @@
+"""The light path against `python -c "import torch"`, in one run: `octlm --help`, `octlm show` over 1,000 and over
+10,000 experiments, and `octlm sweep new` of 1,000 trials (each in a fresh process, as a user runs them).
+
+python benchmarks/light_path.py [--rounds 5]
+
+Rounds alternate the commands (help, show 1k, show 10k, sweep new, import torch, then again), so a change of load
+falls on all of them alike; each figure is the median of its rounds, beside the load average before and after.
+Targets (issue 34): --help <= 0.25 s, show 1k <= 0.35 s, show 10k <= 2 s, sweep new 1k <= 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from octlm import config as cfg
+from octlm.config.presets import preset
+from octlm.store.registry import Registry
+
+LATEST = {"step": 200, "tokens": 204800, "train_loss": 5.0, "eval_loss": 5.1, "perplexity": 164.0, "bits_per_byte": 2.6}
+
+
+def home_of(folder: Path, experiments: int) -> Path:
+    """A home with ``experiments`` experiments, each with its YAML and a completed training run."""
+    home = folder / f"home-{experiments}"
+    (home / "experiments").mkdir(parents=True)
+    config = cfg.from_dict(preset("day1"))
+    ids = [f"EXP-{n:05d}" for n in range(1, experiments + 1)]
+    for experiment_id in ids:
+        (home / "experiments" / f"{experiment_id}.yaml").write_text(f"id: {experiment_id}\npreset: day1\n")
+    with Registry(home / "registry.db") as registry:
+        fields = {"preset": "day1", "config_json": config.canonical_json(), "config_hash": config.fingerprint}
+        registry.add_experiments(
+            [{"id": i, "description": f"experiment {i}", "yaml_path": f"experiments/{i}.yaml", **fields} for i in ids]
+        )
+        for experiment_id in ids:
+            run = registry.start_run(experiment_id, "train", start_step=0, pid=1)
+            registry.finish_run(run, "completed", end_step=200, latest_metrics=LATEST)
+    return home
+
+
+# As a user runs octlm: bytecode cached (a box that sets PYTHONDONTWRITEBYTECODE compiles every module at every start:
+# 0.1-0.2 s more here), so the first round, which writes the cache, is not counted.
+ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "NO_COLOR": "1"}
+
+
+def timed(command: list[str], cwd: Path | None = None) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=ENV)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)[:200]} failed: {done.stderr.strip()[-500:]}")
+    return time.perf_counter() - started
+
+
+def sweep_new(home: Path, octlm: list[str]) -> float:
+    """``sweep new`` of 1,000 trials from EXP-00001 (the sweep and its trials removed afterwards, so each round
+    makes the same 1,000)."""
+    values = ",".join(f"{1e-4 + n * 1e-6:.6g}" for n in range(1000))
+    scratch = home.parent / "sweep-home"
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "experiments").mkdir(parents=True)
+    shutil.copy(home / "experiments" / "EXP-00001.yaml", scratch / "experiments")
+    return timed(
+        [
+            *octlm,
+            "--home",
+            str(scratch),
+            "sweep",
+            "new",
+            "big",
+            "--from",
+            "EXP-00001",
+            "--grid",
+            f"training.learning_rate={values}",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    octlm = [sys.executable, "-m", "octlm"]
+    with tempfile.TemporaryDirectory() as folder:
+        small, large = home_of(Path(folder), 1000), home_of(Path(folder), 10000)
+        commands = {
+            "octlm --help": lambda: timed([*octlm, "--help"]),
+            "octlm show (1,000 experiments)": lambda: timed([*octlm, "--home", str(small), "show"]),
+            "octlm show (10,000 experiments)": lambda: timed([*octlm, "--home", str(large), "show"]),
+            "octlm sweep new (1,000 trials)": lambda: sweep_new(small, octlm),
+            'python -c "import torch"': lambda: timed([sys.executable, "-c", "import torch"]),
+        }
+        before = os.getloadavg()
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for run in commands.values():  # the warm-up round: bytecode written, files in the page cache
+            run()
+        for _ in range(args.rounds):
+            for name, run in commands.items():
+                times[name].append(run())
+        after = os.getloadavg()
+    torch_s = statistics.median(times['python -c "import torch"'])
+    print(f"load average before {before[0]:.2f}, after {after[0]:.2f}; {os.cpu_count()} cores; median of {args.rounds}")
+    for name, found in times.items():
+        median = statistics.median(found)
+        print(f"{name:34} {median:7.3f} s   {median / torch_s:5.2f}x import torch")
+
+
+if __name__ == "__main__":
+    main()
