@@ -239,7 +239,7 @@ def test_config_module_does_not_import_torch() -> None:
 
 @pytest.mark.parametrize(
     "description",
-    ["plain", "yes", "null", "1e-3", "a: b # c", "naïve — ünïcode ✓", "x" * 200, "long words " * 30, "tab\there", "'\""],
+    ["plain", "yes", "null", "1e-3", "a: b # c", "naïve — ünïcode ✓", "x" * 200, "long words " * 30, "tab\t", "'\""],
 )
 def test_the_config_file_is_the_same_text_from_libyaml_and_pure_python(description: str) -> None:
     """``to_yaml`` writes with libyaml's emitter where there is one: the text is what the pure-Python emitter writes,

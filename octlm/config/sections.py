@@ -1,0 +1,152 @@
+"""The config's sections but training's (``training``): each a frozen dataclass that checks and normalises its fields
+whenever it is built or replaced (``_Section``), with the choices and bounds its keys take and their help text."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, NoReturn
+
+from octlm.config.tiers import TIERS
+from octlm.config.validation import check_bound, check_choice, coerce
+from octlm.core.errors import ConfigError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DETERMINISMS = tuple(TIERS)  # the determinism tiers, one record each in tiers.py
+SAMPLINGS = ("replacement", "epochs")
+SCHEDULES = ("cosine", "wsd", "constant", "linear")
+SPIKE_GUARDS = ("off", "stop", "skip")
+
+
+def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str = "", maximum: int | None = None) -> Any:
+    """A dataclass field with its help text, allowed values, range rule (see ``validation.BOUNDS``) and
+    upper limit in metadata; ``{choices}`` in the text stands for the allowed values (shown by ``describe_keys``,
+    which also names the limit). Every size has a limit: generous, but below where torch, the tokenizer
+    library or an allocation would fail with something other than one clear line."""
+    return field(default=default, metadata={"doc": text, "choices": choices, "bound": bound, "maximum": maximum})
+
+
+def field_kinds(cls: type) -> dict[str, Any]:
+    """The resolved type of each field of a dataclass (annotations are text under ``__future__``), resolved once per
+    class: every section built (a sweep builds thousands) reads them."""
+    if cls not in _KINDS:
+        _KINDS[cls] = typing.get_type_hints(cls)
+    return _KINDS[cls]
+
+
+_KINDS: dict[type, dict[str, Any]] = {}
+
+
+@dataclass(frozen=True)
+class _Section:
+    """A config section: checks and normalises its fields whenever it is built or replaced."""
+
+    KEY: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        kinds = field_kinds(type(self))
+        for spec in fields(self):
+            where = f"{self.KEY}.{spec.name}"
+            value = coerce(getattr(self, spec.name), kinds[spec.name], where)
+            check_choice(value, spec.metadata["choices"], where)
+            check_bound(value, spec.metadata["bound"], where, spec.metadata["maximum"])
+            object.__setattr__(self, spec.name, value)  # the normalised value (a tuple, a float)
+        self.check()
+
+    def check(self) -> None:
+        """Rules that tie fields of the section together; each section with such rules overrides it."""
+
+    def fail(self, name: str, message: str) -> NoReturn:
+        raise ConfigError(f"{self.KEY}.{name}: {message}")
+
+
+@dataclass(frozen=True)
+class DataConfig(_Section):
+    KEY = "data"
+    sources: tuple[str, ...] = _doc(
+        "builtin:docs, builtin:stdlib, or paths/globs of .txt, .md and .jsonl files", ("builtin:docs",)
+    )
+    validation_fraction: float = _doc("share of documents held out for evaluation", 0.1, bound="fraction")
+    max_bytes: int = _doc("cap on the corpus size in bytes (0 = no cap)", 0, bound="non-negative", maximum=2**40)
+    sampling: str = _doc(
+        "{choices}: replacement draws each batch's blocks at random with replacement (the seed notebook's draw); "
+        "epochs takes every training block once per epoch, in a seeded order of its own per epoch, batches running "
+        "on into the next epoch's order (`octlm new` writes epochs)",
+        "replacement",
+        choices=SAMPLINGS,
+    )
+
+
+@dataclass(frozen=True)
+class TokenizerConfig(_Section):
+    KEY = "tokenizer"
+    vocab_size: int = _doc(
+        "byte-level BPE vocabulary size, special tokens included", 1024, bound="positive", maximum=2**20
+    )
+
+    def check(self) -> None:
+        if self.vocab_size < 260:
+            self.fail("vocab_size", f"must be at least 260 (256 bytes + 3 special tokens + 1), got {self.vocab_size}")
+
+
+@dataclass(frozen=True)
+class ModelConfig(_Section):
+    KEY = "model"
+    context_length: int = _doc("tokens per block (T)", 128, bound="positive", maximum=2**16)
+    d_model: int = _doc("width of the residual stream", 128, bound="positive", maximum=2**16)
+    n_layers: int = _doc("number of transformer blocks", 4, bound="positive", maximum=1024)
+    n_heads: int = _doc("attention heads; must divide d_model", 4, bound="positive", maximum=1024)
+    mlp_hidden: int = _doc(
+        "SwiGLU hidden width (0 = 8/3 * d_model rounded up to 32)", 0, bound="non-negative", maximum=2**18
+    )
+    dropout: float = _doc("dropout probability", 0.0, bound="fraction")
+    rope_base: float = _doc("rotary embedding base", 10000.0, bound="positive")
+
+    def check(self) -> None:
+        if self.d_model % self.n_heads:
+            self.fail("n_heads", f"must divide model.d_model ({self.d_model}), got {self.n_heads}")
+        if (self.d_model // self.n_heads) % 2:
+            head = self.d_model // self.n_heads
+            self.fail("n_heads", f"head size d_model/n_heads must be even for rotary embeddings, got {head}")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig(_Section):
+    KEY = "checkpoint"
+    interval: int = _doc(
+        "write a checkpoint every N steps (and always at the last)", 100, bound="positive", maximum=10**9
+    )
+    keep: int = _doc("newest checkpoints kept (the final one always is)", 3, bound="positive", maximum=10**6)
+
+
+@dataclass(frozen=True)
+class InitConfig(_Section):
+    """Where step 0 comes from when an experiment is forked from another's checkpoint (``new --init-from``)."""
+
+    KEY = "init"
+    parent: str = _doc("the checkpoint forked from, as ID@STEP (empty: a fresh initialisation)", "")
+    checkpoint: str = _doc("that checkpoint's path, relative to the home", "")
+    sha256: str = _doc("that checkpoint's sha256: its weights are step 0's", "")
+    optimizer: bool = _doc("also start from its optimizer and sampler state", False)
+    step: int = _doc(
+        "continue the parent's run at this step (its step, optimizer, sampler, random states and run file; "
+        "written by `octlm new --init-from ID@STEP --with-optimizer`); 0: start at step 0 with its weights",
+        0,
+        bound="non-negative",
+        maximum=10**9,
+    )
+
+    def check(self) -> None:
+        if self.checkpoint.startswith("/") or ".." in self.checkpoint.split("/"):
+            self.fail("checkpoint", "must be a path inside the home, relative to it")
+        if self.parent and not self.checkpoint:
+            self.fail("parent", "needs init.checkpoint and init.sha256 (write them with `octlm new --init-from`)")
+        if bool(self.checkpoint) != bool(self.sha256):
+            self.fail("sha256" if self.checkpoint else "checkpoint", "init.checkpoint and init.sha256 go together")
+        if self.sha256 and (len(self.sha256) != 64 or set(self.sha256) - set("0123456789abcdef")):
+            self.fail("sha256", "must be 64 lowercase hexadecimal digits")
+        if self.optimizer and not self.sha256:
+            self.fail("optimizer", "needs init.checkpoint and init.sha256")
+        if self.step and not self.optimizer:
+            self.fail("step", "continuing the parent's run needs init.optimizer: true (its optimizer and sampler)")
