@@ -16,47 +16,47 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from octlm.config.presets import PRESETS
-from octlm.config.sections import (  # re-exported: the config's modules and its users import them from here
+from octlm.config.section_classes import (  # re-exported: the config's modules and its users import them from here
     DETERMINISMS as DETERMINISMS,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     DEVICES as DEVICES,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     PRECISIONS as PRECISIONS,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     SAMPLINGS as SAMPLINGS,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     SCHEDULES as SCHEDULES,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     SPIKE_GUARDS as SPIKE_GUARDS,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     CheckpointConfig as CheckpointConfig,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     DataConfig as DataConfig,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     InitConfig as InitConfig,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     ModelConfig as ModelConfig,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     TokenizerConfig as TokenizerConfig,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     _doc,
     _Section,
 )
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     field_kinds as field_kinds,
 )
-from octlm.config.training import TrainingConfig as TrainingConfig
+from octlm.config.training_section import TrainingConfig as TrainingConfig
 from octlm.config.tree import canonical, flatten
 from octlm.config.tree import diff as diff  # re-exported: config imports it from here
 from octlm.config.validation import coerce, kind_of, shown

@@ -20,7 +20,7 @@ from octlm.core.errors import OctlmError, Refused, Relayed
 from octlm.core.signals import SIGNAL_EXIT
 from octlm.data.blocks import TokenBlocks
 from octlm.data.fingerprints import Fingerprints
-from octlm.run.keeper import Cadence
+from octlm.run.keeper import CheckpointCadence
 from octlm.run.session import RankSession
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
@@ -34,7 +34,7 @@ class Handoff:
     resumed (empty: each rank keeps the streams ``TrainState.fresh`` seeded, or reseeds with ``reseed``)."""
 
     config: Config
-    cadence: Cadence  # where it trains to, and when it checkpoints
+    cadence: CheckpointCadence  # where it trains to, and when it checkpoints
     batch_size: int | None
     train_blocks: TokenBlocks
     record: checkpoint.Record
@@ -47,7 +47,7 @@ class Handoff:
         state: TrainState,
         train_blocks: TokenBlocks,
         *,
-        cadence: Cadence,
+        cadence: CheckpointCadence,
         batch_size: int | None,
         loaded: checkpoint.Loaded | None,
         reshard: bool,

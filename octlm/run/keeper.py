@@ -1,7 +1,9 @@
-"""Writing one track's checkpoints: when one is due (``Cadence``), the file with its registry row, and retention.
+"""Writing one track's checkpoints: when one is due (``CheckpointCadence``), the file with its registry row, and
+retention.
 
-The cadence is the keeper's alone: the loop asks ``Cadence.due`` after each step (through its hooks), on every rank,
-so the ranks of a run gather their random states at the same steps.
+The cadence is the keeper's alone: the loop asks ``CheckpointCadence.due`` after each step (through its hooks), on
+every rank, so the ranks of a run gather their random states at the same steps (the loop's own ``LogCadence`` says
+when it logs and evaluates).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from octlm.train.state import TrainState, record_of
 
 
 @dataclass(frozen=True)
-class Cadence:
+class CheckpointCadence:
     """When a checkpoint is written: every ``interval`` steps and at ``until`` (and when a run stops early)."""
 
     interval: int
@@ -42,7 +44,7 @@ class CheckpointKeeper:
         registry: Registry,
         config: Config,
         fingerprints: Fingerprints,
-        cadence: Cadence,
+        cadence: CheckpointCadence,
     ):
         self.files, self.track, self.registry = files, track, registry
         self.config, self.fingerprints, self.cadence = config, fingerprints, cadence

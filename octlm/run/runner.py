@@ -25,7 +25,7 @@ from octlm.data import fingerprints
 from octlm.data.pipeline import PreparedData, prepare
 from octlm.run.files import ExperimentFiles, Track
 from octlm.run.handoff import Handoff, Relay, check_world_size, exit_code, follow
-from octlm.run.keeper import Cadence, CheckpointKeeper
+from octlm.run.keeper import CheckpointCadence, CheckpointKeeper
 from octlm.run.restore import init_from, parent_records, restore
 from octlm.run.session import Bookkeeping, RunSummary, Session
 from octlm.runtime import distributed
@@ -65,9 +65,9 @@ class Start:
     tokenizer: Path | None = None  # where prepare finds or trains the tokenizer (default: the experiment's)
     reshard: bool = False  # continue a checkpoint of another world size (``resume --reshard``)
 
-    def cadence(self, config: Config) -> Cadence:
+    def cadence(self, config: Config) -> CheckpointCadence:
         """When this run checkpoints: every ``checkpoint.interval`` steps (overfit: at its end) and at ``until``."""
-        return Cadence(self.checkpoint_interval or config.checkpoint.interval, self.until)
+        return CheckpointCadence(self.checkpoint_interval or config.checkpoint.interval, self.until)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from octlm.core.signals import SIGNAL_EXIT, SignalGuard
 from octlm.data.blocks import TokenBlocks
 from octlm.data.fingerprints import Fingerprints
 from octlm.run.files import Track
-from octlm.run.keeper import Cadence, CheckpointKeeper
+from octlm.run.keeper import CheckpointCadence, CheckpointKeeper
 from octlm.runtime import load, rng
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
@@ -132,7 +132,7 @@ class _Steps:
         return self.stop_signal != 0
 
     def _train(
-        self, guard: SignalGuard, state: TrainState, cadence: Cadence, blocks: tuple[TokenBlocks, TokenBlocks]
+        self, guard: SignalGuard, state: TrainState, cadence: CheckpointCadence, blocks: tuple[TokenBlocks, TokenBlocks]
     ) -> bool:
         """The loop to ``cadence.until``, checkpointing where the cadence says; True when the ranks agreed to stop
         early (``stop_signal`` says why)."""
@@ -156,7 +156,7 @@ class RankSession(_Steps):
         if resumed:  # as rank 0's session: a stop before the first step rewrites nothing
             self.saved_step = start_step
 
-    def run(self, state: TrainState, *, cadence: Cadence, train_blocks: TokenBlocks) -> None:
+    def run(self, state: TrainState, *, cadence: CheckpointCadence, train_blocks: TokenBlocks) -> None:
         try:
             with SignalGuard() as guard:
                 stopped = self._train(guard, state, cadence, (train_blocks, train_blocks))

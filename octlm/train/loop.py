@@ -101,7 +101,7 @@ class LoopHooks:
 
 
 @dataclass(frozen=True)
-class Cadence:
+class LogCadence:
     """When the loop logs and evaluates (``training.log_interval``, ``eval_interval``, and the config's last step);
     none of it touches a random stream."""
 
@@ -133,7 +133,7 @@ def train_until(
     """
     training = state.config.training
     schedule = for_config(training)
-    cadence = Cadence(training.eval_interval, training.log_interval, training.steps)
+    cadence = LogCadence(training.eval_interval, training.log_interval, training.steps)
     state.model.train()
     while state.step < until:
         if hooks.should_stop():

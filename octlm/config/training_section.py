@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from octlm.config.sections import (
+from octlm.config.section_classes import (
     DETERMINISMS,
     DEVICES,
     PRECISIONS,

@@ -1,5 +1,6 @@
-"""The config's sections but training's (``training``): each a frozen dataclass that checks and normalises its fields
-whenever it is built or replaced (``_Section``), with the choices and bounds its keys take and their help text."""
+"""The config's sections but training's (``training_section``): each a frozen dataclass that checks and normalises
+its fields whenever it is built or replaced (``_Section``), with the choices and bounds its keys take and their help
+text."""
 
 from __future__ import annotations
 
