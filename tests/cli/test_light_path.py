@@ -2,7 +2,7 @@
 side) and ``new`` run in a fresh interpreter without loading torch, tokenizers, jinja2 or optuna: what each would
 cost at every start (torch alone is seconds). numpy is not on the list: sqlite-utils imports it whenever it is
 installed (75 ms here), and a paired comparison uses it for its bootstrap. Their speed is measured in
-``benchmarks/show_1000.py``, not here."""
+``benchmarks/light_path.py``, not here."""
 
 from __future__ import annotations
 
