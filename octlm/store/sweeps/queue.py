@@ -12,32 +12,45 @@ from typing import Any, cast
 
 from octlm.core.errors import BadInput
 from octlm.store.base import RegistryBase, checked, decoded, now, writable
-from octlm.store.sweeps.rows import TRIALS, Decide, Decision, SweepSpec, _insert, claim_is_dead, set_spec
+from octlm.store.sweeps.rows import (
+    TRIALS,
+    ClaimedTrial,
+    ClaimRow,
+    Decide,
+    Decision,
+    SweepSpec,
+    Worker,
+    _insert,
+    claim_is_dead,
+    set_spec,
+)
 
 
 class QueueRows(RegistryBase):
     """The queue's claims: taken, settled, read."""
 
-    def claims(self, sweep_id: int) -> list[dict[str, Any]]:
+    def claims(self, sweep_id: int) -> list[ClaimRow]:
         """Every claim of a sweep's trials, open and released, oldest first."""
-        return self._rows("select * from sweep_claims where sweep_id = ? order by id", (sweep_id,))
+        return cast(
+            "list[ClaimRow]", self._rows("select * from sweep_claims where sweep_id = ? order by id", (sweep_id,))
+        )
 
     def open_claims(self, host: str, pid: int) -> list[int]:
         """The ids of the claims a process (host, pid) holds open."""
         return [int(row["id"]) for row in self.claims_held(host, pid)]
 
-    def claims_held(self, host: str | None = None, pid: int | None = None) -> list[dict[str, Any]]:
+    def claims_held(self, host: str | None = None, pid: int | None = None) -> list[ClaimRow]:
         """The open claims (of one process, when ``host`` and ``pid`` are given), oldest first."""
         if host is None or pid is None:
-            return self._rows("select * from sweep_claims where released is null order by id")
+            return cast("list[ClaimRow]", self._rows("select * from sweep_claims where released is null order by id"))
         sql = "select * from sweep_claims where released is null and host = ? and pid = ? order by id"
-        return self._rows(sql, (host, pid))
+        return cast("list[ClaimRow]", self._rows(sql, (host, pid)))
 
     # ------------------------------------------------------------------ the queue
 
     def claim(
-        self, sweep_ids: Collection[int] | None, worker: dict[str, Any], skip: Collection[int] = ()
-    ) -> dict[str, Any] | None:
+        self, sweep_ids: Collection[int] | None, worker: Worker, skip: Collection[int] = ()
+    ) -> ClaimedTrial | None:
         """Take the first trial (of ``sweep_ids``, else of every sweep) that is queued or whose claim's process is
         gone, for ``worker`` (``host``, ``pid``, ``pid_start``, ``threads``, ``device``); the trial's row with
         its ``claim_id``, or None when there is none. ``skip``: trial ids not to take now."""
@@ -54,7 +67,15 @@ class QueueRows(RegistryBase):
                 lost = {"host": row["host"], "pid": row["pid"]} if row["status"] == "running" else None
                 claim_id = _insert(conn, "sweep_claims", fields)
                 conn.execute("update sweep_trials set status = 'running', updated = ? where id = ?", (now(), row["id"]))
-                return {**row, **fields, "id": row["id"], "status": "running", "claim_id": claim_id, "taken_over": lost}
+                claimed = {
+                    **row,
+                    **fields,
+                    "id": row["id"],
+                    "status": "running",
+                    "claim_id": claim_id,
+                    "taken_over": lost,
+                }
+                return cast("ClaimedTrial", claimed)
         return None
 
     @staticmethod

@@ -97,6 +97,37 @@ class QueuedTrial(TrialRow):
     lost: bool
 
 
+class Worker(TypedDict):
+    """Who claims a trial: the worker process, and what it trains on."""
+
+    host: str
+    pid: int
+    pid_start: int | None
+    threads: int | None  # None: torch's default
+    device: str
+
+
+class Lost(TypedDict):
+    """The process that held a trial before it was taken over."""
+
+    host: str | None
+    pid: int | None
+
+
+class ClaimedTrial(TrialRow):
+    """A trial as ``claim`` hands it to its worker: the trial's row, its new claim, and whom it was taken from."""
+
+    claim_id: int
+    trial_id: int
+    host: str
+    pid: int
+    pid_start: int | None
+    threads: int | None
+    device: str
+    claimed: str
+    taken_over: Lost | None
+
+
 class ClaimRow(TypedDict):
     id: int
     trial_id: int
@@ -159,7 +190,7 @@ def set_spec(conn: sqlite3.Connection, sweep_id: int, spec: Any) -> None:
     conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep_id))
 
 
-def claim_is_dead(row: dict[str, Any]) -> bool:
+def claim_is_dead(row: Mapping[str, Any]) -> bool:
     """A claim whose process is gone (on this host, by pid and start time): its trial may be taken over."""
     probe = {"status": "running", "host": row.get("host"), "pid": row.get("pid"), "pid_start": row.get("pid_start")}
     return bool(effective_status(probe)["status"] == "crashed")

@@ -39,7 +39,7 @@ from octlm.core.signals import SIGNAL_EXIT, handled_signals, handling
 from octlm.runtime import determinism
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
-from octlm.store.sweeps.rows import SweepRow
+from octlm.store.sweeps.rows import ClaimedTrial, Lost, SweepRow, Worker
 from octlm.tasks.sweeps import halving, plan
 from octlm.tasks.sweeps.trial_log import TALLY_VARIABLE, Tally, TrialLog
 
@@ -105,7 +105,7 @@ def work(home: Home, options: Options, say: Say) -> Tally:
             _run(home, trial, say, tally, busy, options.threads)
 
 
-def runnable(home: Home, trial: dict[str, Any]) -> bool:
+def runnable(home: Home, trial: ClaimedTrial) -> bool:
     """Whether this process can train the trial: it holds the trial's determinism tier, or can still pin it (torch
     not loaded yet). A trial whose config cannot be read is runnable: training it says what is wrong."""
     try:
@@ -133,7 +133,7 @@ def restart(tally: Tally, say: Say, deferred: set[int]) -> None:
 
 
 @contextlib.contextmanager
-def releasing(home: Home, identity: dict[str, Any]) -> Iterator[None]:
+def releasing(home: Home, identity: Worker) -> Iterator[None]:
     """A signal between a claim's commit and its trial's start: the claims this worker still holds are released
     (its trial queued again) before it leaves, as a trial's own stop releases its claim."""
     try:
@@ -145,7 +145,7 @@ def releasing(home: Home, identity: dict[str, Any]) -> Iterator[None]:
         raise
 
 
-def _identity(options: Options) -> dict[str, Any]:
+def _identity(options: Options) -> Worker:
     pid = os.getpid()
     return {
         "host": socket.gethostname(),
@@ -166,7 +166,7 @@ def sweep_ids(registry: Registry, names: tuple[str, ...]) -> list[int] | None:
     return [row["id"] for row in found.values() if row is not None]
 
 
-def _claim(home: Home, options: Options, identity: dict[str, Any], busy: set[int]) -> dict[str, Any] | None:
+def _claim(home: Home, options: Options, identity: Worker, busy: set[int]) -> ClaimedTrial | None:
     with Registry(home.registry) as registry:
         return registry.claim(sweep_ids(registry, options.sweeps), identity, skip=busy)
 
@@ -192,13 +192,13 @@ def _waiting(home: Home, options: Options, say: Say) -> bool:
 _FOREIGN_SAID: set[int] = set()
 
 
-def _run(home: Home, trial: dict[str, Any], say: Say, tally: Tally, busy: set[int], threads: int = 0) -> None:
+def _run(home: Home, trial: ClaimedTrial, say: Say, tally: Tally, busy: set[int], threads: int = 0) -> None:
     """Train one claimed trial and settle its claim: done, failed, released (a signal) or busy (locked)."""
     experiment_id = trial["experiment_id"]
     log = TrialLog(home.runs / f"{experiment_id}.log", experiment_id, say)
     say(f"{experiment_id}: claimed (step {trial['target_step']}, {trial['threads'] or 'default'} threads)")
-    if trial.get("taken_over"):
-        say(_taken_over(home, experiment_id, trial["taken_over"]))
+    if lost := trial["taken_over"]:
+        say(_taken_over(home, experiment_id, lost))
     began = time.perf_counter()
     try:
         value = train_trial(home, trial, log, threads)
@@ -229,9 +229,9 @@ def _run(home: Home, trial: dict[str, Any], say: Say, tally: Tally, busy: set[in
     return None
 
 
-def _taken_over(home: Home, experiment_id: str, lost: dict[str, Any]) -> str:
+def _taken_over(home: Home, experiment_id: str, lost: Lost) -> str:
     steps = layout.checkpoints(home.checkpoint_dir(experiment_id))
-    where = f"pid {lost['pid']} on {lost['host']}" if lost.get("pid") else "no process recorded"
+    where = f"pid {lost['pid']} on {lost['host']}" if lost["pid"] else "no process recorded"
     return f"{experiment_id}: taken over from a lost worker ({where}), resuming at step {steps[-1][0] if steps else 0}"
 
 
@@ -245,7 +245,7 @@ def _requeued(experiment_id: str, error: Interrupted) -> Interrupted:
     )
 
 
-def train_trial(home: Home, trial: dict[str, Any], log: TrialLog, threads: int = 0) -> float | None:
+def train_trial(home: Home, trial: ClaimedTrial, log: TrialLog, threads: int = 0) -> float | None:
     """Resume the trial to its target step (nothing to train when its checkpoint is there already); its metric there."""
     import torch
 
@@ -268,18 +268,18 @@ def train_trial(home: Home, trial: dict[str, Any], log: TrialLog, threads: int =
         return registry.rung_value(experiment_id, target, metric)
 
 
-def _metric(home: Home, trial: dict[str, Any]) -> str:
+def _metric(home: Home, trial: ClaimedTrial) -> str:
     sweep = _sweep_of(home, trial)
     metric = (sweep["spec"] or {}).get("metric") if sweep else None
     return metric or "eval_loss"
 
 
-def _sweep_of(home: Home, trial: dict[str, Any]) -> SweepRow | None:
+def _sweep_of(home: Home, trial: ClaimedTrial) -> SweepRow | None:
     with Registry(home.registry, create=False) as registry:
         return next((row for row in registry.sweeps() if row["id"] == trial["sweep_id"]), None)
 
 
-def _failed(home: Home, trial: dict[str, Any], error: BaseException, log: TrialLog, say: Say, tally: Tally) -> None:
+def _failed(home: Home, trial: ClaimedTrial, error: BaseException, log: TrialLog, say: Say, tally: Tally) -> None:
     message = str(error) or type(error).__name__
     log.line(f"failed: {message}")
     _settle(home, trial, "failed", error="\n".join(log.tail))
@@ -287,7 +287,7 @@ def _failed(home: Home, trial: dict[str, Any], error: BaseException, log: TrialL
     say(f"{trial['experiment_id']}: failed: {message} (its log: {log.path})")
 
 
-def _settle(home: Home, trial: dict[str, Any], status: str, **fields: Any) -> None:
+def _settle(home: Home, trial: ClaimedTrial, status: str, **fields: Any) -> None:
     with Registry(home.registry) as registry:
         registry.settle_claim(trial["claim_id"], status, decide=halving.decide, **fields)
         kept.keep_sweep_by_id(home, registry, trial["sweep_id"])  # what survives the registry's loss

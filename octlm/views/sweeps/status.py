@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.store.registry import Registry
-from octlm.store.sweeps.rows import DecisionRow, QueuedTrial, SweepRow, SweepSpec
+from octlm.store.sweeps.rows import ClaimRow, DecisionRow, QueuedTrial, SweepRow, SweepSpec
 from octlm.views import noise, side_by_side
 from octlm.views.details import run_records
 from octlm.views.paired import Paired, pair
@@ -230,7 +230,7 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in params.items()) or "the base config"
 
 
-def best_so_far(finished: list[dict[str, Any]], trials: dict[str, QueuedTrial]) -> list[dict[str, Any]]:
+def best_so_far(finished: list[ClaimRow], trials: dict[str, QueuedTrial]) -> list[dict[str, Any]]:
     """The trials' final metric in the order they finished (their last claim's release), with the best so far."""
     best: float | None = None
     out = []
