@@ -15,7 +15,7 @@ from conftest import cli
 
 from octlm.store import migrations
 from octlm.store.registry import Registry
-from octlm.store.sweeps import rows as sweeps
+from octlm.store.sweeps import records as sweeps
 from octlm.tasks.sweeps import halving
 
 WORKER = {"host": None, "pid": None, "pid_start": None, "threads": 1, "device": "cpu"}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from octlm.store.sweeps.rows import DecisionRow
+    from octlm.store.sweeps.records import DecisionRow
 
 from octlm.cli import render
 from octlm.cli.common import JsonOption, QuietOption, SetOption, handled, home_of

@@ -12,18 +12,8 @@ from typing import Any, cast
 
 from octlm.core.errors import BadInput
 from octlm.store.base import RegistryBase, checked, decoded, now, writable
-from octlm.store.sweeps.rows import (
-    TRIALS,
-    ClaimedTrial,
-    ClaimRow,
-    Decide,
-    Decision,
-    SweepSpec,
-    Worker,
-    _insert,
-    claim_is_dead,
-    set_spec,
-)
+from octlm.store.sweeps.records import ClaimedTrial, ClaimRow, SweepSpec, Worker
+from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead, set_spec
 
 
 class QueueRows(RegistryBase):

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from octlm.core.errors import BadInput
-from octlm.store.sweeps.rows import QueuedTrial, SweepSpec
+from octlm.store.sweeps.records import QueuedTrial, SweepSpec
 
 Params = dict[str, Any]
 FINISHED = ("done", "failed", "stopped")

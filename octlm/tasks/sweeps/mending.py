@@ -14,7 +14,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.home import DEFAULT_PREFIX, Home
 from octlm.store import kept
 from octlm.store.registry import Registry, now
-from octlm.store.sweeps.rows import SweepSpec
+from octlm.store.sweeps.records import SweepSpec
 from octlm.tasks.sweeps import samplers, shipping
 
 RETRYABLE = ("failed", "stopped")

@@ -22,7 +22,7 @@ from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import Home
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
-from octlm.store.sweeps.rows import SweepRow, SweepSpec
+from octlm.store.sweeps.records import SweepRow, SweepSpec
 from octlm.tasks.sweeps import asking, samplers
 from octlm.tasks.sweeps.spec import (
     SEED,

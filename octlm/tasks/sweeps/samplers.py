@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from octlm.core.errors import BadInput
-from octlm.store.sweeps.rows import Range, SweepSpec
+from octlm.store.sweeps.records import Range, SweepSpec
 from octlm.tasks.sweeps import asking
 from octlm.tasks.sweeps.spec import Request
 

@@ -26,7 +26,8 @@ from octlm.core.home import Home, validate_id
 from octlm.exchange import packing
 from octlm.store import kept
 from octlm.store.registry import Registry, now
-from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, QueuedTrial, Shipped, SweepSpec, picked
+from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepSpec
+from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, picked
 from octlm.tasks.sweeps import samplers
 from octlm.tasks.sweeps.spec import validate_name
 

@@ -18,7 +18,7 @@ from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import DEFAULT_PREFIX, validate_id
 from octlm.store import experiments
-from octlm.store.sweeps.rows import Range
+from octlm.store.sweeps.records import Range
 
 NAME = re.compile(r"[a-z][a-z0-9_.]*(-[a-z0-9_.]+)*")
 

@@ -39,7 +39,7 @@ from octlm.core.signals import SIGNAL_EXIT, handled_signals, handling
 from octlm.runtime import determinism
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
-from octlm.store.sweeps.rows import ClaimedTrial, Lost, SweepRow, Worker
+from octlm.store.sweeps.records import ClaimedTrial, Lost, SweepRow, Worker
 from octlm.tasks.sweeps import halving, plan
 from octlm.tasks.sweeps.trial_log import TALLY_VARIABLE, Tally, TrialLog
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from octlm.core.home import Home
-from octlm.store.sweeps.rows import SweepSpec
+from octlm.store.sweeps.records import SweepSpec
 from octlm.views.curves import axes
 from octlm.views.curves.charts import AREA, PALETTE, Area, Tick, coordinate, number, tick_label
 from octlm.views.sweeps import replicates, status

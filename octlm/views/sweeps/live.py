@@ -16,7 +16,7 @@ from typing import Any
 from octlm.core.home import ID_PATTERN, Home
 from octlm.store.registry import Registry, RunRow
 from octlm.store.runs import runfile
-from octlm.store.sweeps.rows import QueuedTrial
+from octlm.store.sweeps.records import QueuedTrial
 from octlm.views.estimate import duration
 
 BARS = "▁▂▃▄▅▆▇█"

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.store.registry import Registry
-from octlm.store.sweeps.rows import ClaimRow, DecisionRow, QueuedTrial, SweepRow, SweepSpec
+from octlm.store.sweeps.records import ClaimRow, DecisionRow, QueuedTrial, SweepRow, SweepSpec
 from octlm.views import noise, side_by_side
 from octlm.views.details import run_records
 from octlm.views.paired import Paired, pair

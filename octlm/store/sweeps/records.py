@@ -1,0 +1,145 @@
+"""A sweep's rows as the store reads them and the records its queue hands out (torch-free): the sweep with its spec,
+its trials (with their open claim), a claim, the worker that takes one, halving's decisions."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from octlm.store.migrations import Json
+
+
+class Range(TypedDict):
+    """One ``--range KEY=LOW:HIGH[:log]`` as a spec keeps it."""
+
+    low: float
+    high: float
+    log: bool
+    int: bool
+
+
+class Shipped(TypedDict):
+    """A sweep's mark while ``sweep pack`` has its trials in other homes (this home's, never shipped)."""
+
+    to: str
+    at: str
+    trials: list[str]  # the experiment IDs not merged back yet
+
+
+class SweepSpec(TypedDict, total=False):
+    """What a sweep tries and how (``sweeps.spec``, JSON): every key is there in a sweep made by this octlm; an older
+    sweep's spec may lack the later ones (``history``, ``shipped``, ``base_config``, ``sampler``), hence not total."""
+
+    grid: dict[str, list[Any]]  # KEY: its values, as the config holds them (a config key's values are free-form)
+    ranges: dict[str, Range]
+    random: int
+    seeds: int
+    sampler: str  # a name of tasks/sweeps/samplers.SAMPLERS
+    trials: int | None
+    parallel: int
+    metric: str
+    seed: int
+    halving: list[int]  # the rungs' steps ([]: no halving)
+    keep: float
+    overrides: list[str]
+    prefix: str
+    base_config: dict[str, Any]  # the base experiment's config tree (free-form: the config's own shape)
+    history: list[dict[str, Any]]  # extend's and retry's events, each its own keys (``mending``)
+    shipped: Shipped  # where ``sweep pack`` sent it, until ``sweep unpack`` brings every trial back
+
+
+class SweepRow(TypedDict):
+    id: int
+    name: str
+    uuid: str
+    base: str | None
+    description: str | None
+    spec: SweepSpec
+    created: str | None
+    updated: str | None
+
+
+class TrialRow(TypedDict):
+    id: int
+    sweep_id: int
+    experiment_id: str
+    position: int
+    params: Json
+    group_key: str
+    replicate: int
+    seed: int
+    status: str
+    rung: int
+    target_step: int
+    value: float | None
+    error: str | None
+    updated: str | None
+
+
+class QueuedTrial(TrialRow):
+    """A trial as ``trials`` reads it: with its open claim (None when unclaimed) and whether its process is gone."""
+
+    claim_id: int | None
+    host: str | None
+    pid: int | None
+    pid_start: int | None
+    threads: int | None
+    device: str | None
+    claimed: str | None
+    lost: bool
+
+
+class Worker(TypedDict):
+    """Who claims a trial: the worker process, and what it trains on."""
+
+    host: str
+    pid: int
+    pid_start: int | None
+    threads: int | None  # None: torch's default
+    device: str
+
+
+class Lost(TypedDict):
+    """The process that held a trial before it was taken over."""
+
+    host: str | None
+    pid: int | None
+
+
+class ClaimedTrial(TrialRow):
+    """A trial as ``claim`` hands it to its worker: the trial's row, its new claim, and whom it was taken from."""
+
+    claim_id: int
+    trial_id: int
+    host: str
+    pid: int
+    pid_start: int | None
+    threads: int | None
+    device: str
+    claimed: str
+    taken_over: Lost | None
+
+
+class ClaimRow(TypedDict):
+    id: int
+    trial_id: int
+    sweep_id: int
+    experiment_id: str
+    target_step: int | None
+    host: str | None
+    pid: int | None
+    pid_start: int | None
+    threads: int | None
+    device: str | None
+    claimed: str | None
+    released: str | None
+    outcome: str | None
+
+
+class DecisionRow(TypedDict):
+    id: int
+    sweep_id: int
+    rung: int
+    step: int
+    ranking: Json
+    promoted: Json
+    created: str | None
