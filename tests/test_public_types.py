@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "octlm"
-LIMIT = 109  # 2026-12-03: from 151 when the registry, sweep, claim, run-start and environment records were typed
+LIMIT = 105  # 2026-12-03: from 151 (the registry, sweep, claim, run-start, environment, lifecycle records typed)
 
 
 def untyped(root: Path) -> list[str]:

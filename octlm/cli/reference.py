@@ -28,6 +28,7 @@ def shapes() -> dict[str, Any]:
     """{what is run: the TypedDict of what its ``--json`` writes}, every document that is typed."""
     from octlm.core.records import EvalResult, TrainResult
     from octlm.store.registry import CheckpointRow, RunRow, VerificationRow
+    from octlm.tasks.lifecycle import Archived, Removal, Retagged
     from octlm.views.curves.plots import PlotData
     from octlm.views.details import Detail, Fingerprints
     from octlm.views.listing import Listing, ListingRow
@@ -50,6 +51,9 @@ def shapes() -> dict[str, Any]:
         "octlm show A B --json: a versus's paired": Paired,
         "octlm show ID --plot --json": PlotData,
         "octlm show SWEEP --json": SweepRanking,
+        "octlm archive ID --json, octlm unarchive ID --json": Archived,
+        "octlm tag ID --json": Retagged,
+        "octlm rm ID --json": Removal,
     }
 
 

@@ -16,7 +16,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.home import Home, validate_id
@@ -28,10 +28,32 @@ TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/=+-]{0,63}")
 TAG_HELP = "a tag is 1 to 64 letters, digits and _ . : / = + - (starting with a letter or digit)"
 
 
+class Removal(TypedDict):
+    """What ``rm`` would remove (asked before it does), and what it removed (then with ``kept_files``)."""
+
+    id: str
+    rows: dict[str, int]  # {table: rows}
+    files: list[str]  # relative to the home
+    kept_files: NotRequired[bool]
+
+
+class Archived(TypedDict):
+    id: str
+    archived: bool
+    changed: bool
+
+
+class Retagged(TypedDict):
+    id: str
+    tags: list[str]
+    added: list[str]  # what actually changed
+    removed: list[str]
+
+
 # ---------------------------------------------------------------- rm
 
 
-def removal(home: Home, experiment_id: str) -> dict[str, Any]:
+def removal(home: Home, experiment_id: str) -> Removal:
     """What ``rm`` would remove: {"id", "rows": {table: count}, "files": [paths relative to the home]};
     BadInput when the experiment has neither rows nor files."""
     validate_id(experiment_id)
@@ -43,7 +65,7 @@ def removal(home: Home, experiment_id: str) -> dict[str, Any]:
     return {"id": experiment_id, "rows": rows, "files": files}
 
 
-def remove(home: Home, experiment_id: str, *, keep_files: bool = False) -> dict[str, Any]:
+def remove(home: Home, experiment_id: str, *, keep_files: bool = False) -> Removal:
     """Remove an experiment's rows and (unless ``keep_files``) its files, holding its lock; Refused while
     it is being trained. Returns {"id", "rows": {table: rows deleted}, "files": [removed], "kept_files"}."""
     removal(home, experiment_id)  # unknown: BadInput before anything is created or taken
@@ -120,7 +142,7 @@ def _registered(home: Home, experiment_id: str) -> Iterator[Registry]:
         yield registry
 
 
-def set_archived(home: Home, experiment_id: str, archived: bool) -> dict[str, Any]:
+def set_archived(home: Home, experiment_id: str, archived: bool) -> Archived:
     """Archive (hidden from ``show`` unless ``--all``) or unarchive; {"id", "archived", "changed"}."""
     with _registered(home, experiment_id) as registry:
         row = registry.experiment(experiment_id)
@@ -140,7 +162,7 @@ def parse_tags(changes: list[str]) -> tuple[list[str], list[str]]:
     return add, remove
 
 
-def retag(home: Home, experiment_id: str, changes: list[str]) -> dict[str, Any]:
+def retag(home: Home, experiment_id: str, changes: list[str]) -> Retagged:
     """Apply ``+name`` / ``-name`` changes; {"id", "tags", "added", "removed"} (what actually changed)."""
     add, remove = parse_tags(changes)
     with _registered(home, experiment_id) as registry:

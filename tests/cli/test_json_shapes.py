@@ -97,3 +97,17 @@ def test_a_key_swept_over_ten_times_is_drawn_on_a_log_axis() -> None:
         {"ranges": {"training.learning_rate": {"low": 1e-4, "high": 1e-2, "log": False}}}, "training.learning_rate"
     )
     assert not _logarithmic({"grid": {"model.n_layers": [2, 4]}}, "model.n_layers")
+
+
+def test_archive_tag_and_rm_write_what_the_reference_says(home: Path) -> None:
+    """The lifecycle commands' documents (tasks/lifecycle's Archived, Retagged, Removal), from real runs."""
+    from conftest import write_experiment as write
+
+    write(home, "EXP-002")
+    assert cli(home, "new", "--from", "EXP-002").exit_code == 0  # registered: EXP-003
+    _holds(json_out(cli(home, "archive", "EXP-002", "--json")), "octlm archive ID --json, octlm unarchive ID --json")
+    _holds(json_out(cli(home, "unarchive", "EXP-002", "--json")), "octlm archive ID --json, octlm unarchive ID --json")
+    _holds(json_out(cli(home, "tag", "EXP-002", "+baseline", "--json")), "octlm tag ID --json")
+    removed = json_out(cli(home, "rm", "EXP-002", "--yes", "--json"))
+    _holds(removed, "octlm rm ID --json")
+    assert removed["id"] == "EXP-002" and removed["rows"] and removed["kept_files"] is False
