@@ -57,7 +57,7 @@ class Schedule:
 
 
 # The family's one table: a new schedule is a function above and a row here (its name also goes in
-# ``config.schema.SCHEDULES``, the choices a config may name: config imports nothing of train). tests/train/
+# ``config.section_classes.SCHEDULES``, the choices a config may name: config imports nothing of train). tests/train/
 # test_schedules.py holds every row to the choices, the key's documentation and its own edges.
 SCHEDULES: dict[str, Schedule] = {
     "cosine": Schedule(
