@@ -6,13 +6,17 @@ import csv
 import sys
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from octlm.cli import render
 from octlm.config import flatten
 from octlm.views import side_by_side as compare
 from octlm.views.show import Request, Shown
 from octlm.views.sweeps import replicates
+
+if TYPE_CHECKING:
+    from octlm.store.registry import RunRow, VerificationRow
+    from octlm.views.details import Detail
 
 LIST_HEADERS = (
     "ID",
@@ -84,7 +88,7 @@ def write(shown: Shown, request: Request) -> None:
             if experiment["description"]:
                 print(f"{experiment['id']}: {render.plain(experiment['description'])}")
     else:
-        print_detail(shown.document)
+        print_detail(cast("Detail", shown.document))
 
 
 def print_compare(ids: list[str], rows: list[list[Any]], title: str) -> None:
@@ -188,7 +192,7 @@ def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def headline(item: dict[str, Any]) -> str:
+def headline(item: Detail) -> str:
     """``EXP-008: completed at step 200/200; eval loss 5.2548 ± 0.0854, train loss 5.1344`` (before the config)."""
     steps = (item.get("config") or {}).get("training", {}).get("steps")
     line = f"{item['id']}: {item['status']}" + (
@@ -202,7 +206,7 @@ def headline(item: dict[str, Any]) -> str:
     return line
 
 
-def print_detail(item: dict[str, Any]) -> None:
+def print_detail(item: Detail) -> None:
     """One experiment: its summary and config as ``key: value`` lines, then its runs, provenance,
     checkpoints and verdicts as tables (rich on a terminal, plain text otherwise)."""
     fingerprints = item["fingerprints"]
@@ -239,7 +243,7 @@ def print_detail(item: dict[str, Any]) -> None:
         render.print_table(("kind", "verdict", "when", "summary"), rows, title="verdicts", droppable=("when",))
 
 
-def _lifecycle(item: dict[str, Any]) -> list[tuple[str, Any]]:
+def _lifecycle(item: Detail) -> list[tuple[str, Any]]:
     """Tags, notes, archived and the parent checkpoint of a fork, when the document has them."""
     pairs: list[tuple[str, Any]] = []
     tags = item.get("tags")
@@ -257,7 +261,7 @@ def _lifecycle(item: dict[str, Any]) -> list[tuple[str, Any]]:
     return pairs
 
 
-def _summary(verification: dict[str, Any]) -> Any:
+def _summary(verification: VerificationRow) -> Any:
     details = verification["details"]
     return details.get("summary", "") if isinstance(details, dict) else ""
 
@@ -266,7 +270,7 @@ def _gap() -> None:
     sys.stdout.write("\n")
 
 
-def _run_row(r: dict[str, Any]) -> tuple[Any, ...]:
+def _run_row(r: RunRow) -> tuple[Any, ...]:
     metrics = r["latest_metrics"] if isinstance(r["latest_metrics"], dict) else {}
     started = _cut(r["started"], 19).replace("T", " ")
     return (
@@ -286,7 +290,7 @@ def _run_row(r: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def ranks(r: dict[str, Any]) -> str:
+def ranks(r: RunRow) -> str:
     """The processes a run trained on: ``1``; ``4 gloo`` (the backend only for several ranks); ``4 nccl,
     2 nodes`` over several nodes; then ``, resharded from 2`` for a run resumed under another world size.
     A row without the columns (or with a damaged cell) reads as one process on one node."""
@@ -308,10 +312,10 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
-def _provenance_row(r: dict[str, Any]) -> tuple[Any, ...]:
+def _provenance_row(r: RunRow) -> tuple[Any, ...]:
     command = " ".join(map(str, r["argv"])) if isinstance(r["argv"], list) else r["argv"]
     versions = f"{r['octlm_version']}/{r['python_version']}/{r['torch_version']}"
-    dirty = {1: "yes", 0: "no"}.get(r["git_dirty"])
+    dirty = {1: "yes", 0: "no"}.get(r["git_dirty"]) if r["git_dirty"] is not None else None
     peak = r.get("peak_rss")
     memory = round(peak / 1e6) if isinstance(peak, int) else None
     return (
@@ -332,8 +336,9 @@ def _cut(value: Any, length: int) -> str:
     return "" if value is None else str(value)[:length]
 
 
-def _duration(run: dict[str, Any]) -> float | None:
+def _duration(run: RunRow) -> float | None:
     try:
-        return round((datetime.fromisoformat(run["ended"]) - datetime.fromisoformat(run["started"])).total_seconds(), 1)
+        ended, started = datetime.fromisoformat(run["ended"] or ""), datetime.fromisoformat(run["started"] or "")
+        return round((ended - started).total_seconds(), 1)
     except (TypeError, ValueError):  # not finished, or a timestamp damaged outside octlm
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from dataclasses import Field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
@@ -32,6 +32,7 @@ from octlm.config.schema import (
 )
 from octlm.config.validation import kind_of, shown, type_name
 from octlm.core.errors import ConfigError
+from octlm.core.records.freeform import ConfigTree
 
 # libyaml's emitter where PyYAML was built with it (the wheels are), else the pure-Python one: the same YAML text
 # (tests/config/test_config.py compares them), about 20x faster for a sweep writing 1,000 trial files.
@@ -123,7 +124,7 @@ def resolve_preset(raw: Any, origin: str) -> Any:
     return merge(base, raw)
 
 
-def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+def merge(base: ConfigTree, override: ConfigTree) -> ConfigTree:
     out = copy.deepcopy(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -133,7 +134,7 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str], origin: str = "--set") -> dict[str, Any]:
+def apply_overrides(raw: ConfigTree, overrides: list[str], origin: str = "--set") -> ConfigTree:
     """Apply ``a.b=c`` overrides to a raw config mapping; values are parsed as YAML scalars.
 
     Keys are checked here; values when the result goes through ``from_dict``.
@@ -164,7 +165,17 @@ def to_yaml(config: Config) -> str:
     return yaml.dump(ordered, Dumper=DUMPER, sort_keys=False, default_flow_style=False)
 
 
-def describe_keys() -> list[dict[str, Any]]:
+class KeyDoc(TypedDict):
+    """One config key as ``octlm config keys --json`` and the config reference describe it."""
+
+    key: str
+    type: str
+    default: Any  # the key's default as YAML writes it: a number, text, a list or null, by key
+    fingerprinted: bool
+    doc: str
+
+
+def describe_keys() -> list[KeyDoc]:
     """Every config key in file order (top-level keys, then the sections'), one dict each:
     ``key``, ``type``, ``default``, ``fingerprinted`` and ``doc`` (the help text, choices spelled out).
 
@@ -178,7 +189,7 @@ def describe_keys() -> list[dict[str, Any]]:
     ]
 
 
-def _describe(key: str, spec: Field[Any], kind: Any) -> dict[str, Any]:
+def _describe(key: str, spec: Field[Any], kind: Any) -> KeyDoc:
     choices, maximum = spec.metadata["choices"], spec.metadata.get("maximum")
     spelled = f"{', '.join(choices[:-1])} or {choices[-1]}" if len(choices) > 1 else "".join(choices)
     return {

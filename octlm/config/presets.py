@@ -10,6 +10,7 @@ from typing import Any
 
 from octlm.config.validation import shown
 from octlm.core.errors import ConfigError
+from octlm.core.records.freeform import ConfigTree
 
 # One row per preset. day1: the seed's Day 1, the experiment behind exact resume and overfitting one block
 # (EXP-008), ~15 s on 2 cores. day2: a real small model on the standard library for a CPU box overnight,
@@ -64,7 +65,7 @@ DESCRIPTIONS = {
 }
 
 
-def preset(name: str, origin: str = "--preset") -> dict[str, Any]:
+def preset(name: str, origin: str = "--preset") -> ConfigTree:
     """A deep copy of a preset's raw config mapping."""
     if name not in PRESETS:
         raise ConfigError(f"{origin}: unknown preset {shown(name, quote=True)}; choose one of {', '.join(PRESETS)}")

@@ -61,6 +61,7 @@ from octlm.config.tree import canonical, flatten
 from octlm.config.tree import diff as diff  # re-exported: config imports it from here
 from octlm.config.validation import coerce, kind_of, shown
 from octlm.core.errors import ConfigError
+from octlm.core.records.freeform import ConfigTree
 
 SECTIONS: dict[str, type[_Section]] = {
     "data": DataConfig,
@@ -136,7 +137,7 @@ class Config:
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(f"{name}: expected a {cls.__name__}, got {kind_of(getattr(self, name))}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ConfigTree:
         out = dataclasses.asdict(self)
         out["data"]["sources"] = list(self.data.sources)
         return out
@@ -148,7 +149,7 @@ class Config:
     def _canonical(self) -> str:  # a config never changes once built (``replace`` builds another): computed once
         return canonical(self.to_dict())
 
-    def trajectory_dict(self) -> dict[str, Any]:
+    def trajectory_dict(self) -> ConfigTree:
         """The fingerprinted part: everything but ``BOOKKEEPING``."""
         return {
             k: v
@@ -179,7 +180,7 @@ class Config:
         """A validated copy with top-level fields or whole sections changed."""
         return dataclasses.replace(self, **changes)
 
-    def with_keys(self, values: dict[str, Any], origin: str = "--set") -> Config:
+    def with_keys(self, values: ConfigTree, origin: str = "--set") -> Config:
         """A validated copy with dotted keys changed, as ``--set`` would change them (values already typed):
         ``config.with_keys({"training.steps": 300, "training.warmup_steps": 30})``."""
         top: dict[str, Any] = {}

@@ -28,7 +28,7 @@ def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str =
     return field(default=default, metadata={"doc": text, "choices": choices, "bound": bound, "maximum": maximum})
 
 
-def field_kinds(cls: type) -> dict[str, Any]:
+def field_kinds(cls: type) -> dict[str, object]:
     """The resolved type of each field of a dataclass (annotations are text under ``__future__``), resolved once per
     class: every section built (a sweep builds thousands) reads them."""
     if cls not in _KINDS:
@@ -36,7 +36,7 @@ def field_kinds(cls: type) -> dict[str, Any]:
     return _KINDS[cls]
 
 
-_KINDS: dict[type, dict[str, Any]] = {}
+_KINDS: dict[type, dict[str, object]] = {}
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from octlm.core.records.freeform import ConfigTree
+
 
 def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: ConfigTree, prefix: str = "") -> ConfigTree:
     out: dict[str, Any] = {}
     for key, value in tree.items():
         dotted = f"{prefix}{key}"
@@ -22,7 +24,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def diff(old: ConfigTree, new: ConfigTree) -> list[str]:
     """Field-by-field differences of two resolved config dicts: ``key: old -> new``."""
     a, b = flatten(old), flatten(new)
     lines = []

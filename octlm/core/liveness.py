@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
+
+Row = TypeVar("Row", bound=Mapping[str, Any])  # a row with status, host, pid and pid_start (a run's, a claim's)
 
 
 def start_time(pid: int) -> int | None:
@@ -51,7 +53,7 @@ def alive(pid: int, recorded_start: int | None) -> bool:
     return now in (None, recorded_start)
 
 
-def effective_status(row: dict[str, Any]) -> dict[str, Any]:
+def effective_status(row: Row) -> Row:
     """A ``running`` row as it really is: ``crashed`` when its process is gone (or its pid now names
     another process), ``unknown (host X)`` when it was written on another host."""
     host, pid = row.get("host"), row.get("pid")
@@ -60,11 +62,11 @@ def effective_status(row: dict[str, Any]) -> dict[str, Any]:
     if row.get("status") != "running":
         return row
     if host != socket.gethostname():
-        return {**row, "status": f"unknown (host {host or 'unrecorded'})"}
+        return _with_status(row, f"unknown (host {host or 'unrecorded'})")
     if not isinstance(pid, int) or pid <= 0:
-        return {**row, "status": "crashed"}
+        return _with_status(row, "crashed")
     if pid != os.getpid() and not alive(pid, row.get("pid_start")):
-        return {**row, "status": "crashed"}
+        return _with_status(row, "crashed")
     return row
 
 
@@ -72,10 +74,15 @@ def is_other_host(row: Mapping[str, object]) -> bool:
     return str(row.get("status", "")).startswith("unknown (host ")
 
 
-def _imported(row: dict[str, Any]) -> dict[str, Any]:
+def _imported(row: Row) -> Row:
     """An imported ``unknown (host <this host>)`` row: ``crashed`` unless its process can be shown alive (a pid with
     its start time); without a start time it never can."""
     pid = row.get("pid")
     if isinstance(pid, int) and pid > 0 and row.get("pid_start") is not None and alive(pid, row.get("pid_start")):
         return row
-    return {**row, "status": "crashed"}
+    return _with_status(row, "crashed")
+
+
+def _with_status(row: Row, status: str) -> Row:
+    """A copy of the row (of the same keys) with another status."""
+    return cast(Row, {**row, "status": status})

@@ -16,7 +16,7 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 __version__ = "0.1.0"  # octlm's; pyproject.toml says the same (tests/test_public_face.py holds them together)
 
@@ -96,7 +96,18 @@ def git_state(folder: Path) -> tuple[str | None, int | None]:
     return (head_commit(git_dir) if git_dir else None), None
 
 
-def run_fields(home_root: Path) -> dict[str, Any]:
+class RunProvenance(TypedDict):
+    """Where a run came from: the provenance columns of its registry row."""
+
+    argv: list[str]  # stored as JSON text
+    octlm_version: str
+    python_version: str
+    torch_version: str
+    git_commit: str | None
+    git_dirty: int | None  # 1 when the work tree had changes, 0 when clean
+
+
+def run_fields(home_root: Path) -> RunProvenance:
     """The provenance columns of a registry run row (asked by a training process, which has torch loaded)."""
     import torch
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
+
+from octlm.core.records.freeform import StateDict
 
 RECEIPT_START = hashlib.sha256(b"octlm-data-order-v1").hexdigest()[:16]
 
@@ -41,10 +43,10 @@ class Receipt:
         self.digest = hashlib.sha256(bytes.fromhex(self.digest) + values.tobytes()).hexdigest()[:16]
         self.blocks += len(values)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         return {"blocks": self.blocks, "digest": self.digest}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         self.blocks, self.digest = int(state["blocks"]), str(state["digest"])
 
 

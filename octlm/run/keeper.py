@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from octlm.config import Config
 from octlm.core import layout
 from octlm.core.errors import Refused
 from octlm.core.records import RunRecord
+from octlm.core.records.freeform import StateDict
 from octlm.data.fingerprints import Fingerprints
 from octlm.run.files import ExperimentFiles, Track
 from octlm.store.registry import Registry
@@ -54,7 +54,7 @@ class CheckpointKeeper:
         state: TrainState,
         metrics: RunRecord,
         run_id: int | None,
-        rng_states: list[dict[str, Any]] | None = None,
+        rng_states: list[StateDict] | None = None,
     ) -> Path:
         self.files.check_lock()  # removed or replaced: another writer could be in; the last checkpoint stays
         path = layout.checkpoint_path(self.track.folder, state.step)

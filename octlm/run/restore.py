@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import cast
 
 import torch
 
@@ -142,8 +141,8 @@ def parent_records(home: Home, config: Config) -> list[RunRecord]:
     parent = config.init.parent.partition("@")[0]
     if not config.init.step or not parent:
         return []
-    kept = [r for r in runfile.read(home.run_file(parent)) if isinstance(r, dict)]
-    return [cast(RunRecord, r) for r in kept if isinstance(r.get("step"), int) and r["step"] <= config.init.step]
+    kept = runfile.read(home.run_file(parent))
+    return [r for r in kept if isinstance(r.get("step"), int) and r["step"] <= config.init.step]
 
 
 def _check_shapes(state: TrainState, record: Record, parent: str) -> None:

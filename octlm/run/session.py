@@ -21,6 +21,7 @@ from octlm.config import Config
 from octlm.core import provenance
 from octlm.core.errors import Diverged, Interrupted, Relayed
 from octlm.core.records import RunRecord, TrainResult
+from octlm.core.records.freeform import StateDict
 from octlm.core.reporting import Reporter
 from octlm.core.signals import SIGNAL_EXIT, SignalGuard
 from octlm.data.blocks import TokenBlocks
@@ -107,7 +108,7 @@ class _Steps:
         self.saved_step: int | None = None
         self.stop_signal = 0
 
-    def save(self, state: TrainState, rng_states: list[dict[str, Any]]) -> None:
+    def save(self, state: TrainState, rng_states: list[StateDict]) -> None:
         """Rank 0 writes the checkpoint; other ranks have nothing to write."""
 
     def on_eval(self, state: TrainState, record: RunRecord) -> None:
@@ -295,7 +296,7 @@ class Session(_Steps):
         )
         evalblocks.append(evalblocks.path_for(self.track.run_file), kept)
 
-    def save(self, state: TrainState, rng_states: list[dict[str, Any]]) -> None:
+    def save(self, state: TrainState, rng_states: list[StateDict]) -> None:
         state.elapsed = self.base_elapsed + (time.perf_counter() - self.started)
         path = self.keeper.save(state, self.latest, self.run_id, rng_states)
         self.last_checkpoint = path

@@ -15,9 +15,10 @@ import contextlib
 import hashlib
 import random
 from collections.abc import Iterator
-from typing import Any
 
 import torch
+
+from octlm.core.records.freeform import StateDict
 
 
 def seed_all(seed: int) -> None:
@@ -49,9 +50,9 @@ def _mps() -> bool:
     return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 
 
-def capture() -> dict[str, Any]:
+def capture() -> StateDict:
     """This process's generators: ``python`` and ``torch``, plus ``cuda`` / ``mps`` where in use."""
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    state: StateDict = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     if _mps():
@@ -59,7 +60,7 @@ def capture() -> dict[str, Any]:
     return state
 
 
-def restore(state: dict[str, Any]) -> None:
+def restore(state: StateDict) -> None:
     """The inverse of ``capture``; call it last, right before the first batch."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))

@@ -36,6 +36,7 @@ from octlm.core.home import (
     validate_id,
     validate_prefix,
 )
+from octlm.core.records.freeform import ConfigTree
 from octlm.store import kept
 from octlm.store.registry import Registry
 
@@ -90,7 +91,7 @@ def build(
     from_config: cfg.Config | None,
     overrides: list[str],
     description: str | None,
-    init: dict[str, Any] | None = None,
+    init: ConfigTree | None = None,
 ) -> cfg.Config:
     """Resolve a new experiment's config (without its ID) from a preset or another experiment, and with
     ``init`` (``fork_init``) the checkpoint its step 0 starts from. Copied from another experiment, the
@@ -127,7 +128,7 @@ def _new_defaults() -> dict[str, Any]:
     return raw
 
 
-def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> dict[str, Any]:
+def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> ConfigTree:
     """The ``init`` section of a fork from ``ID@STEP`` (``new --init-from``): the checkpoint's path relative to
     the home and its sha256, read from its ``.sha256`` file and checked against its bytes (torch-free).
     BadInput for a malformed spec, an unknown experiment or a step without a checkpoint; Refused for a

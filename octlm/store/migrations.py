@@ -524,3 +524,27 @@ class MetricRow(TypedDict):
     bits_per_byte_se: float | None
     eval_tokens: int | None
     eval_seconds: float | None
+
+
+class SummaryRow(TypedDict):
+    """A row of the ``experiment_summary`` view: an experiment with its latest training run and verdict."""
+
+    id: str
+    description: str | None
+    preset: str | None
+    created: str | None
+    config_hash: str | None
+    archived: int
+    tags: Json  # the JSON text of the tags list (null when malformed)
+    status: str | None  # none: never trained
+    last_run_kind: str | None
+    step: int | None
+    steps: int | None
+    train_loss: float | None
+    eval_loss: float | None
+    perplexity: float | None
+    bits_per_byte: float | None
+    tokens: int | None
+    eval_loss_se: float | None
+    last_verdict: str | None
+    updated: str | None

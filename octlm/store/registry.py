@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from octlm.core.liveness import effective_status, start_time
 from octlm.core.records import NESTED_FIELDS, RunRecord
+from octlm.core.records.freeform import ConfigTree
 from octlm.store.base import (
     BUSY_TIMEOUT_S,
     CHECKPOINT_COLUMNS,
@@ -53,6 +54,7 @@ from octlm.store.migrations import (
     MetricRow,
     NoteRow,
     RunRow,
+    SummaryRow,
     VerificationRow,
 )
 from octlm.store.sweeps.queue import QueueRows
@@ -78,6 +80,7 @@ __all__ = [
     "NoteRow",
     "Registry",
     "RunRow",
+    "SummaryRow",
     "VerificationRow",
     "now",
 ]
@@ -135,18 +138,16 @@ class Registry(SweepRows, QueueRows):
         """The IDs of the experiments registered with this config fingerprint, in ID order."""
         return [row["id"] for row in self._rows("select id from experiments where config_hash = ?", (config_hash,))]
 
-    def configs(self) -> dict[str, dict[str, Any]]:
+    def configs(self) -> dict[str, ConfigTree]:
         """{experiment ID: its resolved config as registered}; a malformed config reads as {}."""
         rows = self._rows("select id, config_json from experiments")
         return {row["id"]: row["config_json"] if isinstance(row["config_json"], dict) else {} for row in rows}
 
-    def summary_rows(self) -> list[dict[str, Any]]:
+    def summary_rows(self) -> list[SummaryRow]:
         """The ``experiment_summary`` view: one row per experiment with its latest training run and verdict (a
         figure octlm stored as ``{"$float": "nan"}`` read as the float)."""
-        return [
-            {k: untag_text(v) for k, v in row.items()}
-            for row in self._rows("select * from experiment_summary order by id")
-        ]
+        rows = self._rows("select * from experiment_summary order by id")
+        return cast("list[SummaryRow]", [{k: untag_text(v) for k, v in row.items()} for row in rows])
 
     def malformed_cells(self) -> list[tuple[str, Any, str]]:
         """(table, row id, column) of each JSON cell that is not valid JSON (reads give None; doctor repairs). An
@@ -257,13 +258,13 @@ class Registry(SweepRows, QueueRows):
     def runs(self, experiment_id: str) -> list[RunRow]:
         """The runs of an experiment, oldest first, each with its effective status."""
         rows = self._rows("select * from runs where experiment_id = ? order by id", (experiment_id,))
-        return cast("list[RunRow]", [effective_status(row) for row in rows])
+        return [effective_status(row) for row in cast("list[RunRow]", rows)]
 
     def running_runs(self) -> list[RunRow]:
         """Runs recorded as ``running`` (or imported as ``unknown (host X)``), each with its effective status (a dead
         process reads ``crashed``)."""
         sql = "select * from runs where status = 'running' or status like 'unknown (host %' order by id"
-        return cast("list[RunRow]", [effective_status(row) for row in self._rows(sql)])
+        return [effective_status(row) for row in cast("list[RunRow]", self._rows(sql))]
 
     def has_training_run(self, experiment_id: str) -> bool:
         sql = "select 1 from runs where experiment_id = ? and kind in (?, ?) limit 1"

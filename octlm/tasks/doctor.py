@@ -32,14 +32,12 @@ from octlm.core.errors import OctlmError, Refused
 from octlm.core.fsutil import file_sha256
 from octlm.core.home import Home
 from octlm.core.liveness import alive, is_other_host
+from octlm.core.records import Checkup, Problem
 from octlm.store import experiments, kept
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import CheckpointRow, Registry, now
 from octlm.store.sweeps.rows import claim_is_dead
 from octlm.train import checkpoint
-
-Problem = dict[str, Any]
-
 
 # What --repair cannot fix: the files themselves are wrong, and only a person can tell how.
 UNREPAIRABLE = frozenset({"invalid config", "invalid checkpoint", "foreign checkpoint"})
@@ -56,9 +54,9 @@ def _problem(kind: str, where: str, detail: str, repaired: bool = False) -> Prob
     }
 
 
-def run(home: Home, repair: bool = False, other_hosts: bool = False) -> dict[str, Any]:
-    """The report: {"home", "repair", "problems", "healthy", "advice"}; ``advice`` is the closing line, which
-    recommends ``--repair`` only when it would fix something still listed."""
+def run(home: Home, repair: bool = False, other_hosts: bool = False) -> Checkup:
+    """The report; its ``advice`` is the closing line, which recommends ``--repair`` only when it would fix something
+    still listed."""
     with Registry(home.registry, create=repair) as registry:  # checking never creates or writes a registry
         problems = _damaged_cells(home, registry, repair)
         problems += _experiments(home, registry, repair) + _stuck_runs(registry, repair, other_hosts)

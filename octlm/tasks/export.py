@@ -21,13 +21,17 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import atomic_write, fsync_dir
 from octlm.core.home import Home
+from octlm.core.records.freeform import ConfigTree
+
+if TYPE_CHECKING:
+    import torch
 
 FORMATS = ("hf", "safetensors")
 NEEDS = {"hf": ("safetensors", "transformers"), "safetensors": ("safetensors",)}
@@ -45,6 +49,33 @@ LAYER_NAMES = {  # octlm's name inside blocks.N -> transformers' inside model.la
 }
 TOP_NAMES = {"embedding.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}
 METRICS = ("step", "tokens", "train_loss", "eval_loss", "perplexity", "bits_per_byte")
+
+
+class Exported(TypedDict):
+    """What ``octlm export --json`` writes: the checkpoint's step, the format, the folder and the files in it."""
+
+    id: str
+    step: int
+    format: str  # hf | safetensors
+    dir: str
+    files: list[str]
+    checkpoint: str  # the checkpoint's path under the home ("" when it lies elsewhere)
+
+
+class ModelSizes(TypedDict):
+    """The model a checkpoint holds, from the config it was trained under."""
+
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    context_length: int
+    mlp_hidden: int
+    rope_base: float
+    dropout: float
+    id: str
+    description: str
+    yaml: str
 
 
 def check_extra(export_format: str) -> None:
@@ -68,7 +99,7 @@ def export(
     export_format: str = "hf",
     force: bool = False,
     warn: Callable[[str], None] = lambda message: None,
-) -> dict[str, Any]:
+) -> Exported:
     """Write the checkpoint (the newest valid one, or the one at ``step``) to the folder ``output``."""
     check_extra(export_format)
     target = Path(os.path.abspath(output))
@@ -162,7 +193,7 @@ def _swap(temporary: Path, target: Path, force: bool) -> None:
 # ---------------------------------------------------------------- the files
 
 
-def model_config(raw: dict[str, Any]) -> dict[str, Any]:
+def model_config(raw: ConfigTree) -> ModelSizes:
     """The sizes of the checkpoint's model, from the config it was trained under."""
     from octlm.config import from_dict
 
@@ -196,7 +227,7 @@ def halves(weight: Any, n_heads: int) -> Any:
     return weight.view(n_heads, head_dim // 2, 2, width).transpose(1, 2).reshape(rows, width).contiguous()
 
 
-def hf_state(state: dict[str, Any], n_heads: int) -> dict[str, Any]:
+def hf_state(state: dict[str, torch.Tensor], n_heads: int) -> dict[str, torch.Tensor]:
     """octlm's state dict under transformers' names (the tied output head is the embedding: not stored)."""
     out = {}
     for name, tensor in state.items():
@@ -212,7 +243,7 @@ def hf_state(state: dict[str, Any], n_heads: int) -> dict[str, Any]:
     return out
 
 
-def write_weights(folder: Path, tensors: dict[str, Any], metadata: dict[str, str]) -> str:
+def write_weights(folder: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
     from safetensors.torch import save
 
     atomic_write(folder / "model.safetensors", save(tensors, metadata=metadata))
@@ -231,12 +262,12 @@ def _metadata(experiment_id: str, loaded: Any) -> dict[str, str]:
     }
 
 
-def _json(folder: Path, name: str, value: dict[str, Any]) -> str:
+def _json(folder: Path, name: str, value: Mapping[str, object]) -> str:
     atomic_write(folder / name, (json.dumps(value, indent=2) + "\n").encode("utf-8"))
     return name
 
 
-def llama_config(config: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
+def llama_config(config: ModelSizes, tokenizer: Any) -> dict[str, object]:
     """config.json: ``rope_theta`` both at the top (transformers 4, converters) and in ``rope_parameters``
     (transformers 5)."""
     return {
@@ -266,7 +297,7 @@ def llama_config(config: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
     }
 
 
-def write_configs(folder: Path, config: dict[str, Any], tokenizer: Any) -> list[str]:
+def write_configs(folder: Path, config: ModelSizes, tokenizer: Any) -> list[str]:
     """config.json, generation_config.json, tokenizer.json (with a post-processor that puts ``<|bos|>``
     first, as octlm does with a prompt) and tokenizer_config.json."""
     from tokenizers import Tokenizer as HFTokenizer
@@ -296,7 +327,7 @@ def write_configs(folder: Path, config: dict[str, Any], tokenizer: Any) -> list[
     ]
 
 
-def write_card(folder: Path, experiment_id: str, loaded: Any, config: dict[str, Any]) -> str:
+def write_card(folder: Path, experiment_id: str, loaded: Any, config: ModelSizes) -> str:
     """README.md: what the model is, where it came from (fingerprints), its metrics, how to load it."""
     record, prints = loaded.record, loaded.record.fingerprints
     metrics = "\n".join(f"| {key} | {record.metrics[key]} |" for key in METRICS if key in record.metrics)

@@ -27,6 +27,7 @@ import torch
 
 from octlm.config import Config, from_dict
 from octlm.core.records import Environment
+from octlm.core.records.freeform import ConfigTree
 from octlm.data.blocks import TokenBlocks
 from octlm.runtime import determinism, rng
 from octlm.runtime import machine as runtime
@@ -49,7 +50,7 @@ PARTS = ((RAW, STEPS), (WIDE, 1))  # (config, steps): the tiny run, then one ste
 MKL_PATHS = {"mkl_serv_intel_cpu_true": "Intel", "mkl_serv_cpuiszen": "AMD Zen"}
 
 
-def canary_config(raw: dict[str, Any] = RAW) -> Config:
+def canary_config(raw: ConfigTree = RAW) -> Config:
     return from_dict(raw, "canary")
 
 

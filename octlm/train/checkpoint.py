@@ -24,6 +24,7 @@ from octlm.core import layout
 from octlm.core.errors import Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.records import Environment, RunRecord
+from octlm.core.records.freeform import ConfigTree, StateDict
 from octlm.data.fingerprints import Fingerprints
 
 FORMAT = "octlm-checkpoint-v2"
@@ -44,21 +45,21 @@ class Record:
     step: int
     tokens: int
     elapsed_seconds: float
-    model: dict[str, Any]
-    optimizer: dict[str, Any]
+    model: StateDict
+    optimizer: StateDict
     sampler: torch.Tensor
-    scaler: dict[str, Any]
-    rng: list[dict[str, Any]]
+    scaler: StateDict
+    rng: list[StateDict]
     fingerprints: Fingerprints
-    config: dict[str, Any]
+    config: ConfigTree
     environment: Environment = field(default_factory=lambda: Environment())  # read back: any of its keys may lack
     metrics: RunRecord = field(default_factory=lambda: RunRecord())  # the newest value of each run-file field
-    log_accumulator: dict[str, Any] = field(default_factory=dict)  # loss sum and count since the last log
+    log_accumulator: StateDict = field(default_factory=dict)  # loss sum and count since the last log
     world_size: int = 1  # the ranks that trained it (absent from files written before data parallelism: 1)
-    receipt: dict[str, Any] = field(default_factory=dict)  # the data order so far: blocks read, rolling digest
+    receipt: StateDict = field(default_factory=dict)  # the data order so far: blocks read, rolling digest
     guard: dict[str, torch.Tensor] = field(default_factory=dict)  # the spike guard's window and skipped steps
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_payload(self) -> StateDict:
         """The dict ``torch.save`` writes: ``format``, then every field in declaration order."""
         payload = {"format": FORMAT, **{f.name: getattr(self, f.name) for f in fields(self)}}
         payload["fingerprints"] = asdict(self.fingerprints)  # config, data, tokenizer

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from octlm.core.records import RunRecord
 from octlm.data.blocks import TokenBlocks, bits_per_byte
 from octlm.runtime.machine import autocast
 from octlm.train.decoder import loss_sums
@@ -55,9 +56,7 @@ class PerBlock:
     digest: str
 
 
-def evaluate(
-    model: nn.Module, blocks: TokenBlocks, device: torch.device, precision: str, batch_size: int
-) -> dict[str, Any]:
+def evaluate(model: nn.Module, blocks: TokenBlocks, device: torch.device, precision: str, batch_size: int) -> RunRecord:
     """Loss, perplexity and bits per byte over ``blocks`` with their standard errors, the tokens read, the seconds
     it took, and (for labelled blocks) the same per data source; draws from no random stream."""
     return evaluate_blocks(model, blocks, device, precision, batch_size)[0]
@@ -66,7 +65,7 @@ def evaluate(
 @torch.no_grad()
 def evaluate_blocks(
     model: nn.Module, blocks: TokenBlocks, device: torch.device, precision: str, batch_size: int
-) -> tuple[dict[str, Any], PerBlock]:
+) -> tuple[RunRecord, PerBlock]:
     """``evaluate``'s figures and the evaluation block by block (``PerBlock``)."""
     started, was_training = time.perf_counter(), model.training
     model.eval()
@@ -97,7 +96,7 @@ def _bytes(blocks: TokenBlocks, targets: torch.Tensor) -> torch.Tensor:
     return blocks.target_bytes(targets).sum(dim=1)
 
 
-def _figures(total_nats: float, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+def _figures(total_nats: float, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> RunRecord:
     mean = total_nats / max(1.0, float(b.sum()))
     loss_se, bytes_se = ratio_error(a, b), ratio_error(a, y)
     perplexity = math.exp(min(mean, 700.0))

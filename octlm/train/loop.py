@@ -153,7 +153,7 @@ def train_until(
     return False
 
 
-def _evaluation(state: TrainState, eval_blocks: TokenBlocks, hooks: LoopHooks) -> dict[str, float]:
+def _evaluation(state: TrainState, eval_blocks: TokenBlocks, hooks: LoopHooks) -> RunRecord:
     """The evaluation's figures for the record; its blocks go to ``hooks.on_blocks`` first."""
     precision, batch_size = state.config.training.precision, state.sampler.batch_size
     figures, per_block = evaluate_blocks(state.model, eval_blocks, state.device, precision, batch_size)
@@ -161,7 +161,7 @@ def _evaluation(state: TrainState, eval_blocks: TokenBlocks, hooks: LoopHooks) -
     return figures
 
 
-def _record(state: TrainState, learning_rate: float, norm: torch.Tensor, evaluation: dict[str, float]) -> RunRecord:
+def _record(state: TrainState, learning_rate: float, norm: torch.Tensor, evaluation: RunRecord) -> RunRecord:
     """One run-file record: the mean loss since the last record and the logged step's gradient norm
     (the only host syncs), and the evaluation at an evaluation step."""
     record: RunRecord = {
@@ -169,7 +169,7 @@ def _record(state: TrainState, learning_rate: float, norm: torch.Tensor, evaluat
         "tokens": state.tokens,
         "lr": learning_rate,
         "train_loss": state.accumulator.take(),
-        **evaluation,  # type: ignore[typeddict-item]  # eval_loss, perplexity, bits_per_byte
+        **evaluation,  # eval_loss, perplexity, bits_per_byte
         "gradient_norm": norm.item(),
         "epochs": epochs_of(state.sampler),
         "data_blocks": state.sampler.receipt.blocks,

@@ -3,12 +3,11 @@ its parameter groups in a fixed order, and the implementation chosen per device.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
 from octlm.config import Config
+from octlm.core.records.freeform import StateDict
 
 
 def optimizer_impl(device: torch.device) -> str:
@@ -16,7 +15,7 @@ def optimizer_impl(device: torch.device) -> str:
     return "fused" if device.type in ("cpu", "cuda") else "foreach"
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[StateDict]:
     """Matrices decay; norm gains, biases and every other 1-D parameter do not.
 
     Built in ``named_parameters`` order (never from a set), so optimizer state lines up

@@ -11,13 +11,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 
 from octlm.config import Config
 from octlm.core.records import Environment, RunRecord
+from octlm.core.records.freeform import StateDict
 from octlm.data.fingerprints import Fingerprints
 from octlm.data.sampler import Sampler, sampler_for
 from octlm.runtime import compile_cache, rng
@@ -83,10 +83,10 @@ class LogAccumulator:
         self.count = 0
         return mean
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         return {"loss_sum": self.total.item(), "count": self.count} if self.count else {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         self.total.fill_(float(state.get("loss_sum", 0.0)))
         self.count = int(state.get("count", 0))
 
@@ -156,15 +156,15 @@ class TrainState:
     def load(
         self,
         *,
-        model: dict[str, Any],
-        optimizer: dict[str, Any],
+        model: StateDict,
+        optimizer: StateDict,
         sampler: torch.Tensor,
-        scaler: dict[str, Any],
+        scaler: StateDict,
         step: int,
         elapsed_seconds: float,
-        rng_state: dict[str, Any] | None,
-        log_accumulator: dict[str, Any] | None = None,
-        receipt: dict[str, Any] | None = None,
+        rng_state: StateDict | None,
+        log_accumulator: StateDict | None = None,
+        receipt: StateDict | None = None,
         guard: dict[str, torch.Tensor] | None = None,
     ) -> None:
         """Continue from saved progress (a checkpoint's parts); ``rng_state`` None: this process's streams stay;
@@ -191,7 +191,7 @@ def record_of(
     kind: str,
     fingerprints: Fingerprints,
     metrics: RunRecord,
-    rng_states: list[dict[str, Any]] | None = None,
+    rng_states: list[StateDict] | None = None,
     environment: Environment | None = None,
 ) -> Record:
     """The checkpoint record of a training state; ``rng_states``: every rank's random state, in rank order

@@ -11,8 +11,17 @@ from octlm.config import flatten
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
 from octlm.core.records import NUMBER_FIELDS, Figures, RunRecord
+from octlm.core.records.freeform import ConfigTree
 from octlm.store import experiments
-from octlm.store.registry import TRAINING_KINDS, CheckpointRow, ExperimentRow, Registry, RunRow, VerificationRow
+from octlm.store.registry import (
+    TRAINING_KINDS,
+    CheckpointRow,
+    ExperimentRow,
+    NoteRow,
+    Registry,
+    RunRow,
+    VerificationRow,
+)
 from octlm.store.runs import runfile
 
 SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
@@ -101,7 +110,7 @@ def detail(home: Home, experiment_id: str) -> Detail:
     }
 
 
-def lifecycle(row: ExperimentRow | None, config: dict[str, Any], notes: list[Any]) -> Lifecycle:
+def lifecycle(row: ExperimentRow | None, config: ConfigTree, notes: list[NoteRow]) -> Lifecycle:
     """Tags, notes, archived and the parent checkpoint of a fork (``init.parent``), whichever the registry
     row and config hold (a registry without them reads as none)."""
     init = config.get("init") if isinstance(config.get("init"), dict) else {}
@@ -153,9 +162,9 @@ def _newest(runs: list[RunRow], key: Literal["data_hash", "tokenizer_hash"]) -> 
     return next((run[key] for run in reversed(runs) if run[key]), None)
 
 
-def flat(item: Detail) -> dict[str, Any]:
-    """A detail document as ``key: value`` pairs (``octlm show ID --csv``)."""
-    pairs: dict[str, Any] = {"id": item["id"], "status": item["status"], "step": item["step"]}
+def flat(item: Detail) -> ConfigTree:
+    """A detail document as ``key: value`` pairs (``octlm show ID --csv``): flattened, as a config is."""
+    pairs: ConfigTree = {"id": item["id"], "status": item["status"], "step": item["step"]}
     pairs.update({f"fingerprint.{k}": v for k, v in item["fingerprints"].items()})
     pairs.update(flatten({"config": item["config"]}))
     return pairs

@@ -15,8 +15,9 @@ from typing import Any, TypedDict
 from octlm.config import describe_keys, flatten
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import Home, id_sort_key
+from octlm.core.records.freeform import TableRow
 from octlm.store import experiments
-from octlm.store.registry import Registry
+from octlm.store.registry import Registry, SummaryRow
 from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import Group
 
@@ -68,9 +69,7 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 WHERE = re.compile(r"\s*([A-Za-z_][\w.]*)\s*(==|!=|<=|>=|=|<|>|~)\s*(.*?)\s*")
 WHERE_HELP = "KEY OP VALUE, KEY a listing column or a config key, OP one of == (or =), !=, <, <=, >, >=, ~ (contains)"
-Row = dict[str, Any]  # a listing row as filtered and sorted: a ListingRow's columns and the config keys asked for
 Cells = Mapping[str, Any]  # a row as a filter reads it
-Summary = dict[str, Any]  # a row of the registry's ``experiment_summary`` view, as ``store`` reads it
 
 
 def rows(home: Home, include_archived: bool = True) -> list[ListingRow]:
@@ -87,7 +86,7 @@ def rows(home: Home, include_archived: bool = True) -> list[ListingRow]:
     return out if include_archived else [row for row in out if not row["archived"]]
 
 
-def _registered(home: Home, summary: Summary, status: str) -> ListingRow:
+def _registered(home: Home, summary: SummaryRow, status: str) -> ListingRow:
     """A row of the registry's ``experiment_summary`` view as a listing row."""
     return {
         "id": summary["id"],
@@ -129,11 +128,12 @@ def _unregistered(experiment_id: str, description: Any, steps: int | None) -> Li
     }
 
 
-def _description(home: Home, row: Summary) -> Any:
+def _description(home: Home, row: SummaryRow) -> Any:
     """The YAML's description when the file changed after the row was last written (edits show at once)."""
     try:
         changed = home.config_path(row["id"]).stat().st_mtime
-        written = datetime.fromisoformat(row["updated"]).timestamp() if row.get("updated") else 0.0
+        updated = row["updated"]
+        written = datetime.fromisoformat(updated).timestamp() if updated else 0.0
     except (OSError, ValueError, BadInput):
         return row.get("description")
     fresh = experiments.description(home, row["id"]) if changed > written else None
@@ -152,18 +152,18 @@ def select(
     limit: int | None,
     columns: list[str] | None,
     include_archived: bool = False,
-) -> list[Row]:
+) -> list[TableRow]:
     """The rows ``octlm show`` lists: filtered, sorted, cut to ``limit`` and to ``columns`` (default LIST_COLUMNS);
     archived experiments only with ``include_archived``."""
     tests = [predicate(expression) for expression in where]  # a malformed filter is BadInput before any read
-    found: list[Row] = [dict(row) for row in rows(home, include_archived)]
+    found: list[TableRow] = [dict(row) for row in rows(home, include_archived)]
     if any("." in text for text in [*where, sort or "", *(columns or [])]):
         found = with_config(home, found)
     found = filter_rows([row for row in found if all(test(row) for test in tests)], [], sort, limit)
     return project(found, columns)
 
 
-def replicate_groups(home: Home, found: list[Row]) -> list[Group]:
+def replicate_groups(home: Home, found: list[TableRow]) -> list[Group]:
     """The seed replicates among the listed experiments (the same config but for ``training.seed``), each group
     with the mean ± sd of its members' latest metrics."""
     ids = {row["id"] for row in found}
@@ -188,12 +188,12 @@ def header(columns: list[str] | None) -> list[str]:
     return ["id", *[c for c in columns if c != "id"]]
 
 
-def project(found: list[Row], columns: list[str] | None) -> list[Row]:
+def project(found: list[TableRow], columns: list[str] | None) -> list[TableRow]:
     chosen = header(columns)
     return [{c: row.get(c) for c in chosen} for row in found]
 
 
-def with_config(home: Home, found: list[Row]) -> list[Row]:
+def with_config(home: Home, found: list[TableRow]) -> list[TableRow]:
     """Add flattened config keys to listing rows (for --where and --columns on config keys)."""
     with Registry(home.registry, create=False) as registry:
         configs = registry.configs()
@@ -281,7 +281,7 @@ def _compare_numbers(op: str, have: float, wanted: float, raw: str) -> bool:
     return bool(OPERATORS[op](have, wanted))
 
 
-def filter_rows(found: list[Row], where: list[str], sort: str | None, limit: int | None) -> list[Row]:
+def filter_rows(found: list[TableRow], where: list[str], sort: str | None, limit: int | None) -> list[TableRow]:
     tests = [predicate(expression) for expression in where]
     found = [row for row in found if all(test(row) for test in tests)]
     if sort:
@@ -293,7 +293,7 @@ def filter_rows(found: list[Row], where: list[str], sort: str | None, limit: int
     return found
 
 
-def sort_rows(found: list[Row], sort: str) -> list[Row]:
+def sort_rows(found: list[TableRow], sort: str) -> list[TableRow]:
     """Sort by a column or config key (``-key``: descending); rows without the key go last."""
     key, reverse = (sort[1:], True) if sort.startswith("-") else (sort, False)
     if key not in LIST_COLUMNS and key not in config_keys():

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypedDict, cast, get_args
 from octlm.config import flatten
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
+from octlm.core.records.freeform import ConfigTree
 from octlm.store.registry import Registry, VerificationRow
 from octlm.store.runs import evalblocks
 from octlm.views import noise
@@ -147,11 +148,11 @@ def replicate_groups(home: Home, ids: list[str]) -> list[Group | None]:
     return found
 
 
-def final_values(records: Records) -> dict[str, Any]:
+def final_values(records: Records) -> RunRecord:
     """The newest value of each field of a run file."""
-    merged: dict[str, Any] = {}
+    merged: RunRecord = {}
     for record in records:
-        merged.update({key: value for key, value in record.items() if value is not None})
+        merged.update(cast(RunRecord, {key: value for key, value in record.items() if value is not None}))
     return merged
 
 
@@ -334,7 +335,7 @@ def _spread(group: Group | None) -> str | None:
     return replicates.shown(group["metrics"]["eval_loss"]) if group is not None else None
 
 
-def differing_keys(configs: list[dict[str, Any]], all_keys: bool) -> Differing:
+def differing_keys(configs: list[ConfigTree], all_keys: bool) -> Differing:
     """{section: {dotted key: [value per config]}} for the keys that differ (every key with ``all_keys``)."""
     flat = [flatten(config) for config in configs]
     differing: Differing = {}

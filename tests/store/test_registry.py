@@ -180,6 +180,8 @@ def test_column_tuples_mirror_the_schema(tmp_path: Path) -> None:
     ):
         assert migrations.TABLE_COLUMNS[table] == ordered_columns(path, table) == tuple(row.__annotations__), table
         assert ("id", *writable) == ordered_columns(path, table)
+    view = tuple(registry_module.SummaryRow.__annotations__)  # the summary view's columns as a read returns them
+    assert view == ordered_columns(path, "experiment_summary")
     assert set(registry_module.METRIC_FIELDS) == set(METRIC_FIELDS)  # a new run-file field needs a migration adding it
     assert list(migrations.ADDED) == [name for name in migrations.NAMES if name in migrations.ADDED]
     assert all(column in migrations.TABLE_COLUMNS[table] for table, column in registry_module.JSON_CELLS)

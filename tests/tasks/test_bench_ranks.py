@@ -70,7 +70,15 @@ def test_rounds_summarise_medians_spread_and_load() -> None:
 
     def found(rate: float) -> dict[str, object]:
         row = {"precision": "fp32", "ranks": 1, "threads_per_rank": 1, "tokens_per_second": rate}
-        return {"results": [{**row, "ms_per_step": 1000 / rate, **dict.fromkeys(rounds.MEDIANS[1:], 0.0)}]}
+        return {
+            "results": [
+                {
+                    **row,
+                    "ms_per_step": 1000 / rate,
+                    **dict.fromkeys(("all_reduce_ms", "all_reduce_longest_ms", "all_reduce_share"), 0.0),
+                }
+            ]
+        }
 
     runs = [
         (a, found(100.0), load.Busy(0.5, 0.1)),

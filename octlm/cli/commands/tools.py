@@ -24,6 +24,7 @@ from octlm.runtime import determinism, launch
 
 if TYPE_CHECKING:
     from octlm.config import Config
+    from octlm.tasks.bench.records import BenchReport, Measured, RanksReport, RanksRow
 
 RepairOption = Annotated[
     bool,
@@ -248,7 +249,7 @@ def _checked(experiment_id: str | None, steps: int, rounds: int, nproc: int) -> 
     return launch.Launch(nproc)
 
 
-def _show_ranks(found: dict[str, Any] | None, config: Config, as_json: bool) -> None:
+def _show_ranks(found: RanksReport | None, config: Config, as_json: bool) -> None:
     if found is not None and as_json:
         render.emit_json(found)
     elif found is not None:
@@ -273,7 +274,7 @@ def _bench_ranks(
     spec: launch.Launch,
     rounds: int,
     pieces: int | None,
-) -> dict[str, Any]:
+) -> RanksReport:
     """``bench --nproc N`` in the process the user started: every variant in processes of its own, each running
     ``bench`` with ``--micro-batches``, ``--threads`` and ``--ranks-report``."""
     from octlm.tasks.bench import ranks as bench_ranks  # imports torch
@@ -305,7 +306,7 @@ RANKS_HEADERS = (
 RANKS_KINDS = ["raw", "raw", "raw", "raw", "metric", "count", "metric", "metric", "metric", "metric", "metric"]
 
 
-def print_bench_ranks(report: dict[str, Any], name: str) -> None:
+def print_bench_ranks(report: RanksReport, name: str) -> None:
     """The table of ``bench --nproc N``: a row per precision and variant (one process, N ranks, per rank or in
     canonical pieces; threads: each rank's; sum: the gradient sum's time and share; spread: over the rounds; load:
     the 1-minute load average), the columns of least weight left out on a narrow terminal; then what the load and
@@ -320,11 +321,12 @@ def print_bench_ranks(report: dict[str, Any], name: str) -> None:
     busy = max(r["ranks"] * r["threads_per_rank"] for r in report["results"])
     if report["machine"]["device"] == "cpu" and busy > (report["machine"]["cores"] or busy):
         render.info(f"note: {busy} threads on {report['machine']['cores']} cores: the ranks compete for the cores")
-    if report.get("load_warning"):
-        render.warn(report["load_warning"])
+    warning = report.get("load_warning")
+    if warning:
+        render.warn(warning)
 
 
-def _ranks_row(r: dict[str, Any]) -> tuple[Any, ...]:
+def _ranks_row(r: RanksRow) -> tuple[Any, ...]:
     spread = r.get("spread")
     return (
         r["precision"],
@@ -341,7 +343,7 @@ def _ranks_row(r: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def print_bench(report: dict[str, Any], name: str) -> None:
+def print_bench(report: BenchReport, name: str) -> None:
     """The bench table (whole numbers always; low-priority columns dropped, named, on a narrow terminal)."""
     title = (
         f"bench {name}: {report['parameters']:,} parameters, "
@@ -357,7 +359,7 @@ def print_bench(report: dict[str, Any], name: str) -> None:
         )
 
 
-def _bench_row(r: dict[str, Any]) -> tuple[Any, ...]:
+def _bench_row(r: Measured) -> tuple[Any, ...]:
     return (
         r["precision"],
         r["ms_per_step"],

@@ -2,7 +2,7 @@
 its fields) and the documents ``--json`` writes (``documents``). Imported from here.
 """
 
-from octlm.core.records.documents import EvalResult, Figures, TrainResult
+from octlm.core.records.documents import Checkup, EvalResult, Figures, Problem, TrainResult
 from octlm.core.records.runs import (
     EVALUATION_FIELDS,
     LOOP_FIELDS,
@@ -27,9 +27,11 @@ __all__ = [
     "RUN_RECORD_FIELDS",
     "TEXT_FIELDS",
     "TIMING_FIELDS",
+    "Checkup",
     "Environment",
     "EvalResult",
     "Figures",
+    "Problem",
     "RunRecord",
     "TrainResult",
 ]

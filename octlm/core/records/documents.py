@@ -59,3 +59,24 @@ class EvalResult(Figures):
     eval_seconds: float
     eval_sources: NotRequired[dict[str, dict[str, Any]]]  # with several sources: each one's figures
     summary: str
+
+
+class Problem(TypedDict):
+    """One thing doctor found: what kind, where (an ID, a file, a run), what exactly, and whether it was or can be
+    repaired."""
+
+    kind: str
+    where: str
+    detail: str
+    repaired: bool
+    repairable: bool
+
+
+class Checkup(TypedDict):
+    """What ``octlm doctor --json`` writes."""
+
+    home: str
+    repair: bool
+    problems: list[Problem]
+    healthy: bool
+    advice: str  # the closing line: healthy, or what to do about the problems left

@@ -78,22 +78,18 @@ def cut(path: Path, step: int) -> None:
 def read(path: Path) -> list[BlockEvaluation]:
     """Every well-formed evaluation of the file, in order ([] when there is none); a malformed line is skipped."""
     found = []
-    for record in runfile.read(path):
-        try:
-            count = record["blocks"]
-            if record.get("format") != FORMAT or not isinstance(count, int) or not 0 < count <= MAX_BLOCKS:
-                continue
-            found.append(
-                BlockEvaluation(
-                    step=int(record["step"]),
-                    digest=str(record["digest"]),
-                    nats=_unpack("d", record["nats"], count),
-                    targets=_unpack("i", record["targets"], count),
-                    target_bytes=_unpack("i", record["bytes"], count),
-                )
-            )
-        except (KeyError, TypeError, ValueError, struct.error):
+    for record in runfile.json_objects(path):
+        count, step, digest = record.get("blocks"), record.get("step"), record.get("digest")
+        if record.get("format") != FORMAT or not isinstance(count, int) or not 0 < count <= MAX_BLOCKS:
             continue
+        if not isinstance(step, int) or not isinstance(digest, str):
+            continue
+        try:
+            nats = _unpack("d", record.get("nats"), count)
+            targets, target_bytes = _unpack("i", record.get("targets"), count), _unpack("i", record.get("bytes"), count)
+        except (TypeError, ValueError, struct.error):
+            continue
+        found.append(BlockEvaluation(step=step, digest=digest, nats=nats, targets=targets, target_bytes=target_bytes))
     return found
 
 

@@ -13,7 +13,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from octlm.data.fingerprints import Fingerprints
 from octlm.runtime import machine as runtime
 from octlm.tasks.bench.plan import resolve_config as resolve_config  # re-exported: benchmarks/ import it from here
 from octlm.tasks.bench.plan import with_choices
+from octlm.tasks.bench.records import BenchReport, Header, Machine, Measured
 from octlm.train import checkpoint
 from octlm.train.loop import train_step
 from octlm.train.state import TrainState, load_record, record_of
@@ -110,7 +111,7 @@ def _time_steps(state: TrainState, blocks: TokenBlocks, steps: int, peak: Matmul
     return times
 
 
-def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
+def measure(config: Config, precision: str, steps: int) -> Measured:
     config = config.with_keys({"training.precision": precision}, "--precision")
     device = runtime.prepare_process(config)  # as training does: determinism, the allocator
     blocks = synthetic_blocks(config)
@@ -135,7 +136,7 @@ def measure(config: Config, precision: str, steps: int) -> dict[str, Any]:
         "matmul_peak_flops_per_second": peak,
         "matmul_peak_by_size": {str(size): rate for size, rate in peaks.by_size().items()},
         "mfu": float(f"{model_flops / peak:.4g}"),  # four significant digits: a tiny model's is 1e-5
-        "checkpoint_bytes": costs["bytes"],
+        "checkpoint_bytes": int(costs["bytes"]),
         "checkpoint_save_seconds": round(costs["save"], 4),
         "checkpoint_load_seconds": round(costs["load"], 4),
         "checkpoint_cost_at_interval": round(costs["save"] / (seconds * config.checkpoint.interval), 5),
@@ -166,7 +167,7 @@ def _checkpoint_costs(state: TrainState, blocks: TokenBlocks) -> dict[str, float
     return {"bytes": size, "save": save_seconds, "load": load_seconds, "first_resumed": first_resumed}
 
 
-def header(config: Config, parameters: int, steps: int, **machine: Any) -> dict[str, Any]:
+def header(config: Config, parameters: int, steps: int, **more: int | str | None) -> Header:
     """What every bench report starts with: the model, the (global) batch, the steps timed and this machine."""
     return {
         "experiment": config.id or None,
@@ -175,21 +176,30 @@ def header(config: Config, parameters: int, steps: int, **machine: Any) -> dict[
         "tokens_per_step": config.training.batch_size * config.model.context_length,
         "steps_timed": steps,
         "compile": config.training.compile,
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            **machine,
-            "torch": str(torch.__version__),
-            "device": str(runtime.select_device(config.training.device)),
-        },
+        "machine": cast(
+            Machine,
+            {  # more: a plain bench's threads and tier, bench --nproc's cores
+                "platform": platform.platform(),
+                "processor": platform.processor() or platform.machine(),
+                **more,
+                "torch": str(torch.__version__),
+                "device": str(runtime.select_device(config.training.device)),
+            },
+        ),
     }
 
 
-def run(config: Config, precisions: list[str], steps: int, compile: bool | None = None) -> dict[str, Any]:
+def run(config: Config, precisions: list[str], steps: int, compile: bool | None = None) -> BenchReport:
     config = with_choices(config, compile)
     results = [measure(config, precision, steps) for precision in precisions]
-    machine = {"threads": torch.get_num_threads(), "determinism": config.training.determinism}
-    report = {**header(config, results[0]["parameters"], steps, **machine), "results": results}
+    head = header(
+        config,
+        results[0]["parameters"],
+        steps,
+        threads=torch.get_num_threads(),
+        determinism=config.training.determinism,
+    )
+    report: BenchReport = {**head, "results": results}
     by = {r["precision"]: r for r in results}
     if "fp32" in by and "bf16" in by:
         report["bf16_over_fp32_tokens_per_second"] = round(

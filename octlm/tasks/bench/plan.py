@@ -10,7 +10,7 @@ import json
 import os
 import statistics
 import subprocess
-from typing import Any
+from typing import Any, Literal, cast
 
 from octlm import config as cfg
 from octlm.config import Config
@@ -20,6 +20,7 @@ from octlm.core.home import Home
 from octlm.runtime import determinism
 from octlm.runtime.launch import octlm_command
 from octlm.store import experiments
+from octlm.tasks.bench.records import BenchReport, ByProfile, ProfileRun
 
 DEFAULT_EXPERIMENT = "EXP-008"  # the shipped experiment, timed when no ID or preset is given
 
@@ -76,12 +77,14 @@ def variant(config: Config, pieces: int | None, threads: int | None) -> Config:
     return config.with_keys(keys, "--micro-batches") if keys else config
 
 
-def by_profile(argv: list[str], profiles: list[str], rounds: int) -> dict[str, Any]:
+def by_profile(argv: list[str], profiles: list[str], rounds: int) -> ByProfile:
     """Run ``octlm argv --determinism P --json`` for each profile, alternating, ``rounds`` times each; the report
     of each process, and per profile and precision the median tokens/s and its ratio to the first profile's, and
     the median CPU time of a step and its ratio to the first profile's (``cpu_cost``: above 1 costs more)."""
     order = [p for r in range(rounds) for p in (profiles if r % 2 == 0 else profiles[::-1])]
-    runs = [{"determinism": profile, **_child([*argv, "--determinism", profile, "--json"])} for profile in order]
+    runs: list[ProfileRun] = [
+        {"determinism": profile, **_child([*argv, "--determinism", profile, "--json"])} for profile in order
+    ]
     rates, cpu = _medians(runs, profiles, "tokens_per_second"), _medians(runs, profiles, "cpu_ms_per_step")
     ratios = {p: {k: round(v / rates[profiles[0]][k], 3) for k, v in m.items()} for p, m in rates.items()}
     costs = {p: {k: round(v / cpu[profiles[0]][k], 3) for k, v in m.items()} for p, m in cpu.items()}
@@ -96,7 +99,9 @@ def by_profile(argv: list[str], profiles: list[str], rounds: int) -> dict[str, A
     }
 
 
-def _medians(runs: list[dict[str, Any]], profiles: list[str], key: str) -> dict[str, dict[str, float]]:
+def _medians(
+    runs: list[ProfileRun], profiles: list[str], key: Literal["tokens_per_second", "cpu_ms_per_step"]
+) -> dict[str, dict[str, float]]:
     """Per profile and precision, the median of ``key`` over that profile's processes."""
     medians: dict[str, dict[str, float]] = {}
     for profile in profiles:
@@ -107,7 +112,7 @@ def _medians(runs: list[dict[str, Any]], profiles: list[str], key: str) -> dict[
     return medians
 
 
-def _child(argv: list[str]) -> dict[str, Any]:
+def _child(argv: list[str]) -> BenchReport:
     """One process of ``by_profile``, without any profile's settings of this one (each pins its own)."""
     env = {key: value for key, value in os.environ.items() if key not in determinism.VARIABLES}
     done = subprocess.run(octlm_command(argv), capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
@@ -115,6 +120,6 @@ def _child(argv: list[str]) -> dict[str, Any]:
         said = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise OctlmError(f"`octlm {' '.join(argv)}` failed with exit {done.returncode}: {said}")
     try:
-        return dict(json.loads(done.stdout))
+        return cast(BenchReport, json.loads(done.stdout))  # a bench of our own, --json
     except ValueError:
         raise OctlmError(f"`octlm {' '.join(argv)}` printed no JSON report") from None

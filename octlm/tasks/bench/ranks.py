@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import torch
 
@@ -43,6 +43,7 @@ from octlm.runtime.pieces import PieceSum
 from octlm.tasks.bench import rounds as bench_rounds
 from octlm.tasks.bench.measure import header, sync, synthetic_blocks
 from octlm.tasks.bench.plan import variant
+from octlm.tasks.bench.records import Figures, RanksReport, RanksRow, RankTimes
 from octlm.train.loop import train_step
 from octlm.train.state import TrainState
 
@@ -80,7 +81,7 @@ class TimedRanks(Ranks):
         return PieceSum(pieces, self, clock=self.reduces)  # each step's combining time
 
 
-def timed_steps(config: Config, precision: str, steps: int, ranks: Ranks) -> dict[str, Any]:
+def timed_steps(config: Config, precision: str, steps: int, ranks: Ranks) -> RanksRow:
     """One precision's step timed on ``ranks`` (one process: ``Ranks()``); the figures are the same on every rank."""
     config = config.with_keys({"training.precision": precision}, "--precision")
     device = runtime.prepare_process(config)  # as training does: determinism, the allocator
@@ -98,12 +99,12 @@ def timed_steps(config: Config, precision: str, steps: int, ranks: Ranks) -> dic
         train_step(state, blocks, 1e-4)
         sync(device)
         times.append(time.perf_counter() - start)
-    mine = {"steps": times, "reduces": list(timed.reduces), "threads": torch.get_num_threads()}
+    mine: RankTimes = {"steps": times, "reduces": list(timed.reduces), "threads": torch.get_num_threads()}
     row = figures(precision, state.tokens_per_step, timed.gather(mine))
-    return {**row, "parameters": state.model.parameter_count()}
+    return {**row, "parameters": state.model.parameter_count(), "speed_up": None}
 
 
-def figures(precision: str, tokens_per_step: int, per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+def figures(precision: str, tokens_per_step: int, per_rank: list[RankTimes]) -> Figures:
     """One row from every rank's step and all-reduce times (``per_rank``, in rank order)."""
     world = len(per_rank)
     seconds = statistics.median(max(step) for step in zip(*(r["steps"] for r in per_rank), strict=True))
@@ -142,7 +143,7 @@ def compare(
     run_id: str,
     rounds: int = 2,
     pieces: int | None = None,
-) -> dict[str, Any]:
+) -> RanksReport:
     """The user's process: every variant (``rounds.variants``) in processes of its own, ``rounds`` times, alternating
     (``argv`` runs ``bench`` in each, less the variant's options); a row per precision and variant, with the speed-up
     over one process, the spread over the rounds and the load beside it."""
@@ -165,7 +166,7 @@ def _threads_per_rank(nproc: int) -> int:
     return int(given) if given.isdigit() and int(given) > 0 else max(1, (os.cpu_count() or 1) // nproc)
 
 
-def _run_variant(each: bench_rounds.Variant, argv: list[str], run_id: str) -> dict[str, Any]:
+def _run_variant(each: bench_rounds.Variant, argv: list[str], run_id: str) -> RanksReport:
     """One variant's processes, and what its rank 0 wrote; their exit code when they fail (rank 0 said why)."""
     options = ["--micro-batches", str(each.pieces), "--threads", str(each.threads)]
     with tempfile.TemporaryDirectory(prefix="octlm-bench-") as folder, _without_profile():
@@ -179,7 +180,7 @@ def _run_variant(each: bench_rounds.Variant, argv: list[str], run_id: str) -> di
         if code:
             raise VariantFailed(code)
         try:
-            return dict(json.loads(path.read_text(encoding="utf-8")))
+            return cast(RanksReport, json.loads(path.read_text(encoding="utf-8")))  # our own rank 0 wrote it
         except (OSError, ValueError):
             raise OctlmError(f"{each.ranks} rank(s) with {each.mode} ended without a report") from None
 
@@ -194,7 +195,7 @@ def _without_profile() -> Iterator[None]:
         os.environ.update(saved)
 
 
-def in_ranks(config: Config, precisions: list[str], steps: int, out: Path | None) -> dict[str, Any] | None:
+def in_ranks(config: Config, precisions: list[str], steps: int, out: Path | None) -> RanksReport | None:
     """A variant's process, or a rank of one: time every precision on the ranks of this group (one process: a group
     of one); rank 0 writes the report to ``out`` (else returns it, for a group another launcher started); every
     other rank returns None."""
@@ -205,7 +206,7 @@ def in_ranks(config: Config, precisions: list[str], steps: int, out: Path | None
         distributed.leave()
     if not ranks.leader:
         return None
-    result = report(config, steps, [{**row, "speed_up": None} for row in rows])
+    result = report(config, steps, rows)
     if out is None:
         return result
     temporary = out.with_name(out.name + ".part")
@@ -214,6 +215,6 @@ def in_ranks(config: Config, precisions: list[str], steps: int, out: Path | None
     return None
 
 
-def report(config: Config, steps: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def report(config: Config, steps: int, rows: list[RanksRow]) -> RanksReport:
     head = header(config, rows[0]["parameters"], steps, cores=os.cpu_count())
     return {**head, "nproc": max(row["ranks"] for row in rows), "results": rows}

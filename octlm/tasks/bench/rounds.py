@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from octlm.runtime.load import Busy
+from octlm.tasks.bench.records import RanksReport, RanksRow
 
 BUSY_SHARE = 0.2  # other processes busy on more than this share of the cores: the ratios mean little
-MEDIANS = ("ms_per_step", "all_reduce_ms", "all_reduce_longest_ms", "all_reduce_share")
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,10 @@ def order(planned: list[Variant], rounds: int) -> list[Variant]:
     return [variant for r in range(rounds) for variant in (planned if r % 2 == 0 else planned[::-1])]
 
 
-def summarise(runs: list[tuple[Variant, dict[str, Any], Busy]], planned: list[Variant]) -> list[dict[str, Any]]:
+def summarise(runs: list[tuple[Variant, RanksReport, Busy]], planned: list[Variant]) -> list[RanksRow]:
     """One row per precision and variant (in ``planned`` order): the medians over its rounds, the spread of its
     tokens/s, the load beside it, and its speed-up over the first variant (one process, the seed's step)."""
-    rows = []
+    rows: list[RanksRow] = []
     for precision in [row["precision"] for row in runs[0][1]["results"]]:
         base = None
         for variant in planned:
@@ -61,14 +60,17 @@ def summarise(runs: list[tuple[Variant, dict[str, Any], Busy]], planned: list[Va
     return rows
 
 
-def _median_row(variant: Variant, precision: str, mine: list[tuple[dict[str, Any], Busy]]) -> dict[str, Any]:
+def _median_row(variant: Variant, precision: str, mine: list[tuple[RanksReport, Busy]]) -> RanksRow:
     found = [next(row for row in report["results"] if row["precision"] == precision) for report, _ in mine]
     rates = [row["tokens_per_second"] for row in found]
     median = statistics.median(rates)
     others = [busy.others for _, busy in mine if busy.others is not None]
-    return {
+    median_row: RanksRow = {
         **found[0],
-        **{key: statistics.median(row[key] for row in found) for key in MEDIANS},
+        "ms_per_step": statistics.median(row["ms_per_step"] for row in found),
+        "all_reduce_ms": statistics.median(row["all_reduce_ms"] for row in found),
+        "all_reduce_longest_ms": statistics.median(row["all_reduce_longest_ms"] for row in found),
+        "all_reduce_share": statistics.median(row["all_reduce_share"] for row in found),
         "tokens_per_second": round(median, 1),
         "mode": variant.mode,
         "pieces": variant.pieces,
@@ -78,12 +80,13 @@ def _median_row(variant: Variant, precision: str, mine: list[tuple[dict[str, Any
         "load_average": max(busy.load_average for _, busy in mine),
         "others_busy_cores": max(others) if others else None,
     }
+    return median_row
 
 
-def load_warning(rows: list[dict[str, Any]], cores: int, simulated: float | None = None) -> str | None:
+def load_warning(rows: list[RanksRow], cores: int, simulated: float | None = None) -> str | None:
     """A warning when other processes kept more than ``BUSY_SHARE`` of the cores busy during a variant's runs
     (``simulated``: that figure instead of the measured one, for tests), else None."""
-    measured = [row["others_busy_cores"] for row in rows if row.get("others_busy_cores") is not None]
+    measured = [busy for row in rows if (busy := row.get("others_busy_cores")) is not None]
     busiest = simulated if simulated is not None else max(measured, default=0.0)
     if busiest <= BUSY_SHARE * cores:
         return None

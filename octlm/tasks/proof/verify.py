@@ -238,7 +238,7 @@ def _run_file_check(a: Home, b: Home, experiment_id: str) -> tuple[dict[str, Any
     records_a = runfile.without_timings(runfile.read(a.run_file(experiment_id)))
     records_b = runfile.without_timings(runfile.read(b.run_file(experiment_id)))
     pairs = zip(records_a, records_b, strict=False)
-    first_step = next((left.get("step") for left, right in pairs if left != right), None)
+    first_step: int | str | None = next((left.get("step") for left, right in pairs if left != right), None)
     if first_step is None and len(records_a) != len(records_b):
         first_step = "length differs"
     differing = [] if first_step is None else [{"name": f"first differing step: {first_step}", "max_abs_diff": None}]

@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from octlm.core.errors import BadInput
+from octlm.core.records.freeform import ConfigTree
 from octlm.store.sweeps.records import QueuedTrial, SweepSpec
 
-Params = dict[str, Any]
 FINISHED = ("done", "failed", "stopped")
 
 
 def ask(
-    spec: SweepSpec, finished: Sequence[tuple[Params, float | None]], count: int, pending: Sequence[Params] = ()
-) -> list[Params]:
+    spec: SweepSpec, finished: Sequence[tuple[ConfigTree, float | None]], count: int, pending: Sequence[ConfigTree] = ()
+) -> list[ConfigTree]:
     """``count`` new configurations from the sweep's sampler, given what finished (params, value; None: failed)
     and what is ``pending``."""
     if count <= 0:
@@ -59,12 +59,12 @@ def _distributions(optuna: Any, spec: SweepSpec) -> dict[str, Any]:
     return found
 
 
-def _rounded(params: Params, spec: SweepSpec) -> Params:
+def _rounded(params: ConfigTree, spec: SweepSpec) -> ConfigTree:
     """Floats of ranges to four significant digits (a config a person reads), as the random draws are."""
     return {k: float(f"{v:.4g}") if k in spec["ranges"] and isinstance(v, float) else v for k, v in params.items()}
 
 
-def history(trials: Sequence[QueuedTrial]) -> tuple[list[tuple[Params, float | None]], list[Params], int]:
+def history(trials: Sequence[QueuedTrial]) -> tuple[list[tuple[ConfigTree, float | None]], list[ConfigTree], int]:
     """The sweep's configurations as a study sees them: finished (params, mean value or None), pending, and how
     many there are in all."""
     groups: dict[str, list[QueuedTrial]] = {}

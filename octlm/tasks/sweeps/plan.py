@@ -20,6 +20,7 @@ from octlm import config as cfg
 from octlm.config import flatten
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import Home
+from octlm.core.records.freeform import ConfigTree
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
 from octlm.store.sweeps.records import SweepRow, SweepSpec
@@ -36,15 +37,13 @@ from octlm.tasks.sweeps.spec import (
     validate_name,
 )
 
-Params = dict[str, Any]
-
 
 @dataclass
 class Trial:
     """One trial before it is written: its config (no ID yet) and what it varies."""
 
     config: cfg.Config
-    params: Params
+    params: ConfigTree
     replicate: int
     seed: int
     target_step: int
@@ -69,7 +68,7 @@ def base_of(home: Home, sweep: SweepRow) -> cfg.Config:
     return experiments.load(home, sweep["base"] or "")
 
 
-def build_trials(base: cfg.Config, cells: list[Params], spec: SweepSpec, name: str) -> list[Trial]:
+def build_trials(base: cfg.Config, cells: list[ConfigTree], spec: SweepSpec, name: str) -> list[Trial]:
     """Every configuration's replicates, each config built and validated (BadInput names the key)."""
     trials = []
     rungs, seeds, start = spec["halving"], spec["seeds"], base.training.seed

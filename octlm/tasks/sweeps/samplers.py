@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from octlm.core.errors import BadInput
+from octlm.core.records.freeform import ConfigTree
 from octlm.store.sweeps.records import Range, SweepSpec
 from octlm.tasks.sweeps import asking
 from octlm.tasks.sweeps.spec import Request
-
-Params = dict[str, Any]  # one configuration: {config key: value}, as free as the config's keys
 
 
 class Sampler(Protocol):
@@ -38,14 +37,14 @@ class Sampler(Protocol):
 
     def check(self, request: Request, grid: dict[str, list[Any]], ranges: dict[str, Range]) -> None: ...
     def count(self, request: Request, grid: dict[str, list[Any]]) -> int: ...
-    def first(self, spec: SweepSpec) -> list[Params]: ...
+    def first(self, spec: SweepSpec) -> list[ConfigTree]: ...
     def more(
         self,
         spec: SweepSpec,
-        finished: Sequence[tuple[Params, float | None]],
+        finished: Sequence[tuple[ConfigTree, float | None]],
         wanted: int,
-        pending: Sequence[Params],
-    ) -> list[Params]: ...
+        pending: Sequence[ConfigTree],
+    ) -> list[ConfigTree]: ...
 
 
 @dataclass(frozen=True)
@@ -63,16 +62,16 @@ class Drawn:
     def count(self, request: Request, grid: dict[str, list[Any]]) -> int:
         return math.prod(len(values) for values in grid.values()) * max(request.random, 1) * request.seeds
 
-    def first(self, spec: SweepSpec) -> list[Params]:
+    def first(self, spec: SweepSpec) -> list[ConfigTree]:
         return configurations(spec["grid"], spec["ranges"], spec["random"], spec["seed"])
 
     def more(
         self,
         spec: SweepSpec,
-        finished: Sequence[tuple[Params, float | None]],
+        finished: Sequence[tuple[ConfigTree, float | None]],
         wanted: int,
-        pending: Sequence[Params],
-    ) -> list[Params]:
+        pending: Sequence[ConfigTree],
+    ) -> list[ConfigTree]:
         return []  # everything was made at once
 
 
@@ -95,16 +94,16 @@ class Asked:
             raise BadInput(f"--parallel {request.parallel}: at most --trials ({request.trials}) asked ahead")
         return (request.trials or 0) * request.seeds
 
-    def first(self, spec: SweepSpec) -> list[Params]:
+    def first(self, spec: SweepSpec) -> list[ConfigTree]:
         return asking.ask(spec, [], min(spec["parallel"], spec["trials"] or 0))
 
     def more(
         self,
         spec: SweepSpec,
-        finished: Sequence[tuple[Params, float | None]],
+        finished: Sequence[tuple[ConfigTree, float | None]],
         wanted: int,
-        pending: Sequence[Params],
-    ) -> list[Params]:
+        pending: Sequence[ConfigTree],
+    ) -> list[ConfigTree]:
         return asking.ask(spec, finished, wanted, pending)
 
 
@@ -131,7 +130,7 @@ def of(spec: SweepSpec) -> Sampler:
     return SAMPLERS.get(str(spec.get("sampler") or "grid"), SAMPLERS["grid"])
 
 
-def configurations(grid: dict[str, list[Any]], ranges: dict[str, Range], draws: int, seed: int) -> list[Params]:
+def configurations(grid: dict[str, list[Any]], ranges: dict[str, Range], draws: int, seed: int) -> list[ConfigTree]:
     """The grid's product (keys in the order given), crossed with ``draws`` seeded draws of the ranges."""
     product = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())] or [{}]
     if not ranges:

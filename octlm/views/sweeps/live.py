@@ -11,13 +11,13 @@ sparkline). Per sweep: the queue's counts and where each running trial trains.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from octlm.core.home import ID_PATTERN, Home
-from octlm.store.registry import Registry, RunRow
+from octlm.store.registry import Registry, RunRow, SummaryRow
 from octlm.store.runs import runfile
 from octlm.store.sweeps.records import QueuedTrial
 from octlm.views.estimate import duration
+from octlm.views.side_by_side import final_values
 
 BARS = "▁▂▃▄▅▆▇█"
 HISTORY = 24  # records a sparkline shows
@@ -80,7 +80,7 @@ def snapshot(home: Home, targets: tuple[str, ...] = ()) -> Screen:
     if not targets:
         ids += [i for i in running if running[i]["status"] == "running" and i not in ids]
     unknown = tuple(t for t in targets if t not in sweeps and t not in ids)
-    return Screen(tuple(_experiment(home, i, summary.get(i, {}), running.get(i)) for i in ids), tuple(queues), unknown)
+    return Screen(tuple(_experiment(home, i, summary.get(i), running.get(i)) for i in ids), tuple(queues), unknown)
 
 
 def _queue(name: str, trials: list[QueuedTrial]) -> Queue:
@@ -95,11 +95,11 @@ def _queue(name: str, trials: list[QueuedTrial]) -> Queue:
     return Queue(name, counts, places)
 
 
-def _experiment(home: Home, experiment_id: str, summary: dict[str, Any], run: RunRow | None) -> Experiment:
-    records = [r for r in runfile.read(home.runs / f"{experiment_id}.jsonl") if isinstance(r, dict)]
-    latest = _latest(records)
-    status = str((run["status"] if run else None) or summary.get("status") or "new")
-    steps, step = summary.get("steps"), latest.get("step")
+def _experiment(home: Home, experiment_id: str, summary: SummaryRow | None, run: RunRow | None) -> Experiment:
+    records = runfile.read(home.runs / f"{experiment_id}.jsonl")
+    latest = final_values(records)
+    status = str((run["status"] if run else None) or (summary and summary["status"]) or "new")
+    steps, step = summary["steps"] if summary else None, latest.get("step")
     rate, eta = latest.get("tokens_per_second"), None
     if status == "running" and rate and step and steps and latest.get("tokens"):
         eta = duration((steps - step) * latest["tokens"] / step / rate)
@@ -107,13 +107,6 @@ def _experiment(home: Home, experiment_id: str, summary: dict[str, Any], run: Ru
     return Experiment(
         experiment_id, status, step, steps, latest.get("train_loss"), latest.get("eval_loss"), rate, eta, spark(losses)
     )
-
-
-def _latest(records: list[dict[str, Any]]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for record in records:
-        merged.update({k: v for k, v in record.items() if v is not None})
-    return merged
 
 
 def spark(values: list[float]) -> str:

@@ -14,7 +14,7 @@ from typing import Any, TypedDict
 
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
-from octlm.store.registry import Registry
+from octlm.store.registry import Registry, SummaryRow
 from octlm.store.sweeps.records import ClaimRow, DecisionRow, QueuedTrial, SweepRow, SweepSpec
 from octlm.views import noise, side_by_side
 from octlm.views.details import run_records
@@ -95,7 +95,7 @@ def status(home: Home, name: str) -> SweepStatus:
     with registry:
         summary = {row["id"]: row for row in registry.summary_rows()}
         decisions, claims = registry.decisions(sweep["id"]), registry.claims(sweep["id"])
-    shown = [_state(trial, summary.get(trial["experiment_id"], {})) for trial in trials]
+    shown = [_state(trial, summary.get(trial["experiment_id"])) for trial in trials]
     counts = {state: sum(1 for t in shown if t["status"] == state) for state in (*STATES, "lost")}
     return {
         "schema_version": SCHEMA_VERSION,
@@ -111,7 +111,7 @@ def status(home: Home, name: str) -> SweepStatus:
     }
 
 
-def _state(trial: QueuedTrial, summary: dict[str, Any]) -> TrialState:
+def _state(trial: QueuedTrial, summary: SummaryRow | None) -> TrialState:
     where = None
     if trial["claim_id"] is not None:
         threads = f", {trial['threads']} thread{'s' * (trial['threads'] != 1)}" if trial["threads"] else ""
@@ -123,8 +123,8 @@ def _state(trial: QueuedTrial, summary: dict[str, Any]) -> TrialState:
         "since": trial["claimed"],
         "rung": trial["rung"],
         "target_step": trial["target_step"],
-        "step": summary.get("step"),
-        "steps": summary.get("steps"),
+        "step": summary["step"] if summary else None,
+        "steps": summary["steps"] if summary else None,
         "params": trial["params"] or {},
         "seed": trial["seed"],
         "replicate": trial["replicate"],
