@@ -208,6 +208,15 @@ def json_out(result) -> dict:
     return json.loads(result.stdout)
 
 
+def holds(document: dict, title: str) -> None:
+    """``document`` has the keys ``docs/reference/json.md`` gives under ``title`` (the TypedDict of
+    ``octlm.cli.reference.shapes``): every required one, and no key it does not list."""
+    from octlm.cli import reference
+
+    required, optional = reference.keys(reference.shapes()[title])
+    assert required <= set(document) <= required | optional, (title, set(document) ^ (required | optional))
+
+
 def assert_same_training_state(a, b) -> None:
     """Two checkpoint records hold bit-identical weights, optimizer state and random states."""
     import torch

@@ -24,11 +24,22 @@ def page(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
     return register
 
 
-def shapes() -> dict[str, Any]:
+def shapes() -> dict[str, object]:
     """{what is run: the TypedDict of what its ``--json`` writes}, every document that is typed."""
-    from octlm.core.records import EvalResult, TrainResult
+    from octlm.core.records import Checkup, EvalResult, Problem, TrainResult
+    from octlm.exchange import results as exchange
+    from octlm.run.overfit import Overfitted
     from octlm.store.registry import CheckpointRow, RunRow, VerificationRow
+    from octlm.store.sweeps import records as sweeps
+    from octlm.tasks.bench import records as bench
+    from octlm.tasks.export import Exported
     from octlm.tasks.lifecycle import Archived, Removal, Retagged
+    from octlm.tasks.prepare import Phase, Prepared
+    from octlm.tasks.proof.bitcompare import Check, Differing
+    from octlm.tasks.proof.verify import Resumed
+    from octlm.tasks.sample import Sampled
+    from octlm.tasks.sweeps.trial_log import TallyJson
+    from octlm.train.canary import Canary
     from octlm.views.curves.plots import PlotData
     from octlm.views.details import Detail, Fingerprints
     from octlm.views.listing import Listing, ListingRow
@@ -54,6 +65,35 @@ def shapes() -> dict[str, Any]:
         "octlm archive ID --json, octlm unarchive ID --json": Archived,
         "octlm tag ID --json": Retagged,
         "octlm rm ID --json": Removal,
+        "octlm verify-resume ID --json": Resumed,
+        "octlm verify-resume ID --json: each of checks": Check,
+        "octlm verify-resume ID --json: each of a check's differing": Differing,
+        "octlm overfit ID --json": Overfitted,
+        "octlm prepare ID --json": Prepared,
+        "octlm prepare ID --json: each of phases": Phase,
+        "octlm sample ID --json": Sampled,
+        "octlm export ID DIR --json": Exported,
+        "octlm pack ID FILE --json": exchange.Packed,
+        "octlm unpack FILE --json": exchange.Unpacked,
+        "octlm registry export -o FILE --json": exchange.Exported,
+        "octlm registry import FILE --json": exchange.Imported,
+        "octlm registry import FILE --json: each of experiments": exchange.Arrival,
+        "octlm doctor --json": Checkup,
+        "octlm doctor --json: each of problems": Problem,
+        "octlm canary --json": Canary,
+        "octlm bench --json": bench.BenchReport,
+        "octlm bench --json: each of results": bench.Measured,
+        "octlm bench --json: machine": bench.Machine,
+        "octlm bench --nproc N --json": bench.RanksReport,
+        "octlm bench --nproc N --json: each of results": bench.RanksRow,
+        "octlm bench --determinism A,B --json": bench.ByProfile,
+        "octlm sweep new NAME --json": sweeps.SweepCreated,
+        "octlm sweep new NAME --json: each of trials": sweeps.Made,
+        "octlm sweep extend NAME --json": sweeps.SweepExtended,
+        "octlm sweep retry NAME --json": sweeps.SweepRetried,
+        "octlm sweep pack NAME DIR --json": sweeps.SweepPacked,
+        "octlm sweep unpack DIR --json": sweeps.SweepUnpacked,
+        "octlm work --json": TallyJson,
     }
 
 
@@ -87,8 +127,9 @@ def json_reference() -> str:
         "# What `--json` writes",
         "",
         "Generated from the code (`python -m octlm.cli.reference`): every key of every typed document, with its",
-        "type; a key marked *optional* appears only where it applies. A test runs each command and holds its output",
-        "to this page. Figures keep one name everywhere: `step`, `eval_loss`, `eval_loss_se`, `perplexity`, ...",
+        "type; a key marked *optional* appears only where it applies. Tests run each command and hold its output",
+        "to this page (`holds` in tests/conftest.py). Figures keep one name everywhere: `step`, `eval_loss`,",
+        "`eval_loss_se`, `perplexity`, ...",
         "",
     ]
     for command, shape in shapes().items():

@@ -302,7 +302,7 @@ def ranks(r: RunRow) -> str:
     if nodes > 1:
         text += f", {nodes} nodes"
     resharded = r.get("resharded_from")
-    if resharded is not None and resharded != "":
+    if isinstance(resharded, int) and not isinstance(resharded, bool):  # a damaged cell reads as none
         text += f", resharded from {resharded}"
     return text
 

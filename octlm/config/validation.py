@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any, get_args, get_origin
 
 from octlm.core.errors import ConfigError
@@ -18,7 +19,7 @@ _FLOAT_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 SHOWN = 60  # characters of an offending value quoted in a message
 
 # Range rules a field can name in its metadata ("bound"), with the test each value must pass.
-BOUNDS = {
+BOUNDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # name: (test of a number, the rule in words)
     "positive": (lambda value: value > 0, "must be positive"),
     "non-negative": (lambda value: value >= 0, "must not be negative"),
     "fraction": (lambda value: 0.0 <= value < 1.0, "must be at least 0 and below 1"),

@@ -40,14 +40,13 @@ from octlm.exchange.records import (
     ExportedVerification,
     Record,
 )
+from octlm.exchange.results import Arrival, Imported
 from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry, Merge
 from octlm.store.runs import runfile
 
 
-def import_file(
-    home: Home, path: Path, prefix: str | None = None, *, allow_outside_sources: bool = False
-) -> dict[str, Any]:
+def import_file(home: Home, path: Path, prefix: str | None = None, *, allow_outside_sources: bool = False) -> Imported:
     """``octlm registry import``: merge the export at ``path`` into ``home``'s registry (see the module)."""
     found = reading.read(path)
     if prefix is not None:
@@ -73,7 +72,7 @@ class Plan:
     merge: Merge = field(default_factory=Merge)
     files: dict[Path, bytes] = field(default_factory=dict)  # written before the rows, taken back on failure
     targets: dict[str, str] = field(default_factory=dict)  # experiment UUID -> its ID here
-    experiments: list[dict[str, Any]] = field(default_factory=list)  # what happens to each, for the report
+    experiments: list[Arrival] = field(default_factory=list)  # what happens to each, for the report
     outside: bool = False  # --allow-outside-sources: data.sources may name files outside the home and data root
 
     @property
@@ -133,7 +132,7 @@ def plan(
     experiment already here under another ID than ``rename`` gives is refused rather than merged into it;
     ``outside``: a new experiment's data.sources may name files outside the home and OCTLM_DATA_ROOT."""
     result, kinds = Plan(outside=outside), by_type(found)
-    known = registry.by_uuid("experiments")
+    known = {uuid: str(name) for uuid, name in registry.by_uuid("experiments").items()}
     for experiment in kinds.experiments:
         _experiment(home, registry, result, experiment, known, rename, hint, strict)
         if experiment["uuid"] in known:
@@ -170,7 +169,7 @@ def _experiment(
         raise Refused(f"{source} is already here as {target} (the same UUID): nothing was changed")
     result.targets[key] = target
     former = sorted(set(item.get("former_ids") or []) | ({source} - {target}))
-    entry = {"id": target, "from": source, "uuid": key}
+    entry: Arrival = {"id": target, "from": source, "uuid": key, "status": "new"}
     if key in known:
         _same_config(registry, item, target)
         had = registry.former_ids(target)

@@ -19,7 +19,7 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Literal, cast, overload
 
 from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
@@ -31,6 +31,7 @@ from octlm.core.signals import stopping_at_once
 from octlm.exchange import importing, reading, tarcheck
 from octlm.exchange import records as exchange
 from octlm.exchange.records import ExportedExperiment, Record
+from octlm.exchange.results import Checked, Manifest, Packed, Unpacked
 from octlm.store.locking import ExperimentLock
 from octlm.store.merge import ExchangeRegistry
 from octlm.store.runs import evalblocks
@@ -58,7 +59,7 @@ def pack(
     step: int | None = None,
     every: bool = False,
     own_name: bool = False,
-) -> dict[str, Any]:
+) -> Packed:
     """Write the pack of ``experiment_id`` to ``output`` (atomically), under the experiment's lock; ``own_name``: a
     name octlm chose (``sweep pack``), written only as a regular file (``fsutil.output_writer``)."""
     if not output.parent.is_dir():
@@ -169,6 +170,30 @@ def _write_tar(output: Path, members: dict[str, Source], own_name: bool = False)
 # ---------------------------------------------------------------- unpack
 
 
+@overload
+def unpack(
+    home: Home,
+    path: Path,
+    as_id: str | None = None,
+    *,
+    allow_outside_sources: bool = False,
+    hint: str = ...,
+    check_only: Literal[False] = False,
+) -> Unpacked: ...
+
+
+@overload
+def unpack(
+    home: Home,
+    path: Path,
+    as_id: str | None = None,
+    *,
+    allow_outside_sources: bool = False,
+    hint: str = ...,
+    check_only: Literal[True],
+) -> Checked: ...
+
+
 def unpack(
     home: Home,
     path: Path,
@@ -177,7 +202,7 @@ def unpack(
     allow_outside_sources: bool = False,
     hint: str = "unpack it under another ID with --as NEW-ID",
     check_only: bool = False,
-) -> dict[str, Any]:
+) -> Checked | Unpacked:
     """Verify the pack at ``path``, then place its files and merge its rows into ``home`` (see the module).
     ``hint``: the way out of an ID taken here; ``check_only``: verify everything (members, checksums, what merging
     would do) and write nothing (``sweep unpack`` checks every trial's pack before it unpacks one)."""
@@ -229,7 +254,7 @@ def unpack(
     }
 
 
-def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], dict[str, Any], list[Record]]:
+def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], Manifest, list[Record]]:
     """The members (checked), the manifest and the records, each checked against the others."""
     members = tarcheck.members(tar, path)
     for name in (MANIFEST, RECORDS):
@@ -258,7 +283,7 @@ def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarI
 
 
 def _extract(
-    tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], manifest: dict[str, Any], staging: Path, path: Path
+    tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], manifest: Manifest, staging: Path, path: Path
 ) -> list[Path]:
     """The tokenizer and checkpoint files, copied into ``staging`` and each verified against the manifest, and each
     checkpoint against its ``.sha256`` file."""
@@ -277,9 +302,7 @@ def _extract(
     return staged
 
 
-def _verify_members(
-    tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], manifest: dict[str, Any], path: Path
-) -> None:
+def _verify_members(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], manifest: Manifest, path: Path) -> None:
     """Every file member's checksum against the manifest, read and hashed, never written anywhere."""
     for name, info in sorted(members.items()):
         if name in (MANIFEST, RECORDS):

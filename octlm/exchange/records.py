@@ -23,6 +23,7 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import read_regular, write_output
 from octlm.core.home import Home, validate_id
+from octlm.exchange.results import Exported
 from octlm.store.base import METRIC_FIELDS
 from octlm.store.merge import ExchangeRegistry
 from octlm.store.migrations import ADDED, TABLE_COLUMNS, CheckpointRow
@@ -184,7 +185,7 @@ def record(kind: str, fields: Mapping[str, object]) -> Record:
 # ---------------------------------------------------------------- export
 
 
-def export(home: Home, ids: list[str], output: Path | None) -> tuple[dict[str, Any], str]:
+def export(home: Home, ids: list[str], output: Path | None) -> tuple[Exported, str]:
     """The records of ``ids`` (default: every experiment) as JSON Lines, written atomically to ``output`` when
     given; (a summary, the text)."""
     if output is not None and not output.parent.is_dir():
@@ -202,7 +203,7 @@ def export(home: Home, ids: list[str], output: Path | None) -> tuple[dict[str, A
     counts: dict[str, int] = {}
     for item in found:
         counts[item["type"]] = counts.get(item["type"], 0) + 1
-    summary = {
+    summary: Exported = {
         "schema_version": SCHEMA_VERSION,
         "file": str(output) if output else None,
         "experiments": chosen,

@@ -12,13 +12,14 @@ import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import check_regular
 from octlm.core.home import validate_id
 from octlm.core.provenance import __version__
+from octlm.exchange.results import Manifest
 
 FORMAT, VERSION = "octlm-pack", 1
 ROOT, MANIFEST, RECORDS, TOKENIZER = "octlm-pack/", "manifest.json", "registry.jsonl", "tokenizer.json"
@@ -80,10 +81,11 @@ def members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
     return out
 
 
-def check_sizes(members: dict[str, tarfile.TarInfo], manifest: dict[str, Any], path: Path) -> None:
+def check_sizes(members: dict[str, tarfile.TarInfo], manifest: Manifest, path: Path) -> None:
     """Every member as large as its manifest entry says, before anything is read or copied."""
     for name, info in sorted(members.items()):
-        declared = manifest["files"].get(name, {}).get("size") if name != MANIFEST else info.size
+        entry = manifest["files"].get(name)
+        declared = info.size if name == MANIFEST else entry["size"] if entry else None
         if info.size != declared:
             raise Refused(
                 f"{path}: member {ROOT}{name} holds {info.size} bytes but its manifest entry's size is {declared} "
@@ -114,7 +116,7 @@ def read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, path: Path) -> byte
     return data
 
 
-def manifest(data: bytes, path: Path) -> dict[str, Any]:
+def manifest(data: bytes, path: Path) -> Manifest:
     try:
         manifest = json.loads(data)
     except (ValueError, RecursionError):
@@ -139,7 +141,7 @@ def manifest(data: bytes, path: Path) -> dict[str, Any]:
     if not valid or not isinstance(manifest.get("experiment"), str):
         raise BadInput(f"{path}: not an octlm pack (a manifest without its experiment and files)")
     validate_id(manifest["experiment"])
-    return manifest
+    return cast(Manifest, manifest)  # its keys and their types checked above
 
 
 def _check_octlm(packed_by: Any, path: Path) -> None:
@@ -162,7 +164,7 @@ def _release(text: Any) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.group(1).split(".")) if match else None
 
 
-def verify(name: str, digest: str, size: int, manifest: dict[str, Any], path: Path) -> None:
+def verify(name: str, digest: str, size: int, manifest: Manifest, path: Path) -> None:
     entry = manifest["files"][name]
     if (digest, size) != (entry["sha256"], entry["size"]):
         raise Refused(f"{path}: {name} does not match its checksum (corrupted?): nothing was registered")

@@ -4,11 +4,12 @@ first training block), then evaluate it and greedy-decode it back."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from octlm.config import Config
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
+from octlm.core.records import RunRecord
 from octlm.core.reporting import Reporter
 from octlm.data.pipeline import PreparedData
 from octlm.run.runner import Context, Start, run_experiment
@@ -21,6 +22,26 @@ from octlm.train.evaluation import evaluate
 from octlm.train.state import TrainState
 
 
+class Overfitted(TypedDict):
+    """What ``octlm overfit --json`` writes, and what the registry keeps as the verdict's details."""
+
+    id: str
+    kind: str  # "overfit"
+    steps: int
+    verdict: str  # pass | fail
+    max_loss: float
+    final_loss: float
+    perplexity: float
+    bits_per_byte: float
+    first_logged: RunRecord | None  # the run file's first record
+    matched_tokens: int  # how far the greedy decode reproduces the block
+    block_tokens: int
+    block_text: str
+    decoded_text: str
+    run_file: str
+    summary: str
+
+
 def overfit(
     home: Home,
     experiment_id: str,
@@ -29,9 +50,9 @@ def overfit(
     max_loss: float = 1.0,
     reporter: Reporter | None = None,
     config: Config | None = None,
-) -> dict[str, Any]:
+) -> Overfitted | None:
     """Train on one fixed block (the first training block), then greedy-decode it back. ``config``: the
-    experiment's, when the caller has loaded it."""
+    experiment's, when the caller has loaded it. None on a rank other than 0 (it reports nothing)."""
     registered = config = config or experiments.load(home, experiment_id)
     if steps is not None:
         if steps <= 0:
@@ -52,7 +73,7 @@ def overfit(
 
     outcome = run_experiment(home, experiment_id, reporter, "overfit", plan, config, registered)
     if outcome.follower:  # a rank other than 0 reports nothing
-        return {"rank": outcome.rank}
+        return None
     assert outcome.session is not None and outcome.state is not None and outcome.prepared is not None
     result = _overfit_verdict(outcome.state, outcome.prepared, max_loss, outcome.session.track.run_file)
     with Registry(home.registry) as registry:
@@ -61,7 +82,7 @@ def overfit(
     return result
 
 
-def _overfit_verdict(state: TrainState, prepared: PreparedData, max_loss: float, run_file: Path) -> dict[str, Any]:
+def _overfit_verdict(state: TrainState, prepared: PreparedData, max_loss: float, run_file: Path) -> Overfitted:
     """Evaluate the block after the last step and decode it back greedily from its first token."""
     block, tokenizer, config = prepared.train_blocks, prepared.tokenizer, prepared.config
     final = evaluate(state.model, block, state.device, config.training.precision, 1)

@@ -23,7 +23,7 @@ import sqlite3
 import stat
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -83,11 +83,14 @@ TRAINING_KINDS = ("train", "resume")
 T = TypeVar("T")
 
 
+Fields = Mapping[str, object]  # the columns of a row to write, by name: checked against the table (``checked``)
+
+
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def checked(table: str, fields: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+def checked(table: str, fields: Fields, allowed: tuple[str, ...]) -> dict[str, object]:
     """``fields`` with its JSON columns encoded; ValueError naming the first key that is not a column."""
     for key in fields:
         if key not in allowed:
@@ -140,7 +143,7 @@ def decode(text: str) -> Any:
     return json.loads(text, object_hook=_untagged)
 
 
-def decoded(row: dict[str, Any]) -> dict[str, Any]:
+def decoded(row: dict[str, Any]) -> dict[str, Any]:  # any table's row, before its reader types it
     """``row`` with its JSON columns decoded; a malformed cell reads as None, and ``tags`` as a list."""
     for key in JSON_COLUMNS.intersection(row):
         if isinstance(row[key], str):

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from octlm.core.errors import Refused
 from octlm.core.fsutil import atomic_write, read_regular
@@ -88,7 +89,7 @@ def forget(home: Home, experiment_id: str) -> None:
     (folder(home) / "identities" / validate_id(experiment_id)).unlink(missing_ok=True)
 
 
-def keep_record(home: Home, kind: str, name: str, record: dict[str, Any]) -> bool:
+def keep_record(home: Home, kind: str, name: str, record: Mapping[str, object]) -> bool:
     """``.octlm/<kind>/<name>.json``: a record the registry's loss must not take (a sweep's); False where it cannot
     be kept."""
     try:
@@ -99,9 +100,10 @@ def keep_record(home: Home, kind: str, name: str, record: dict[str, Any]) -> boo
     return True
 
 
-def records(home: Home, kind: str) -> dict[str, Any]:
-    """Every record of ``kind`` kept, by name (an unreadable one is left out: it reads as not kept)."""
-    found: dict[str, Any] = {}
+def records(home: Home, kind: str) -> dict[str, object]:
+    """Every record of ``kind`` kept, by name, as JSON reads it (an unreadable one is left out: it reads as not
+    kept)."""
+    found: dict[str, object] = {}
     place = folder(home) / kind
     for path in sorted(place.glob("*.json")) if place.is_dir() else []:
         try:
@@ -113,6 +115,17 @@ def records(home: Home, kind: str) -> dict[str, Any]:
 
 SWEEPS = "sweeps"
 SWEEP_RECORD = "octlm-sweep-record"
+
+
+class KeptSweep(TypedDict):
+    """A sweep's record beside the registry as ``kept_sweeps`` reads it back: its sweep and trials checked to be a
+    mapping and a list; what they hold is checked where it is used (it was written by octlm, but may be damaged)."""
+
+    format: str
+    version: int
+    sweep: dict[str, object]  # SWEEP_FIELDS
+    trials: list[object]  # TRIAL_FIELDS each
+    decisions: NotRequired[list[object]]  # DECISION_FIELDS each
 
 
 def keep_sweep(home: Home, registry: Registry, name: str) -> bool:
@@ -137,10 +150,10 @@ def keep_sweep_by_id(home: Home, registry: Registry, sweep_id: int) -> bool:
     return keep_sweep(home, registry, name) if name is not None else False
 
 
-def kept_sweeps(home: Home) -> dict[str, dict[str, Any]]:
+def kept_sweeps(home: Home) -> dict[str, KeptSweep]:
     """Every sweep record kept here that reads as one (``keep_sweep``), by name."""
     return {
-        name: record
+        name: cast(KeptSweep, record)
         for name, record in records(home, SWEEPS).items()
         if isinstance(record, dict)
         and record.get("format") == SWEEP_RECORD

@@ -70,8 +70,9 @@ class ExchangeRegistry(Registry):
             raise ValueError(f"{table}: not an exported table")
         return self._rows(f"select * from {table} where experiment_id = ? order by id", (experiment_id,))
 
-    def by_uuid(self, table: str) -> dict[str, Any]:
-        """{uuid: id} of every row of ``table`` (one of ``UUID_TABLES``) that has a UUID."""
+    def by_uuid(self, table: str) -> dict[str, object]:
+        """{uuid: id} of every row of ``table`` (one of ``UUID_TABLES``) that has a UUID (an experiment's ID is its
+        name, every other row's a number)."""
         if table not in UUID_TABLES:
             raise ValueError(f"{table}: has no uuid column")
         return {row["uuid"]: row["id"] for row in self._rows(f"select id, uuid from {table} where uuid is not null")}

@@ -21,6 +21,7 @@ import os
 import socket
 import sqlite3
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -311,7 +312,7 @@ class Registry(SweepRows, QueueRows):
     # ------------------------------------------------------------------ verdicts
 
     def add_verification(
-        self, experiment_id: str, kind: str, verdict: str, details: dict[str, Any], run_id: int | None = None
+        self, experiment_id: str, kind: str, verdict: str, details: Mapping[str, object], run_id: int | None = None
     ) -> None:
         fields = {
             "experiment_id": experiment_id,

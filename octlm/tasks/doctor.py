@@ -34,6 +34,7 @@ from octlm.core.home import Home
 from octlm.core.liveness import alive, is_other_host
 from octlm.core.records import Checkup, Problem
 from octlm.store import experiments, kept
+from octlm.store.kept import KeptSweep
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import CheckpointRow, Registry, now
 from octlm.store.sweeps.rows import claim_is_dead
@@ -221,14 +222,14 @@ def _lost_sweeps(home: Home, registry: Registry, repair: bool) -> list[Problem]:
     return problems
 
 
-def _rebuild_sweep(registry: Registry, name: str, record: dict[str, Any], trials: list[dict[str, Any]]) -> None:
+def _rebuild_sweep(registry: Registry, name: str, record: KeptSweep, trials: list[dict[str, object]]) -> None:
     registry.merge_sweep(record["sweep"], trials)
     sweep = registry.sweep(name)
     if sweep is not None:
         decisions = [d for d in record.get("decisions") or [] if isinstance(d, dict)]
         registry.restore_decisions(sweep["id"], decisions)
     for trial in trials:
-        registry.retag(trial["experiment_id"], [f"sweep:{name}"], [])
+        registry.retag(str(trial["experiment_id"]), [f"sweep:{name}"], [])
 
 
 def _checkpoints(home: Home, registry: Registry, experiment_id: str, repair: bool) -> list[Problem]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import resource
 import time
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, Reporter
@@ -22,33 +22,60 @@ from octlm.runtime import machine
 from octlm.store import experiments
 
 
+class Phase(TypedDict):
+    """One phase of preparing the data (reading, training the tokenizer, encoding, ...), timed."""
+
+    name: str
+    detail: str  # what the phase said last ("30.9 MB, 9,148 documents")
+    seconds: NotRequired[float]  # once it ended
+
+
+class Prepared(TypedDict):
+    """What ``octlm prepare --json`` writes: the data and tokenizer fingerprints, the tokens and blocks, each
+    phase's time, and what became of the token file."""
+
+    id: str
+    data_hash: str
+    tokenizer_hash: str
+    tokens: dict[str, int]  # train, validation
+    blocks: dict[str, int]  # train, evaluation
+    phases: list[Phase]
+    seconds: float
+    token_file: str  # written | reused | not kept
+    encoding_mb_per_second: float | None
+    peak_rss_mb: float
+    notes: list[str]
+
+
 class PhaseTimer:
     """A reporter that times each named phase (and passes everything on to ``inner``)."""
 
     def __init__(self, inner: Reporter):
         self.inner, self.interactive = inner, inner.interactive
-        self.phases: list[dict[str, Any]] = []
+        self.phases: list[Phase] = []
+        self.started: float | None = None  # the running phase's start on the performance clock
 
     def phase(self, name: str, detail: str = "") -> None:
-        now = time.perf_counter()
         if not self.phases or self.phases[-1]["name"] != name:
-            if self.phases:
-                self.phases[-1]["seconds"] = round(now - self.phases[-1].pop("_started"), 3)
-            self.phases.append({"name": name, "detail": "", "_started": now})
+            self.end()
+            self.phases.append({"name": name, "detail": ""})
+            self.started = time.perf_counter()
         if detail:
             self.phases[-1]["detail"] = detail
         self.inner.phase(name, detail)
 
-    def end(self) -> list[dict[str, Any]]:
-        if self.phases and "_started" in self.phases[-1]:
-            self.phases[-1]["seconds"] = round(time.perf_counter() - self.phases[-1].pop("_started"), 3)
+    def end(self) -> list[Phase]:
+        """The phases so far, the running one ended."""
+        if self.phases and self.started is not None:
+            self.phases[-1]["seconds"] = round(time.perf_counter() - self.started, 3)
+            self.started = None
         return self.phases
 
     def __getattr__(self, name: str) -> Any:  # start, step, note, warn, ...: the inner reporter's
         return getattr(self.inner, name)
 
 
-def run(home: Home, experiment_id: str, reporter: Reporter | None = None) -> dict[str, Any]:
+def run(home: Home, experiment_id: str, reporter: Reporter | None = None) -> Prepared:
     config = experiments.load(home, experiment_id)
     home.ensure_writable()
     files = ExperimentFiles(home, experiment_id)
@@ -80,7 +107,7 @@ def run(home: Home, experiment_id: str, reporter: Reporter | None = None) -> dic
     }
 
 
-def _megabytes(phases: list[dict[str, Any]]) -> float | None:
+def _megabytes(phases: list[Phase]) -> float | None:
     """The corpus' size, as the reading phase told it ("30.9 MB, 9,148 documents")."""
     reading = next((p for p in phases if p["name"] == "reading corpus"), None)
     try:

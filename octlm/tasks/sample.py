@@ -9,7 +9,7 @@ an invalid newer checkpoint is said, never silent.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypedDict
 
 import torch
 
@@ -64,6 +64,21 @@ def load_model(
     return loaded, model.to(device), tokenizer, device
 
 
+class Sampled(TypedDict):
+    """What ``octlm sample --json`` writes."""
+
+    id: str
+    step: int  # the checkpoint's
+    checkpoint: str
+    prompt: str
+    completion: str
+    text: str  # prompt + completion
+    tokens: int  # generated
+    held_back: int  # tokens at the end that stopped inside a character
+    special_tokens: dict[str, int]  # how often each special token was generated, by name
+    seed: int
+
+
 def sample(
     home: Home,
     experiment_id: str,
@@ -75,7 +90,7 @@ def sample(
     seed: int = 0,
     step: int | None = None,
     warn: Callable[[str], None] = lambda message: None,
-) -> dict[str, Any]:
+) -> Sampled:
     _check_options(max_new_tokens, temperature, top_k)
     loaded, model, tokenizer, device = load_model(home, experiment_id, step, warn)
     context = [tokenizer.bos_id, *tokenizer.encode(prompt, add_special_tokens=False)]

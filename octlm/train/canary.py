@@ -20,7 +20,7 @@ import hashlib
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -109,7 +109,21 @@ def digest(threads: int) -> str:
         torch.set_num_threads(previous)
 
 
-def run(config: Config) -> dict[str, Any]:
+class Canary(TypedDict):
+    """What ``octlm canary --json`` writes: the digest of a fixed step under the profile, and where it ran."""
+
+    digest: str
+    profile: str
+    covers: str  # which machines the digest holds on
+    mkl: str  # the code path MKL takes here (Intel, AMD Zen, generic)
+    threads: int
+    capability: str  # torch's CPU capability (AVX2, AVX512, ...)
+    torch: str
+    processor: str
+    seconds: float
+
+
+def run(config: Config) -> Canary:
     """``octlm canary``: the digest under ``config``'s profile and threads (this process must hold the profile)."""
     profile = config.training.determinism
     runtime.require_profile(config)

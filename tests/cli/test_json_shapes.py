@@ -10,16 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import cli, json_out, octlm, write_experiment
-
-from octlm.cli import reference
-
-SHAPES = reference.shapes()
-
-
-def _holds(document: dict, title: str) -> None:
-    required, optional = reference.keys(SHAPES[title])
-    assert required <= set(document) <= required | optional, (title, set(document) ^ (required | optional))
+from conftest import cli, holds, json_out, octlm, write_experiment
 
 
 @pytest.fixture(scope="module")
@@ -35,23 +26,23 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 def test_train_names_its_figures_as_eval_and_show_do(trained: tuple[Path, dict]) -> None:
     home, train = trained
-    _holds(train, "octlm train ID --json, octlm resume ID --json")
+    holds(train, "octlm train ID --json, octlm resume ID --json")
     evaluated = json_out(cli(home, "eval", "EXP-001", "--json"))
-    _holds(evaluated, "octlm eval ID --json")
+    holds(evaluated, "octlm eval ID --json")
     shown = json_out(cli(home, "show", "EXP-001", "--json"))
-    _holds(shown, "octlm show ID --json")
-    _holds(shown["fingerprints"], "octlm show ID --json: its fingerprints")
+    holds(shown, "octlm show ID --json")
+    holds(shown["fingerprints"], "octlm show ID --json: its fingerprints")
     for part in ("runs", "checkpoints", "verifications"):  # the registry's rows as the store reads them
         assert shown[part], part  # the eval above left its verdict
         for row in shown[part]:
-            _holds(row, f"octlm show ID --json: each of {part}")
+            holds(row, f"octlm show ID --json: each of {part}")
     for name in ("eval_loss", "eval_loss_se", "perplexity", "bits_per_byte"):
         assert train[name] == train["metrics"][name] == shown[name], name
     assert train["step"] == shown["step"] == evaluated["step"] == 12
     listed = json_out(cli(home, "show", "--json"))
-    _holds(listed, "octlm show --json")
+    holds(listed, "octlm show --json")
     (row,) = listed["experiments"]
-    _holds(row, "octlm show --json: each of experiments")
+    holds(row, "octlm show --json: each of experiments")
     assert row["eval_loss_se"] == train["eval_loss_se"] is not None
 
 
@@ -60,12 +51,12 @@ def test_the_other_shapes_hold(trained: tuple[Path, dict]) -> None:
     write_experiment(home, "EXP-002", training={"learning_rate": 1e-3, "spike_guard": "off"})
     assert cli(home, "train", "EXP-002", "-q").exit_code == 0  # evaluated on EXP-001's blocks: a paired comparison
     compared = json_out(cli(home, "show", "EXP-001", "EXP-002", "--json"))
-    _holds(compared, "octlm show A B --json")
-    _holds(compared["versus"][0], "octlm show A B --json: each of versus")
-    _holds(compared["versus"][0]["paired"], "octlm show A B --json: a versus's paired")
-    _holds(json_out(cli(home, "show", "EXP-001", "--plot", "--json")), "octlm show ID --plot --json")
+    holds(compared, "octlm show A B --json")
+    holds(compared["versus"][0], "octlm show A B --json: each of versus")
+    holds(compared["versus"][0]["paired"], "octlm show A B --json: a versus's paired")
+    holds(json_out(cli(home, "show", "EXP-001", "--plot", "--json")), "octlm show ID --plot --json")
     assert cli(home, "sweep", "new", "pair", "--from", "EXP-001", "--seeds", "2").exit_code == 0
-    _holds(json_out(cli(home, "show", "pair", "--json")), "octlm show SWEEP --json")
+    holds(json_out(cli(home, "show", "pair", "--json")), "octlm show SWEEP --json")
 
 
 def test_show_opens_with_a_headline_and_quotes_no_text(trained: tuple[Path, dict]) -> None:
@@ -105,9 +96,51 @@ def test_archive_tag_and_rm_write_what_the_reference_says(home: Path) -> None:
 
     write(home, "EXP-002")
     assert cli(home, "new", "--from", "EXP-002").exit_code == 0  # registered: EXP-003
-    _holds(json_out(cli(home, "archive", "EXP-002", "--json")), "octlm archive ID --json, octlm unarchive ID --json")
-    _holds(json_out(cli(home, "unarchive", "EXP-002", "--json")), "octlm archive ID --json, octlm unarchive ID --json")
-    _holds(json_out(cli(home, "tag", "EXP-002", "+baseline", "--json")), "octlm tag ID --json")
+    holds(json_out(cli(home, "archive", "EXP-002", "--json")), "octlm archive ID --json, octlm unarchive ID --json")
+    holds(json_out(cli(home, "unarchive", "EXP-002", "--json")), "octlm archive ID --json, octlm unarchive ID --json")
+    holds(json_out(cli(home, "tag", "EXP-002", "+baseline", "--json")), "octlm tag ID --json")
     removed = json_out(cli(home, "rm", "EXP-002", "--yes", "--json"))
-    _holds(removed, "octlm rm ID --json")
+    holds(removed, "octlm rm ID --json")
     assert removed["id"] == "EXP-002" and removed["rows"] and removed["kept_files"] is False
+
+
+def test_the_commands_that_move_and_mend_write_what_the_reference_says(
+    trained: tuple[Path, dict], tmp_path: Path
+) -> None:
+    """sample, export, pack, unpack, registry export and import, doctor, prepare and the sweep commands, each run
+    for real on a copy of the trained home and held to docs/reference/json.md."""
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(trained[0], home)
+
+    def ran(title: str, *args: str, into: Path = home) -> dict:
+        result = cli(into, *args, "--json")
+        assert result.exit_code == 0, (args, result.stderr)
+        document = json_out(result)
+        holds(document, title)
+        return document
+
+    ran("octlm sample ID --json", "sample", "EXP-001", "--max-new-tokens", "4")
+    ran("octlm export ID DIR --json", "export", "EXP-001", "-o", str(tmp_path / "out"), "--format", "safetensors")
+    ran("octlm pack ID FILE --json", "pack", "EXP-001", "-o", str(tmp_path / "one.tar"))
+    other = tmp_path / "other"  # a home of its own: this one holds EXP-001 already
+    ran("octlm unpack FILE --json", "unpack", str(tmp_path / "one.tar"), into=other)
+    ran("octlm registry export -o FILE --json", "registry", "export", "EXP-001", "-o", str(tmp_path / "r.jsonl"))
+    imported = ran(
+        "octlm registry import FILE --json", "registry", "import", str(tmp_path / "r.jsonl"), "--prefix", "B-"
+    )
+    for arrival in imported["experiments"]:
+        holds(arrival, "octlm registry import FILE --json: each of experiments")
+    prepared = ran("octlm prepare ID --json", "prepare", "EXP-001")
+    for phase in prepared["phases"]:
+        holds(phase, "octlm prepare ID --json: each of phases")
+    made = ran("octlm sweep new NAME --json", "sweep", "new", "moved", "--from", "EXP-001", "--seeds", "2")
+    holds(made["trials"][0], "octlm sweep new NAME --json: each of trials")
+    assert ran("octlm sweep extend NAME --json", "sweep", "extend", "moved", "--seeds", "3")["added"] == 1
+    assert ran("octlm sweep retry NAME --json", "sweep", "retry", "moved", "--failed")["trials"] == {}
+    ran("octlm sweep pack NAME DIR --json", "sweep", "pack", "moved", "-o", str(tmp_path / "shipped"))
+    ran("octlm sweep unpack DIR --json", "sweep", "unpack", str(tmp_path / "shipped"))
+    checkup = ran("octlm doctor --json", "doctor")
+    for problem in checkup["problems"]:
+        holds(problem, "octlm doctor --json: each of problems")

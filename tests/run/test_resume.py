@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import assert_same_training_state, cli, json_out, octlm, tiny_config, write_experiment
+from conftest import assert_same_training_state, cli, holds, json_out, octlm, tiny_config, write_experiment
 
 from octlm.core import layout
 from octlm.data import tokens
@@ -120,6 +120,7 @@ def test_overfit_reaches_its_threshold(home: Path) -> None:
     result = cli(home, "overfit", "EXP-001", "--steps", "150", "--max-loss", "1.0", "--json", "-q")
     assert result.exit_code == 0, result.stdout
     report = json_out(result)
+    holds(report, "octlm overfit ID --json")
     assert report["final_loss"] <= 1.0 and report["verdict"] == "pass"
     assert report["matched_tokens"] >= 1
     assert (home / "runs" / "EXP-001-overfit.jsonl").exists()

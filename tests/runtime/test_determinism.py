@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, cli, made_once, octlm, write_experiment
+from conftest import CORPUS, cli, holds, made_once, octlm, write_experiment
 
 GOLDEN_CANARY = "e8678dae20ac184d"  # `octlm canary --threads 1` under portable, on the machine above
 # sha256 of EXP-001's weights and optimizer state at step 8 (``state_digest``; the tiny config of conftest, portable)
@@ -77,6 +77,7 @@ def test_golden_weights_and_canary(trained: Path) -> None:
     canary = octlm(trained, "canary", "EXP-001", "--json")
     assert canary.returncode == 0, canary.stderr
     assert json.loads(canary.stdout)["digest"] == GOLDEN_CANARY
+    holds(json.loads(canary.stdout), "octlm canary --json")
 
 
 @pytest.mark.slow
@@ -84,6 +85,10 @@ def test_verify_resume_passes_under_portable(trained: Path) -> None:
     result = octlm(trained, "verify-resume", "EXP-001", "--split-at", "2", "--until", "4", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["identical"]
+    resumed = json.loads(result.stdout)
+    holds(resumed, "octlm verify-resume ID --json")
+    for check in resumed["checks"]:
+        holds(check, "octlm verify-resume ID --json: each of checks")
 
 
 FAKED = (
@@ -172,6 +177,7 @@ def test_bench_times_each_profile_in_processes_of_its_own(home: Path, monkeypatc
     result = cli(home, "bench", "EXP-001", "--determinism", "local,portable", "--steps", "3", "--json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
+    holds(report, "octlm bench --determinism A,B --json")
     assert [argv[argv.index("--determinism") + 1] for argv in started] == ["local", "portable", "portable", "local"]
     assert all("--no-compile" in argv and "--json" in argv for argv in started)  # eager alike: portable refuses compile
     assert report["median_tokens_per_second"] == {"local": {"fp32": 110.0}, "portable": {"fp32": 93.0}}

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import cli, json_out
+from conftest import cli, holds, json_out
 
 
 @pytest.mark.slow
@@ -11,6 +11,10 @@ def test_bench_json_reports_every_figure(home: Path) -> None:
     result = cli(home, "bench", "EXP-001", "--steps", "2", "--precision", "fp32,bf16", "--json")
     assert result.exit_code == 0, result.stderr
     report = json_out(result)
+    holds(report, "octlm bench --json")
+    holds(report["machine"], "octlm bench --json: machine")
+    for row in report["results"]:
+        holds(row, "octlm bench --json: each of results")
     assert report["parameters"] > 0 and report["tokens_per_step"] == 4 * 16
     assert [r["precision"] for r in report["results"]] == ["fp32", "bf16"]
     for row in report["results"]:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cli, json_out, octlm
+from conftest import cli, holds, json_out, octlm
 
 from octlm.runtime import launch, load
 
@@ -33,6 +33,9 @@ def test_bench_nproc_2_reports_one_process_two_ranks_and_pieces_at_equal_threads
     )
     assert result.returncode == 0, result.stderr
     report = json_out(result)
+    holds(report, "octlm bench --nproc N --json")
+    for row in report["results"]:
+        holds(row, "octlm bench --nproc N --json: each of results")
     assert report["nproc"] == 2 and report["tokens_per_step"] == 4 * 16  # the global batch, on 1 or 2 ranks
     one, two, one_pieces, two_pieces = report["results"]
     assert [(r["ranks"], r["mode"]) for r in report["results"]] == [

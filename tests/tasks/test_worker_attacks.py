@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cli, json_out, octlm
+from conftest import cli, holds, json_out, octlm
 from test_sweeps import rows, start, sweep_home
 
 from octlm.core import layout
@@ -137,6 +137,7 @@ def test_a_worker_takes_only_trials_of_a_tier_it_can_run(tmp_path: Path) -> None
     assert rows(home, "select status from sweep_trials order by position") == [("done",), ("done",)], done.stderr
     assert "need another determinism tier than this process holds: starting afresh" in done.stderr
     assert sorted(json_out(done)["done"]) == ["EXP-002", "EXP-003"]  # the tally survives the fresh start
+    holds(json_out(done), "octlm work --json")
     outcomes = [o for (o,) in rows(home, "select outcome from sweep_claims order by id")]
     assert outcomes.count("done") == 2 and "failed" not in outcomes
 

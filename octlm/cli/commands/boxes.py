@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home_of
 from octlm.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from octlm.exchange.results import Imported
 
 PackOutputOption = Annotated[
     str,
@@ -169,7 +172,7 @@ def import_(
     print(_rows_line(report))
 
 
-def _rows_line(report: dict[str, Any]) -> str:
+def _rows_line(report: Imported) -> str:
     if not report["changed"]:
         return "nothing changed"
     rows = ", ".join(f"{n} {table}" for table, n in report["rows"].items()) or "no rows"

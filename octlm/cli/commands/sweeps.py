@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from octlm.store.sweeps.records import DecisionRow
+    from octlm.store.sweeps.records import DecisionRow, Extended, Retried
 
 from octlm.cli import render
 from octlm.cli.common import JsonOption, QuietOption, SetOption, handled, home_of
@@ -247,14 +247,13 @@ def sweep_retry(
     render.info(f"sweep {name}: queued again {said}; train them with `octlm work {name}`")
 
 
-def _event(event: dict[str, Any]) -> str:
+def _event(event: Retried | Extended) -> str:
     """One line of a sweep's history: what was retried (and why it had stopped), or what an extension added."""
-    trials = event.get("trials") or {}
-    if event.get("event") == "retried":
-        said = ", ".join(f"{i} ({t['was']}: {t['reason']})" for i, t in trials.items())
+    if event["event"] == "retried":
+        said = ", ".join(f"{i} ({t['was']}: {t['reason']})" for i, t in event["trials"].items())
     else:
-        said = f"{event.get('added', '?')} trials, {event.get('seeds')} seeds, grid {event.get('grid')}"
-    return f"{event.get('event')} {event.get('at')}: {said}"
+        said = f"{event['added']} trials, {event['seeds']} seeds, grid {event['grid']}"
+    return f"{event['event']} {event['at']}: {said}"
 
 
 def _decision(decision: DecisionRow) -> str:

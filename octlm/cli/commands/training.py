@@ -24,7 +24,9 @@ from octlm.runtime import launch
 
 if TYPE_CHECKING:
     from octlm.core.home import Home
+    from octlm.run.overfit import Overfitted  # imports torch
     from octlm.run.session import RunSummary  # imports torch
+    from octlm.tasks.proof.verify import Resumed  # imports torch
 
 RestartOption = Annotated[
     bool, typer.Option("--restart", help="Discard existing checkpoints, tokenizer and run file, and start over.")
@@ -299,7 +301,7 @@ def verify_resume(
         raise typer.Exit(1)
 
 
-def _print_verify_resume(experiment_id: str, result: dict[str, Any]) -> None:
+def _print_verify_resume(experiment_id: str, result: Resumed) -> None:
     rows = []
     for check in result["checks"]:
         differing = check["differing"]
@@ -345,7 +347,7 @@ def overfit(
             )
         finally:
             reporter.close()
-    if not leader:
+    if not leader or result is None:
         return
     if as_json:
         render.emit_json(result)
@@ -355,7 +357,7 @@ def overfit(
         raise typer.Exit(1)
 
 
-def _print_overfit(experiment_id: str, result: dict[str, Any]) -> None:
+def _print_overfit(experiment_id: str, result: Overfitted) -> None:
     matches = f"{result['matched_tokens']}/{result['block_tokens']} tokens"
     render.print_table(
         ("final loss", "perplexity", "bits per byte", "decode matches", "verdict"),

@@ -12,7 +12,16 @@ from typing import Any, cast
 
 from octlm.core.errors import BadInput
 from octlm.store.base import RegistryBase, checked, decoded, now, writable
-from octlm.store.sweeps.records import ClaimedTrial, ClaimRow, SweepSpec, Worker
+from octlm.store.sweeps.records import (
+    ClaimedTrial,
+    ClaimRow,
+    Retried,
+    RetriedTrial,
+    SweepRow,
+    SweepSpec,
+    TrialRow,
+    Worker,
+)
 from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead, set_spec
 
 
@@ -100,10 +109,10 @@ class QueueRows(RegistryBase):
 
     def _decide(self, conn: sqlite3.Connection, sweep_id: int, decide: Decide) -> list[Decision]:
         taken: list[Decision] = []
-        sweep = decoded(dict(conn.execute("select * from sweeps where id = ?", (sweep_id,)).fetchone()))
+        sweep = cast(SweepRow, decoded(dict(conn.execute("select * from sweeps where id = ?", (sweep_id,)).fetchone())))
         while True:
             rows = conn.execute("select * from sweep_trials where sweep_id = ? order by position", (sweep_id,))
-            decision = decide(sweep, [decoded(dict(r)) for r in rows.fetchall()])
+            decision = decide(sweep, [cast(TrialRow, decoded(dict(r))) for r in rows.fetchall()])
             if decision is None:
                 return taken
             fields = {"sweep_id": sweep_id, "rung": decision.rung, "step": decision.step, "created": now()}
@@ -117,8 +126,8 @@ class QueueRows(RegistryBase):
             taken.append(decision)
 
     def requeue(
-        self, name: str, statuses: Collection[str], next_step: Callable[[dict[str, Any]], tuple[int, int] | None]
-    ) -> dict[str, Any]:
+        self, name: str, statuses: Collection[str], next_step: Callable[[TrialRow], tuple[int, int] | None]
+    ) -> Retried:
         """``sweep retry``: every trial of sweep ``name`` whose status is in ``statuses`` (failed, stopped) and that
         no process holds, queued again in one transaction, each to the (step, rung) ``next_step(trial)`` gives
         (None: left as it is); the sweep's history (its spec's ``history``) gains one event naming each trial and
@@ -131,9 +140,9 @@ class QueueRows(RegistryBase):
             sweep = decoded(dict(row))
             marks = ", ".join("?" for _ in statuses)
             sql = f"{TRIALS} where t.sweep_id = ? and t.status in ({marks}) and c.id is null order by t.position"
-            taken: dict[str, dict[str, Any]] = {}
+            taken: dict[str, RetriedTrial] = {}
             for found in conn.execute(sql, (sweep["id"], *statuses)).fetchall():
-                trial = decoded(dict(found))
+                trial = cast(TrialRow, decoded(dict(found)))
                 going = next_step(trial)
                 if going is None:
                     continue
@@ -145,7 +154,7 @@ class QueueRows(RegistryBase):
                 )
                 reason = (trial["error"] or "").strip().splitlines()[-1:] or [trial["status"]]
                 taken[trial["experiment_id"]] = {"was": trial["status"], "reason": reason[0], "target_step": target}
-            event = {"event": "retried", "at": now(), "trials": taken}
+            event: Retried = {"event": "retried", "at": now(), "trials": taken}
             if taken:
                 spec = dict(sweep["spec"] or {})
                 spec["history"] = [*spec.get("history", []), event]

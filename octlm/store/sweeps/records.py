@@ -1,10 +1,13 @@
 """A sweep's rows as the store reads them and the records its queue hands out (torch-free): the sweep with its spec,
-its trials (with their open claim), a claim, the worker that takes one, halving's decisions."""
+its trials (with their open claim), a claim, the worker that takes one, halving's decisions; the events of its
+history; and what the sweep commands write with ``--json`` (``SweepCreated`` ... ``SweepUnpacked``), kept here beside
+the rows they are made of."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
+from octlm.core.records.freeform import ConfigTree
 from octlm.store.migrations import Json
 
 
@@ -42,8 +45,8 @@ class SweepSpec(TypedDict, total=False):
     keep: float
     overrides: list[str]
     prefix: str
-    base_config: dict[str, Any]  # the base experiment's config tree (free-form: the config's own shape)
-    history: list[dict[str, Any]]  # extend's and retry's events, each its own keys (``mending``)
+    base_config: ConfigTree  # the base experiment's config
+    history: list[Retried | Extended]  # extend's and retry's events (``mending``)
     shipped: Shipped  # where ``sweep pack`` sent it, until ``sweep unpack`` brings every trial back
 
 
@@ -143,3 +146,91 @@ class DecisionRow(TypedDict):
     ranking: Json
     promoted: Json
     created: str | None
+
+
+class RetriedTrial(TypedDict):
+    was: str  # failed | stopped
+    reason: str  # the last line of its error, else its status
+    target_step: int  # where it trains to now
+
+
+class Retried(TypedDict):
+    """``sweep retry``'s event in the sweep's history: each trial queued again and why it had stopped."""
+
+    event: Literal["retried"]
+    at: str
+    trials: dict[str, RetriedTrial]
+
+
+class Extended(TypedDict):
+    """``sweep extend``'s event in the sweep's history: how many trials it added and the grown seeds and grid."""
+
+    event: Literal["extended"]
+    at: str
+    added: int
+    seeds: int
+    grid: dict[str, list[Any]]  # KEY: its values, as the config holds them
+
+
+class SweepRetried(Retried):
+    """What ``octlm sweep retry --json`` writes: the event it added to the sweep's history."""
+
+    name: str
+
+
+class SweepExtended(TypedDict):
+    """What ``sweep extend --json`` writes: the event (none but ``added`` 0 when nothing was new) and the trials."""
+
+    name: str
+    event: Literal["extended"]
+    added: int
+    trials: list[str]
+    at: NotRequired[str]
+    seeds: NotRequired[int]
+    grid: NotRequired[dict[str, list[Any]]]
+
+
+class Made(TypedDict):
+    """A trial as ``sweep new`` made it."""
+
+    id: str
+    params: ConfigTree  # {config key: value}
+    seed: int
+    description: str
+
+
+class SweepCreated(TypedDict):
+    """What ``octlm sweep new --json`` writes: the sweep, its spec as kept, and the trials made."""
+
+    sweep: str
+    id: int
+    spec: SweepSpec
+    trials: list[Made]
+
+
+class SweepPacked(TypedDict):
+    """What ``octlm sweep pack --json`` writes: the folder of each shard and the trials shipped."""
+
+    sweep: str
+    folders: list[str]  # one per shard
+    trials: list[str]
+
+
+class SweepUnpacked(TypedDict):
+    """What ``octlm sweep unpack --json`` writes: what became of each trial, and whether anything changed."""
+
+    sweep: str
+    trials: dict[str, str]  # trial ID -> new | further | kept
+    changed: bool
+
+
+class RankedGroup(TypedDict):
+    """One configuration at a rung, as halving ranks them (best first)."""
+
+    group: str  # the configuration's key
+    params: ConfigTree  # {config key: value}
+    trials: list[str]  # its replicates' experiment IDs
+    values: list[float | None]  # each replicate's metric
+    value: float | None  # their mean; none when one failed
+    sd: float | None
+    promoted: NotRequired[bool]  # set by the decision

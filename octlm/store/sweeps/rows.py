@@ -13,8 +13,8 @@ from typing import Any, cast
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.liveness import effective_status
-from octlm.store.base import EXPERIMENT_COLUMNS, RegistryBase, checked, encode, now, writable
-from octlm.store.sweeps.records import DecisionRow, QueuedTrial, SweepRow
+from octlm.store.base import EXPERIMENT_COLUMNS, Fields, RegistryBase, checked, encode, now, writable
+from octlm.store.sweeps.records import DecisionRow, QueuedTrial, RankedGroup, SweepRow, TrialRow
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,12 @@ class Decision:
 
     rung: int
     step: int  # the rung's step
-    ranking: list[dict[str, Any]]
+    ranking: list[RankedGroup]
     promoted: list[str]  # experiment IDs
     next_step: int  # the step the promoted train to
 
 
-Decide = Callable[[dict[str, Any], list[dict[str, Any]]], Decision | None]  # (sweep, its trials) -> a decision
+Decide = Callable[[SweepRow, list[TrialRow]], Decision | None]  # (sweep, its trials) -> a decision
 # What moves with a sweep between homes (``sweep pack``) and what its record beside the registry keeps (``kept``).
 SWEEP_FIELDS = ("name", "uuid", "base", "description", "spec", "created")
 TRIAL_FIELDS = (
@@ -53,7 +53,7 @@ def set_spec(conn: sqlite3.Connection, sweep_id: int, spec: Any) -> None:
     conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep_id))
 
 
-def claim_is_dead(row: Mapping[str, Any]) -> bool:
+def claim_is_dead(row: Fields) -> bool:
     """A claim whose process is gone (on this host, by pid and start time): its trial may be taken over."""
     probe = {"status": "running", "host": row.get("host"), "pid": row.get("pid"), "pid_start": row.get("pid_start")}
     return bool(effective_status(probe)["status"] == "crashed")
@@ -75,7 +75,7 @@ class SweepRows(RegistryBase):
     """The sweeps' rows: made, merged, restored and read (``Registry`` inherits them; the queue's claims are
     ``queue.QueueRows``)."""
 
-    def add_sweep(self, sweep: dict[str, Any], members: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> int:
+    def add_sweep(self, sweep: Fields, members: Sequence[tuple[Fields, Fields]]) -> int:
         """The sweep (``name``, ``base``, ``description``, ``spec``) with its trials, each (experiment row fields
         with ``id``, trial fields), in one transaction; BadInput when the name is taken. The sweep's id."""
         stamp = now()
@@ -90,7 +90,7 @@ class SweepRows(RegistryBase):
     def add_trials(
         self,
         sweep_id: int,
-        members: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+        members: Sequence[tuple[Fields, Fields]],
         expect_groups: int,
         spec: Any = None,
     ) -> bool:
@@ -109,7 +109,7 @@ class SweepRows(RegistryBase):
                 set_spec(conn, sweep_id, spec)
             return True
 
-    def add_experiments(self, rows: Sequence[dict[str, Any]]) -> None:
+    def add_experiments(self, rows: Sequence[Fields]) -> None:
         """Experiment rows (fields as ``add_experiment``, with ``id``) in one transaction (``new --seeds``)."""
         stamp = now()
         with self._transaction() as conn:
@@ -117,7 +117,7 @@ class SweepRows(RegistryBase):
                 self._insert_experiment(conn, {"created": stamp, "updated": stamp, "uuid": str(uuid.uuid4()), **row})
 
     def _add_members(
-        self, conn: sqlite3.Connection, sweep_id: int, members: Sequence[tuple[dict[str, Any], dict[str, Any]]], at: int
+        self, conn: sqlite3.Connection, sweep_id: int, members: Sequence[tuple[Fields, Fields]], at: int
     ) -> None:
         stamp = now()
         for position, (experiment, trial) in enumerate(members, at):
@@ -126,12 +126,12 @@ class SweepRows(RegistryBase):
             _insert(conn, "sweep_trials", {"rung": 0, "replicate": 0, "updated": stamp, **base, **trial})
 
     @staticmethod
-    def _insert_experiment(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
+    def _insert_experiment(conn: sqlite3.Connection, row: Fields) -> None:
         fields = checked("experiments", {k: v for k, v in row.items() if k != "id"}, EXPERIMENT_COLUMNS)
         columns, marks = ", ".join(fields), ", ".join("?" for _ in fields)
         conn.execute(f"insert into experiments (id, {columns}) values (?, {marks})", (row["id"], *fields.values()))
 
-    def merge_sweep(self, sweep: dict[str, Any], trials: Sequence[dict[str, Any]]) -> dict[str, str]:
+    def merge_sweep(self, sweep: Fields, trials: Sequence[Fields]) -> dict[str, str]:
         """A sweep shipped from another home (``sweep unpack``), matched by its UUID, in one transaction: its row
         when new here, and each trial's row where the shipped one got further (a later rung, or ended where this
         one waits); a trial shipped running arrives queued (claims stay where they were). {trial ID: new |
@@ -146,6 +146,7 @@ class SweepRows(RegistryBase):
                 raise Refused(f"sweep {sweep['name']} is another sweep here (another UUID): nothing was changed")
             sweep_id = row["id"] if row is not None else _insert(conn, "sweeps", {**sweep, "updated": now()})
             for trial in trials:
+                trial_id = str(trial["experiment_id"])
                 fields = {**trial, "status": "queued" if trial["status"] == "running" else trial["status"]}
                 here = conn.execute(
                     "select id, rung, status from sweep_trials where sweep_id = ? and experiment_id = ?",
@@ -153,17 +154,17 @@ class SweepRows(RegistryBase):
                 ).fetchone()
                 if here is None:
                     _insert(conn, "sweep_trials", {**fields, "sweep_id": sweep_id, "updated": now()})
-                    merged[trial["experiment_id"]] = "new"
+                    merged[trial_id] = "new"
                 elif _progress(fields) > _progress(dict(here)):
                     row = checked("sweep_trials", {**fields, "updated": now()}, writable("sweep_trials"))
                     sets = ", ".join(f"{key} = ?" for key in row)
                     conn.execute(f"update sweep_trials set {sets} where id = ?", (*row.values(), here["id"]))
-                    merged[trial["experiment_id"]] = "further"
+                    merged[trial_id] = "further"
                 else:
-                    merged[trial["experiment_id"]] = "kept"
+                    merged[trial_id] = "kept"
         return merged
 
-    def restore_decisions(self, sweep_id: int, decisions: Sequence[dict[str, Any]]) -> int:
+    def restore_decisions(self, sweep_id: int, decisions: Sequence[Fields]) -> int:
         """Halving's decisions kept beside the registry (``doctor --repair`` after its loss), those not here yet, in
         one transaction; how many went in."""
         added = 0

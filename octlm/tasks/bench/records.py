@@ -54,6 +54,8 @@ class Measured(TypedDict):
 
 
 class BenchReport(Header):
+    """What ``octlm bench --json`` writes: the header, then a row per precision."""
+
     results: list[Measured]
     bf16_over_fp32_tokens_per_second: NotRequired[float]  # when both were measured
     bf16_over_fp32_matmul_peak: NotRequired[float]
@@ -95,6 +97,8 @@ class RanksRow(Figures):
 
 
 class RanksReport(Header):
+    """What ``octlm bench --nproc N --json`` writes: the header, then a row per precision and variant."""
+
     nproc: int
     results: list[RanksRow]
     rounds: NotRequired[int]

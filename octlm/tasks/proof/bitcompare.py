@@ -4,17 +4,40 @@ size."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
 
 import torch
 
+from octlm.core.records.freeform import StateDict
 from octlm.train.checkpoint import Record
 
 
-def tensors(tree: Any, prefix: str = "") -> dict[str, Any]:
+class Differing(TypedDict):
+    """A leaf that differs between the two runs, or the first step where their run files part."""
+
+    name: str  # the leaf's dotted path (a tensor, a number), or what differs
+    max_abs_diff: float | None  # the largest gap of two floating tensors; none for anything else
+
+
+class Check(TypedDict):
+    """One comparison of verify-resume: what was compared, how many leaves, those that differ."""
+
+    check: str
+    compared: int
+    differing: list[Differing]
+    values: NotRequired[list[float]]  # the next-batch loss of each side
+
+
+class Streams(TypedDict):
+    sampler: torch.Tensor
+    ranks: list[StateDict]
+
+
+def tensors(tree: object, prefix: str = "") -> dict[str, object]:
     """Flatten nested dicts/lists to {dotted.path: leaf}."""
     if isinstance(tree, dict):
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for key, value in tree.items():
             out.update(tensors(value, f"{prefix}{key}."))
         return out
@@ -39,10 +62,10 @@ def same(a: Any, b: Any) -> tuple[bool, float | None]:
     return a == b, None
 
 
-def section(name: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def section(name: str, a: Mapping[str, object], b: Mapping[str, object]) -> Check:
     """One check: every leaf of ``a`` against ``b``'s at the same path, the differing ones named."""
     left, right = tensors(a), tensors(b)
-    differing = []
+    differing: list[Differing] = []
     for key in sorted(set(left) | set(right)):
         equal, gap = same(left.get(key), right.get(key))
         if not equal:
@@ -50,7 +73,7 @@ def section(name: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {"check": name, "compared": len(set(left) | set(right)), "differing": differing}
 
 
-def streams(record: Record, pieces: bool) -> dict[str, Any]:
+def streams(record: Record, pieces: bool) -> Streams:
     """The random states to compare: the sampler's and every rank's; with canonical pieces, every distinct one
     (one, when the ranks agree as they must), so that sides of different world sizes compare."""
     states = record.rng
@@ -59,6 +82,6 @@ def streams(record: Record, pieces: bool) -> dict[str, Any]:
     return {"sampler": record.sampler, "ranks": states}
 
 
-def _differ(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _differ(a: StateDict, b: StateDict) -> bool:
     left, right = tensors(a), tensors(b)
     return left.keys() != right.keys() or not all(same(left[key], right[key])[0] for key in left)

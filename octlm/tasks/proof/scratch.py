@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from octlm.core.errors import Interrupted, OctlmError
 from octlm.core.home import CACHE_VARIABLE, Home
@@ -156,9 +156,10 @@ def _signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNAL_EXIT)
 
 
-def in_scratch(
-    plan: Plan, keep: bool, report: Callable[[str], None], work: Callable[[Path], dict[str, Any]]
-) -> dict[str, Any]:
+Done = TypeVar("Done")  # what the work in the scratch folder gives back
+
+
+def in_scratch(plan: Plan, keep: bool, report: Callable[[str], None], work: Callable[[Path], Done]) -> Done:
     """``work`` in a new scratch folder, which goes entirely afterwards (unless ``keep``), however ``work`` ends."""
     scratch: Path | None = None
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_EXIT)  # no signal until the cleanup knows the folder

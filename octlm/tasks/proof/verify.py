@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import torch
 
@@ -43,11 +43,47 @@ from octlm.store.registry import Registry
 from octlm.store.runs import runfile
 from octlm.tasks.proof import bitcompare as compare
 from octlm.tasks.proof import scratch
+from octlm.tasks.proof.bitcompare import Check, Differing
 from octlm.tasks.proof.scratch import Plan
 from octlm.train import checkpoint
 from octlm.train.loop import train_step
 
 STOP_GRACE_S = 10.0  # a stopped segment may finish its step; then its process group is killed
+
+
+class Threads(TypedDict):
+    threads: int
+    how: str  # asked | free cores | ...
+    said: str  # the line verify-resume printed about them
+
+
+class Verdict(TypedDict):
+    verdict: str  # pass | fail
+    identical: bool
+    checks: list[Check]
+    next_loss: float
+    first_differing_step: int | str | None
+    summary: str
+
+
+class Compared(Verdict):
+    seconds: dict[str, float]  # a: the uninterrupted run, b: the segments together
+
+
+class Resumed(Compared):
+    """What ``verify-resume --json`` writes, and what the registry keeps as the verdict's details."""
+
+    id: str
+    split_at: list[int]
+    until: int
+    nproc: int | list[int]  # one size, or the sizes (a) and the segments of (b) cycled through
+    threads: Threads
+    warnings: NotRequired[list[SegmentWarning]]  # the command's: what the segments warned of, each once
+
+
+class SegmentWarning(TypedDict):
+    segments: list[str]  # the segments that said it
+    message: str
 
 
 def parse_splits(text: str, until: int) -> list[int]:
@@ -106,7 +142,7 @@ def verify_resume(
     segments: Segments | None = None,
     nproc: int | list[int] = 1,
     config: Config | None = None,
-) -> dict[str, Any]:
+) -> Resumed:
     """Runs (a) and (b) in scratch homes and compares them, each segment on ``nproc`` ranks (a list: (a) on the
     first, each segment of (b) on the next, cycling); ``reporter`` is told the phases of preparing the data here,
     ``segments`` each child process and what it says."""
@@ -132,14 +168,21 @@ def verify_resume(
         torch.set_num_threads(threads.threads)  # the next-batch losses, here, as the segments train
         plan = _plan(home, config, splits, final, sizes, threads)
         shown_by = segments or QuietSegments()
-        result = scratch.in_scratch(
+        compared = scratch.in_scratch(
             plan, keep_scratch, report, lambda folder: _both_runs(folder, plan, prepared, shown_by)
         )
         shown: int | list[int] = sizes[0] if len(sizes) == 1 else sizes
-        result.update({"id": experiment_id, "split_at": splits, "until": final, "nproc": shown})
-        result["threads"] = {"threads": threads.threads, "how": threads.how, "said": threads.said()}
-        registry.add_verification(experiment_id, "verify-resume", result["verdict"], result)
-        return result
+        said: Threads = {"threads": threads.threads, "how": threads.how, "said": threads.said()}
+        resumed: Resumed = {
+            **compared,
+            "id": experiment_id,
+            "split_at": splits,
+            "until": final,
+            "nproc": shown,
+            "threads": said,
+        }
+        registry.add_verification(experiment_id, "verify-resume", resumed["verdict"], resumed)
+        return resumed
 
 
 def thread_choice(config: Config) -> load.Choice:
@@ -170,15 +213,14 @@ def _plan(home: Home, config: Config, splits: list[int], final: int, sizes: list
     return Plan(config.id, *cadence, home.root, config.init.checkpoint, tuple(sizes), chosen)
 
 
-def _both_runs(folder: Path, plan: Plan, prepared: PreparedData, segments: Segments) -> dict[str, Any]:
+def _both_runs(folder: Path, plan: Plan, prepared: PreparedData, segments: Segments) -> Compared:
     a, b = scratch.scratch_home(folder / "a", plan), scratch.scratch_home(folder / "b", plan)
     bounds = [0, *plan.splits, plan.until]
     seconds = {"a": scratch.run_segment(a, plan, 0, 0, plan.until, segments), "b": 0.0}
     for index, (begin, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
         seconds["b"] += scratch.run_segment(b, plan, index + 1, begin, stop, segments)
-    result = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
-    result["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
-    return result
+    verdict = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
+    return {**verdict, "seconds": {k: round(v, 2) for k, v in seconds.items()}}
 
 
 def _final(home: Home, plan: Plan) -> checkpoint.Loaded:
@@ -194,7 +236,7 @@ def _verdict(
     a: Home,
     b: Home,
     experiment_id: str,
-) -> dict[str, Any]:
+) -> Verdict:
     ra, rb = loaded_a.record, loaded_b.record
     pieces = bool(prepared.config.training.micro_batches)  # every rank's streams alike: compared once per side
     checks = [
@@ -226,14 +268,14 @@ def _verdict(
     }
 
 
-def _loss_check(prepared: PreparedData, loaded_a: checkpoint.Loaded, loaded_b: checkpoint.Loaded) -> dict[str, Any]:
+def _loss_check(prepared: PreparedData, loaded_a: checkpoint.Loaded, loaded_b: checkpoint.Loaded) -> Check:
     """The loss of the batch after the last step, from each final checkpoint."""
     loss_a, loss_b = _next_loss(prepared, loaded_a), _next_loss(prepared, loaded_b)
-    differing = [] if loss_a == loss_b else [{"name": "loss", "max_abs_diff": abs(loss_a - loss_b)}]
+    differing: list[Differing] = [] if loss_a == loss_b else [{"name": "loss", "max_abs_diff": abs(loss_a - loss_b)}]
     return {"check": "next-batch loss", "compared": 1, "differing": differing, "values": [loss_a, loss_b]}
 
 
-def _run_file_check(a: Home, b: Home, experiment_id: str) -> tuple[dict[str, Any], Any]:
+def _run_file_check(a: Home, b: Home, experiment_id: str) -> tuple[Check, int | str | None]:
     """The two run files, timings aside, and the first step where they differ (None when equal)."""
     records_a = runfile.without_timings(runfile.read(a.run_file(experiment_id)))
     records_b = runfile.without_timings(runfile.read(b.run_file(experiment_id)))
@@ -241,6 +283,8 @@ def _run_file_check(a: Home, b: Home, experiment_id: str) -> tuple[dict[str, Any
     first_step: int | str | None = next((left.get("step") for left, right in pairs if left != right), None)
     if first_step is None and len(records_a) != len(records_b):
         first_step = "length differs"
-    differing = [] if first_step is None else [{"name": f"first differing step: {first_step}", "max_abs_diff": None}]
-    check = {"check": "run file", "compared": max(len(records_a), len(records_b)), "differing": differing}
+    differing: list[Differing] = []
+    if first_step is not None:
+        differing.append({"name": f"first differing step: {first_step}", "max_abs_diff": None})
+    check: Check = {"check": "run file", "compared": max(len(records_a), len(records_b)), "differing": differing}
     return check, first_step

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
 
+from octlm.store.sweeps.records import RankedGroup, SweepRow, TrialRow
 from octlm.store.sweeps.rows import Decision
 
 WAITING = ("queued", "running")
 
 
-def decide(sweep: dict[str, Any], trials: list[dict[str, Any]]) -> Decision | None:
+def decide(sweep: SweepRow, trials: list[TrialRow]) -> Decision | None:
     """The decision due on the lowest rung that is complete and not yet decided, or None."""
-    spec = sweep.get("spec") or {}
+    spec = sweep["spec"] or {}
     rungs, keep = spec.get("halving") or [], float(spec.get("keep") or 0.5)
     for rung in range(len(rungs) - 1):
         at = [t for t in trials if t["rung"] == rung]
@@ -37,24 +37,25 @@ def decide(sweep: dict[str, Any], trials: list[dict[str, Any]]) -> Decision | No
     return None
 
 
-def rank(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rank(trials: list[TrialRow]) -> list[RankedGroup]:
     """The configurations of one rung, best first: {group, params, trials, values, value (their mean; None when
     one failed), sd}; ties by queue order."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[TrialRow]] = {}
     for trial in sorted(trials, key=lambda t: t["position"]):
         groups.setdefault(trial["group_key"], []).append(trial)
-    ranked = []
+    ranked: list[RankedGroup] = []
     for key, members in groups.items():
         values = [m["value"] for m in members]
-        complete = all(m["status"] == "done" and v is not None for m, v in zip(members, values, strict=True))
+        known = [v for v in values if v is not None]
+        complete = len(known) == len(values) and all(m["status"] == "done" for m in members)
         ranked.append(
             {
                 "group": key,
                 "params": members[0]["params"],
                 "trials": [m["experiment_id"] for m in members],
                 "values": values,
-                "value": statistics.fmean(values) if complete else None,
-                "sd": statistics.stdev(values) if complete and len(values) > 1 else None,
+                "value": statistics.fmean(known) if complete else None,
+                "sd": statistics.stdev(known) if complete and len(known) > 1 else None,
             }
         )
     order = {key: index for index, key in enumerate(groups)}

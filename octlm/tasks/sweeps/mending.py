@@ -14,13 +14,13 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.home import DEFAULT_PREFIX, Home
 from octlm.store import kept
 from octlm.store.registry import Registry, now
-from octlm.store.sweeps.records import SweepSpec
+from octlm.store.sweeps.records import Extended, SweepExtended, SweepRetried, SweepSpec, TrialRow
 from octlm.tasks.sweeps import samplers, shipping
 
 RETRYABLE = ("failed", "stopped")
 
 
-def retry(home: Home, name: str, statuses: tuple[str, ...]) -> dict[str, Any]:
+def retry(home: Home, name: str, statuses: tuple[str, ...]) -> SweepRetried:
     """Queue again the trials of ``name`` in ``statuses`` that no worker holds; the history event it recorded
     (``trials`` empty when there was nothing to retry)."""
     unknown = [status for status in statuses if status not in RETRYABLE]
@@ -38,7 +38,7 @@ def retry(home: Home, name: str, statuses: tuple[str, ...]) -> dict[str, Any]:
     return {"name": name, **event}
 
 
-def _going(trial: dict[str, Any], rungs: list[int]) -> tuple[int, int] | None:
+def _going(trial: TrialRow, rungs: list[int]) -> tuple[int, int] | None:
     """(step, rung) a retried trial trains to: a failed one where it was going; a stopped one to the last rung."""
     if trial["status"] == "failed":
         return int(trial["target_step"]), int(trial["rung"])
@@ -47,7 +47,7 @@ def _going(trial: dict[str, Any], rungs: list[int]) -> tuple[int, int] | None:
     return None  # stopped at the last step already: nothing more to train
 
 
-def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draws: int) -> dict[str, Any]:
+def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draws: int) -> SweepExtended:
     """``sweep extend``: the same sweep with more seeds (``seeds``: the new count per configuration), more values of
     its grid keys (``grid``: KEY=V,... added to the key's values) or ``draws`` more random draws; only the trials it
     did not have are made, numbered after the last, nothing done is trained again (a trial's config is the one it
@@ -67,7 +67,13 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
     new = [t for t in plan.build_trials(base, cells, grown, name) if (t.group_key, t.replicate) not in have]
     if not new:
         return {"name": name, "event": "extended", "added": 0, "trials": []}
-    event = {"event": "extended", "at": now(), "added": len(new), "seeds": grown["seeds"], "grid": grown["grid"]}
+    event: Extended = {
+        "event": "extended",
+        "at": now(),
+        "added": len(new),
+        "seeds": grown["seeds"],
+        "grid": grown["grid"],
+    }
     grown["history"] = [*spec.get("history", []), event]
     groups = len({t["group_key"] for t in trials})
     with plan.write_trials(home, new, spec.get("prefix") or DEFAULT_PREFIX, name) as (registry, members):

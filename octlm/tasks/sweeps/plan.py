@@ -22,8 +22,9 @@ from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import Home
 from octlm.core.records.freeform import ConfigTree
 from octlm.store import experiments, kept
+from octlm.store.base import Fields
 from octlm.store.registry import Registry
-from octlm.store.sweeps.records import SweepRow, SweepSpec
+from octlm.store.sweeps.records import Made, SweepCreated, SweepRow, SweepSpec
 from octlm.tasks.sweeps import asking, samplers
 from octlm.tasks.sweeps.spec import (
     SEED,
@@ -150,7 +151,7 @@ def plan(home: Home, request: Request) -> Plan:
     return Plan(spec, build_trials(base, sampler.first(spec), spec, request.name))
 
 
-def create(home: Home, request: Request) -> dict[str, Any]:
+def create(home: Home, request: Request) -> SweepCreated:
     """``octlm sweep new``: the sweep and its trials, written as the module says; what was made."""
     made = plan(home, request)
     sweep = {"name": request.name, "base": request.base, "description": _summary(made), "spec": made.spec}
@@ -166,14 +167,14 @@ def _summary(made: Plan) -> str:
     return f"{groups} configurations x {seeds} seed{'s' * (seeds != 1)}, {made.spec['sampler']}"
 
 
-def _shown(trial: Trial) -> dict[str, Any]:
+def _shown(trial: Trial) -> Made:
     return {"id": trial.config.id, "params": trial.params, "seed": trial.seed, "description": trial.config.description}
 
 
 @contextlib.contextmanager
 def write_trials(
     home: Home, trials: list[Trial], prefix: str, sweep: str | None
-) -> Iterator[tuple[Registry, list[tuple[dict[str, Any], dict[str, Any]]]]]:
+) -> Iterator[tuple[Registry, list[tuple[Fields, Fields]]]]:
     """Write the trials' files (IDs allocated as ``octlm new`` allocates them) and hand the open registry and the
     rows to insert to the block; when the block fails, the files go again (their rows never went in)."""
     home.ensure_writable()
@@ -181,7 +182,8 @@ def write_trials(
     written: list[str] = []
     with Registry(home.registry) as registry:
         try:
-            members, free = [], experiments.free_ids(home, registry, prefix)  # the taken IDs read once
+            members: list[tuple[Fields, Fields]] = []
+            free = experiments.free_ids(home, registry, prefix)  # the taken IDs read once
             for trial in trials:
                 trial.config = experiments.publish_next(home, free, trial.config, prefix)
                 written.append(trial.config.id)
@@ -193,12 +195,12 @@ def write_trials(
             raise
 
 
-def _experiment_row(home: Home, trial: Trial, sweep: str | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"id": trial.config.id, **experiments.row_fields(home, trial.config)}
+def _experiment_row(home: Home, trial: Trial, sweep: str | None) -> Fields:
+    row: dict[str, object] = {"id": trial.config.id, **experiments.row_fields(home, trial.config)}
     return {**row, "tags": [f"sweep:{sweep}"]} if sweep else row
 
 
-def _trial_row(trial: Trial) -> dict[str, Any]:
+def _trial_row(trial: Trial) -> Fields:
     fields = {"params": trial.params, "group_key": trial.group_key, "replicate": trial.replicate}
     return {**fields, "seed": trial.seed, "target_step": trial.target_step}
 

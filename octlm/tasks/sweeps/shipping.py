@@ -18,7 +18,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import check_output, read_regular, write_output
@@ -26,7 +26,7 @@ from octlm.core.home import Home, validate_id
 from octlm.exchange import packing
 from octlm.store import kept
 from octlm.store.registry import Registry, now
-from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepSpec
+from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepPacked, SweepSpec, SweepUnpacked
 from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, picked
 from octlm.tasks.sweeps import samplers
 from octlm.tasks.sweeps.spec import validate_name
@@ -35,7 +35,17 @@ FORMAT, VERSION, MANIFEST = "octlm-sweep", 1, "sweep.json"
 MAX_MANIFEST = 64 << 20
 
 
-def pack(home: Home, name: str, output: Path, shards: int = 1) -> dict[str, Any]:
+class ShippedSweep(TypedDict):
+    """A shipped sweep's ``sweep.json``, as ``read_manifest`` has checked it: the sweep's row and its trials' rows
+    (the columns ``SWEEP_FIELDS`` and ``TRIAL_FIELDS`` name, each checked for its type)."""
+
+    format: str
+    version: int
+    sweep: dict[str, Any]  # a sweep row's columns, spec included (checked by _check_sweep)
+    trials: list[dict[str, Any]]  # trial rows' columns (checked by _check_trial)
+
+
+def pack(home: Home, name: str, output: Path, shards: int = 1) -> SweepPacked:
     """Write the sweep ``name`` to the folder ``output`` (in ``shards`` shard folders); what went where."""
     with Registry(home.registry, create=False) as registry:
         sweep = registry.sweep(name)
@@ -121,7 +131,7 @@ def _make_folder(folder: Path, own_name: bool) -> None:
         raise Refused(f"{folder} cannot be made: {error.strerror or error}; nothing was written there") from None
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
+def read_manifest(folder: Path) -> ShippedSweep:
     """``sweep.json`` of a shipped sweep, checked; BadInput for a folder that is not one, Refused for a newer one."""
     path = folder / MANIFEST
     try:
@@ -144,7 +154,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     _check_sweep(path, sweep)
     for index, trial in enumerate(trials):
         _check_trial(path, index, trial)
-    return manifest
+    return cast(ShippedSweep, manifest)  # its sweep and trials checked above
 
 
 STATUSES = ("queued", "running", "done", "failed", "stopped")
@@ -200,7 +210,7 @@ def _check_trial(path: Path, index: int, trial: dict[str, Any]) -> None:
         raise _bad(path, where, "error", "a text or null")
 
 
-def unpack(home: Home, folder: Path) -> dict[str, Any]:
+def unpack(home: Home, folder: Path) -> SweepUnpacked:
     """Unpack a shipped sweep (or one shard of it) into ``home``: every trial's pack, then the sweep's rows."""
     manifest = read_manifest(folder)
     packs = [folder / f"{t['experiment_id']}.tar" for t in manifest["trials"]]

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from octlm.core.records import RunRecord
 from octlm.core.reporting import RunStart
@@ -41,13 +41,22 @@ class Tally:
             found = {}
         return cls(list(found.get("done", [])), list(found.get("failed", [])))
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> TallyJson:
         return {
             "done": self.done,
             "failed": self.failed,
             "overhead_s": round(self.overhead_s, 3),
             "trained_s": round(self.trained_s, 3),
         }
+
+
+class TallyJson(TypedDict):
+    """What ``octlm work --json`` writes: the trials done and failed, the time spent training and around it."""
+
+    done: list[str]
+    failed: list[str]
+    overhead_s: float
+    trained_s: float
 
 
 class TrialLog:

@@ -183,11 +183,12 @@ def verdicts(home: Home, item: Detail, charts_too: bool = True) -> list[Verdict]
     return out
 
 
-def verify_resume(details: dict[str, Any]) -> Resume:
+def verify_resume(details: Mapping[str, object]) -> Resume:  # as the registry keeps it, any version
     splits = details.get("split_at")
     seconds = _dict(details.get("seconds"))
     rows: list[Cells] = []
-    for check in details.get("checks") or []:
+    checks = details.get("checks")
+    for check in checks if isinstance(checks, list) else []:
         if isinstance(check, dict):
             differing = check["differing"] if isinstance(check.get("differing"), list) else []
             compared = check.get("compared")
@@ -206,7 +207,7 @@ def verify_resume(details: dict[str, Any]) -> Resume:
     )
 
 
-def overfit(details: dict[str, Any], records: charts.Records, charts_too: bool) -> Overfit:
+def overfit(details: Mapping[str, object], records: charts.Records, charts_too: bool) -> Overfit:
     """octlm's overfit figures beside the seed notebook's, the decode, and the curves of the run file."""
     # the seed logged its first figure at step 20: octlm's at that step when its run file has it
     first: Mapping[str, Any] = next((r for r in records if r.get("step") == 20 and r.get("train_loss") is not None), {})
@@ -221,9 +222,9 @@ def overfit(details: dict[str, Any], records: charts.Records, charts_too: bool) 
         "decode": f"{number(details.get('matched_tokens'))} of {number(details.get('block_tokens'))} tokens",
     }
     texts = [
-        (label, details[key])
+        (label, text)
         for key, label in (("block_text", "the block"), ("decoded_text", "greedy decode from its first token"))
-        if isinstance(details.get(key), str)
+        if isinstance(text := details.get(key), str)
     ]
     chart = None
     if charts_too and records:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from octlm.config import BOOKKEEPING, canonical, flatten
+from octlm.core.records.freeform import ConfigTree
 from octlm.views import noise
 
 SEED = "training.seed"
@@ -41,7 +42,7 @@ class Group(TypedDict):
     eval_loss_se: float | None  # the mean of their final evaluations' own standard errors
 
 
-def key(config: Mapping[str, Any]) -> str:
+def key(config: ConfigTree) -> str:
     """What replicates share: the config's fingerprinted keys without the seed (canonical JSON)."""
     return _key(flatten(dict(config)))
 
@@ -50,13 +51,14 @@ def _key(flat: Mapping[str, Any]) -> str:
     return canonical({k: v for k, v in flat.items() if k not in BOOKKEEPING and k != SEED})
 
 
-def twins(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def twins(a: ConfigTree, b: ConfigTree) -> bool:
     """Whether two configs train the same bits: the same fingerprinted keys, seed included (not replicates)."""
     return bool(a) and key(a) == key(b) and flatten(dict(a)).get(SEED) == flatten(dict(b)).get(SEED)
 
 
-def spread(values: Sequence[float | None]) -> Spread:
-    found = [float(v) for v in values if v is not None and math.isfinite(v)]
+def spread(values: Sequence[object]) -> Spread:
+    """Count, mean and sd of the finite numbers among ``values`` (anything else, a run file's junk too, left out)."""
+    found = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
     return {
         "n": len(found),
         "mean": statistics.fmean(found) if found else None,
@@ -65,7 +67,7 @@ def spread(values: Sequence[float | None]) -> Spread:
     }
 
 
-def groups(configs: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+def groups(configs: Mapping[str, ConfigTree]) -> list[list[str]]:
     """The replicate groups among ``configs`` ({ID: resolved config}): two IDs or more with two seeds or more,
     in ID order within a group, groups by their first ID."""
     by_key: dict[str, list[str]] = {}
@@ -79,22 +81,20 @@ def groups(configs: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
     return sorted(found)
 
 
-def group_of(experiment_id: str, configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def group_of(experiment_id: str, configs: Mapping[str, ConfigTree]) -> list[str]:
     """The replicate group ``experiment_id`` belongs to ([] when it has no replicate)."""
     return next((ids for ids in groups(configs) if experiment_id in ids), [])
 
 
-def summarize(
-    ids: list[str], configs: Mapping[str, Mapping[str, Any]], finals: Mapping[str, Mapping[str, Any]]
-) -> Group:
+def summarize(ids: list[str], configs: Mapping[str, ConfigTree], finals: Mapping[str, Mapping[str, object]]) -> Group:
     """A group from each member's final record (``finals``: {ID: the newest value of each field, ``step`` among
     them}). Only the members at the group's furthest step count, one per seed (a second experiment with the same
     seed trains the same bits: no replicate)."""
     seeds = {i: flatten(dict(configs.get(i, {}))).get(SEED) for i in ids}
-    furthest = max((finals.get(i, {}).get("step") or 0 for i in ids), default=0)
+    furthest = max((_step(finals.get(i, {})) for i in ids), default=0)
     counted: dict[Any, str] = {}
     for experiment_id in ids:
-        if (finals.get(experiment_id, {}).get("step") or 0) == furthest:
+        if _step(finals.get(experiment_id, {})) == furthest:
             counted.setdefault(seeds[experiment_id], experiment_id)
     used = list(counted.values())
     return {
@@ -105,6 +105,11 @@ def summarize(
         "metrics": {metric: spread([finals.get(i, {}).get(metric) for i in used]) for metric in METRICS},
         "eval_loss_se": spread([finals.get(i, {}).get("eval_loss_se") for i in used])["mean"],
     }
+
+
+def _step(final: Mapping[str, object]) -> int:
+    step = final.get("step")
+    return step if isinstance(step, int) else 0
 
 
 def shown(value: Spread, digits: int = 4) -> str:

@@ -57,6 +57,12 @@ class SweepStatus(TypedDict):
     complete: bool
 
 
+class BestSoFar(TypedDict):
+    id: str
+    value: float  # the trial's final metric
+    best: float  # the best of it and every trial finished before
+
+
 class Configuration(TypedDict):
     rank: int
     params: dict[str, Any]
@@ -77,7 +83,7 @@ class SweepRanking(TypedDict):
     keys: list[str]  # what the sweep varies
     configurations: list[Configuration]
     verdict: str  # the best against the next, in words
-    best_so_far: list[dict[str, Any]]  # in the order trials finished: {id, value, best}
+    best_so_far: list[BestSoFar]  # in the order trials finished
 
 
 def load(home: Home, name: str) -> tuple[SweepRow, list[QueuedTrial], Registry]:
@@ -230,10 +236,10 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in params.items()) or "the base config"
 
 
-def best_so_far(finished: list[ClaimRow], trials: dict[str, QueuedTrial]) -> list[dict[str, Any]]:
+def best_so_far(finished: list[ClaimRow], trials: dict[str, QueuedTrial]) -> list[BestSoFar]:
     """The trials' final metric in the order they finished (their last claim's release), with the best so far."""
     best: float | None = None
-    out = []
+    out: list[BestSoFar] = []
     for claim in sorted(finished, key=lambda c: c["released"] or ""):
         trial = trials.get(claim["experiment_id"])
         if trial is None or claim["target_step"] != trial["target_step"] or trial["value"] is None:
