@@ -17,7 +17,6 @@ from octlm.config import flatten
 from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import DEFAULT_PREFIX, validate_id
-from octlm.store import experiments
 from octlm.store.sweeps.records import Range
 
 NAME = re.compile(r"[a-z][a-z0-9_.]*(-[a-z0-9_.]+)*")
@@ -74,7 +73,10 @@ def parse_grid(items: Sequence[str], base: cfg.Config) -> dict[str, list[Any]]:
             raise BadInput(f"--grid {item!r}: expected KEY=V1,V2,... e.g. training.learning_rate=1e-3,3e-3")
         _check_key(key.strip(), "--grid")
         typed = [_typed(base, key.strip(), value) for value in values]
-        twice = next((text for text, value in zip(values, typed, strict=True) if typed.count(value) > 1), None)
+        seen: dict[str, int] = {}
+        for value in typed:
+            seen[repr(value)] = seen.get(repr(value), 0) + 1
+        twice = next((text for text, value in zip(values, typed, strict=True) if seen[repr(value)] > 1), None)
         if twice is not None:
             raise BadInput(f"--grid {item!r}: {twice} is given twice (as the config holds it): each value once")
         grid[key.strip()] = typed
@@ -82,12 +84,14 @@ def parse_grid(items: Sequence[str], base: cfg.Config) -> dict[str, list[Any]]:
 
 
 def _typed(base: cfg.Config, key: str, text: str) -> Any:
-    """``text`` as the config holds it at ``key`` (``1e-3`` -> 0.001)."""
+    """``text`` as the config holds it at ``key`` (``1e-3`` -> 0.001), checked as the config checks it: the key's
+    section and the config rebuilt with it (not the whole config from YAML: a grid may hold 1,000 values)."""
+    origin = f"--grid {key}={text}"
     try:
-        built = experiments.build(preset=None, from_config=base, overrides=[f"{key}={text}"], description="")
+        built = base.with_keys({key: cfg.parse_yaml(text, origin) if text.strip() else ""}, origin)
     except OctlmError as error:
-        raise BadInput(f"--grid {key}={text}: {str(error).removeprefix('--set ')}") from None
-    return flatten(built.to_dict())[key]
+        raise BadInput(str(error)) from None
+    return flatten(built.to_dict())[key]  # as a config file holds it (data.sources a list)
 
 
 def parse_ranges(items: Sequence[str]) -> dict[str, Range]:
