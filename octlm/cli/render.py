@@ -36,7 +36,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")  # undecodable bytes of argv or a fil
 def plain(value: Any, multiline: bool = False) -> str:
     """``value`` as text safe to show as it is: control characters removed, lone surrogates as U+FFFD,
     and (unless ``multiline``) tabs and line breaks as spaces, so one value stays one line."""
-    text = _SURROGATE.sub("\ufffd", value if isinstance(value, str) else str(value))
+    text = value if isinstance(value, str) else str(value)
+    if text.isascii() and text.isprintable():  # nothing to remove or replace (most cells): no pattern run
+        return text
+    text = _SURROGATE.sub("\ufffd", text)
     return _CONTROL.sub("", text if multiline else _BREAKS.sub(" ", text))
 
 
@@ -282,7 +285,11 @@ def cells(columns: list[str], rows: Iterable[Iterable[Any]], kinds: list[str] | 
 def plain_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], kinds: list[str] | None = None) -> str:
     """Fixed-width text for pipes and files: fast for thousands of rows, easy to grep and cut."""
     header = [plain(c) for c in columns]
-    body = cells(header, rows, kinds)
+    return _fixed_width(header, cells(header, rows, kinds))
+
+
+def _fixed_width(header: list[str], body: list[list[str]]) -> str:
+    """``plain_table`` of cells already shown as text."""
     widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in body]
@@ -358,7 +365,7 @@ def print_table(
     if not terminal():
         if title:
             sys.stdout.write(plain(title) + "\n")
-        sys.stdout.write(plain_table(header, body, ["raw"] * len(header)))
+        sys.stdout.write(_fixed_width(header, body))
         return []
     console = out_console()
     keep, dropped = fit(header, body, chosen, console.width, droppable)
@@ -366,7 +373,7 @@ def print_table(
         info(f"note: {console.width} columns: left out {', '.join(dropped)} (widen the terminal, or pipe the output)")
     pick = [header[i] for i in keep], [[row[i] for i in keep] for row in body], [chosen[i] for i in keep]
     if needed(*pick) > console.width:  # still too wide: plain lines, which the terminal wraps but never cuts
-        sys.stdout.write((plain(title) + "\n" if title else "") + plain_table(*pick[:2], ["raw"] * len(keep)))
+        sys.stdout.write((plain(title) + "\n" if title else "") + _fixed_width(*pick[:2]))
         return dropped
     console.print(rich_table(title, *pick, console.width))
     return dropped

@@ -163,14 +163,19 @@ def select(
     return project(found, columns)
 
 
+FINALS = {"step", "eval_loss_se", *replicates.METRICS}  # what a replicate group's figures are made of
+
+
 def replicate_groups(home: Home, found: list[TableRow]) -> list[Group]:
     """The seed replicates among the listed experiments (the same config but for ``training.seed``), each group
     with the mean ± sd of its members' latest metrics."""
     ids = {row["id"] for row in found}
+    finals: Mapping[str, Mapping[str, object]] = {row["id"]: row for row in found}  # the listed figures themselves
     with Registry(home.registry, create=False) as registry:
         configs = {i: config for i, config in registry.configs().items() if i in ids}
-        latest = {row["id"]: row for row in registry.summary_rows() if row["id"] in ids}
-    return [replicates.summarize(group, configs, latest) for group in replicates.groups(configs)]
+        if not all(FINALS <= row.keys() for row in found):  # --columns left some out: read them again
+            finals = {row["id"]: row for row in registry.summary_rows() if row["id"] in ids}
+    return [replicates.summarize(group, configs, finals) for group in replicates.groups(configs)]
 
 
 def parse_columns(text: str | None) -> list[str] | None:
