@@ -237,6 +237,9 @@ class Session(_Steps):
         busy = load.oversubscribed(torch.get_num_threads(), load.others_since_begin())
         if busy:
             self.reporter.warn(busy, again=True)
+        slower = runtime.bf16_warning(self.config, state.device) if self.ranks.leader else None
+        if slower:
+            self.reporter.warn(slower, again=True)
 
     def _run_fields(
         self, state: TrainState, until: int, resumed_from: Path | None, forked_from: Path | None

@@ -251,3 +251,46 @@ def peak_rss() -> int | None:
         return None
     scale = 1 if platform.system() == "Darwin" else 1024  # ru_maxrss is in bytes on macOS, KiB on Linux
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+
+
+BF16_PROBE = 256  # the square products bf16_over_fp32 times: some 10 ms on 2 cores; 0.1 s where bf16 is emulated
+BF16_SLOWER = 0.9  # below this share of fp32's rate, bf16 is said to be slower here
+
+
+def bf16_over_fp32(size: int = BF16_PROBE, repeats: int = 3) -> float:
+    """bf16 matrix products' rate over fp32's on this CPU, as ``bench`` measures its matmul peaks but shorter: the
+    median of ``repeats`` products of ``size`` x ``size`` each (after one to warm up). Draws from no random stream
+    of the run (its operands come from a generator of their own)."""
+    import statistics
+    import time
+
+    generator = torch.Generator().manual_seed(0)
+    seconds = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = (torch.rand(size, size, generator=generator).to(dtype) for _ in range(2))
+        torch.mm(a, b)
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - started)
+        seconds[dtype] = statistics.median(times)
+    return seconds[torch.float32] / seconds[torch.bfloat16]
+
+
+def bf16_warning(config: Config, device: torch.device, ratio: float | None = None) -> str | None:
+    """One line when a run asks for bf16 on a CPU whose bf16 products are slower than its fp32 ones (``ratio``:
+    bf16's rate over fp32's, measured now when not given); None otherwise. A CPU without bf16 instructions (AVX-512
+    BF16, AMX), or an environment that keeps oneDNN from them (``ONEDNN_MAX_CPU_ISA``), emulates them: autocast then
+    costs more than it saves. (The tiers that pin kernels refuse bf16 on a CPU before this.)"""
+    if config.training.precision != "bf16" or device.type != "cpu":
+        return None
+    ratio = bf16_over_fp32() if ratio is None else ratio
+    if ratio >= BF16_SLOWER:
+        return None
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    why = f" with ONEDNN_MAX_CPU_ISA={isa} in the environment" if isa else " on this CPU"
+    return (
+        f"bf16 matrix products run at {ratio:.2f}x the rate of fp32's{why}, measured at start: "
+        "training.precision fp32 trains faster here (octlm bench --precision fp32,bf16 compares the two steps)"
+    )
