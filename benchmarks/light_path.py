@@ -1,11 +1,14 @@
 """The light path against `python -c "import torch"`, in one run: `octlm --help`, `octlm show` over 1,000 and over
 10,000 experiments, and `octlm sweep new` of 1,000 trials (each in a fresh process, as a user runs them).
 
-python benchmarks/light_path.py [--rounds 5]
+python benchmarks/light_path.py [--rounds 5] [--against DIR]
 
 Rounds alternate the commands (help, show 1k, show 10k, sweep new, import torch, then again), so a change of load
 falls on all of them alike; each figure is the median of its rounds, beside the load average before and after.
 Targets (issue 34): --help <= 0.25 s, show 1k <= 0.35 s, show 10k <= 2 s, sweep new 1k <= 3 s.
+
+``--against DIR``: another checkout of octlm (``git worktree add DIR COMMIT``) whose every command runs right after
+this one's in each round (``python -m octlm`` from DIR imports DIR's octlm): a column of this / that.
 """
 
 from __future__ import annotations
@@ -49,9 +52,11 @@ def home_of(folder: Path, experiments: int) -> Path:
 # As a user runs octlm: bytecode cached (a box that sets PYTHONDONTWRITEBYTECODE compiles every module at every start:
 # 0.1-0.2 s more here), so the first round, which writes the cache, is not counted.
 ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "NO_COLOR": "1"}
+ROOT = Path(__file__).resolve().parents[1]  # `python -m octlm` run from here imports this checkout
 
 
 def timed(command: list[str], cwd: Path | None = None) -> float:
+    cwd = cwd or ROOT
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=ENV)
     if done.returncode:
@@ -59,7 +64,7 @@ def timed(command: list[str], cwd: Path | None = None) -> float:
     return time.perf_counter() - started
 
 
-def sweep_new(home: Path, octlm: list[str]) -> float:
+def sweep_new(home: Path, octlm: list[str], cwd: Path | None = None) -> float:
     """``sweep new`` of 1,000 trials from EXP-00001 (the sweep and its trials removed afterwards, so each round
     makes the same 1,000)."""
     values = ",".join(f"{1e-4 + n * 1e-6:.6g}" for n in range(1000))
@@ -79,37 +84,52 @@ def sweep_new(home: Path, octlm: list[str]) -> float:
             "EXP-00001",
             "--grid",
             f"training.learning_rate={values}",
-        ]
+        ],
+        cwd,
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--against", type=Path, help="another checkout of octlm, run alternately with this one")
     args = parser.parse_args()
     octlm = [sys.executable, "-m", "octlm"]
     with tempfile.TemporaryDirectory() as folder:
         small, large = home_of(Path(folder), 1000), home_of(Path(folder), 10000)
         commands = {
-            "octlm --help": lambda: timed([*octlm, "--help"]),
-            "octlm show (1,000 experiments)": lambda: timed([*octlm, "--home", str(small), "show"]),
-            "octlm show (10,000 experiments)": lambda: timed([*octlm, "--home", str(large), "show"]),
-            "octlm sweep new (1,000 trials)": lambda: sweep_new(small, octlm),
-            'python -c "import torch"': lambda: timed([sys.executable, "-c", "import torch"]),
+            "octlm --help": lambda cwd: timed([*octlm, "--help"], cwd),
+            "octlm show (1,000 experiments)": lambda cwd: timed([*octlm, "--home", str(small), "show"], cwd),
+            "octlm show (10,000 experiments)": lambda cwd: timed([*octlm, "--home", str(large), "show"], cwd),
+            "octlm sweep new (1,000 trials)": lambda cwd: sweep_new(small, octlm, cwd),
+            'python -c "import torch"': lambda cwd: timed([sys.executable, "-c", "import torch"], cwd),
         }
+        trees = [ROOT, *([args.against.resolve()] if args.against else [])]
         before = os.getloadavg()
-        times: dict[str, list[float]] = {name: [] for name in commands}
-        for run in commands.values():  # the warm-up round: bytecode written, files in the page cache
-            run()
-        for _ in range(args.rounds):
-            for name, run in commands.items():
-                times[name].append(run())
+        times: dict[tuple[str, Path], list[float]] = {(name, tree): [] for name in commands for tree in trees}
+        for rounds in (1, args.rounds):  # the first: a warm-up (bytecode written, files in the page cache)
+            for _ in range(rounds):
+                for name, run in commands.items():
+                    for tree in trees:
+                        times[name, tree].append(run(tree))
+            if rounds == 1:
+                times = {key: [] for key in times}
         after = os.getloadavg()
-    torch_s = statistics.median(times['python -c "import torch"'])
-    print(f"load average before {before[0]:.2f}, after {after[0]:.2f}; {os.cpu_count()} cores; median of {args.rounds}")
-    for name, found in times.items():
-        median = statistics.median(found)
-        print(f"{name:34} {median:7.3f} s   {median / torch_s:5.2f}x import torch")
+    _report(times, trees, before[0], after[0], args.rounds)
+
+
+def _report(
+    times: dict[tuple[str, Path], list[float]], trees: list[Path], before: float, after: float, rounds: int
+) -> None:
+    torch_s = statistics.median(times['python -c "import torch"', trees[0]])
+    print(f"load average before {before:.2f}, after {after:.2f}; {os.cpu_count()} cores; median of {rounds}")
+    for name in dict.fromkeys(name for name, _ in times):
+        median = statistics.median(times[name, trees[0]])
+        line = f"{name:34} {median:7.3f} s   {median / torch_s:5.2f}x import torch"
+        if len(trees) > 1:
+            other = statistics.median(times[name, trees[1]])
+            line += f"   {other:7.3f} s in {trees[1].name}: {median / other:5.2f}x of it"
+        print(line)
 
 
 if __name__ == "__main__":
