@@ -54,15 +54,62 @@ class Attention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(batch, length, width))  # (B, T, C)
 
 
+# torch splits an elementwise op over more than GRAIN (32,768) elements into min(threads, n / GRAIN) equal shares, and
+# each share's last elements short of two vectors (32 floats with AVX-512) take scalar code, whose SiLU is not always
+# the vector code's bits: where the shares end depends on the thread count (4 of 90,112 elements differ at 4 threads
+# here). A call on at most GRAIN elements is never split, and one on 2 x GRAIN is split at GRAIN or not at all, both
+# on a multiple of 64: their bits are the same at every thread count.
+GRAIN = 32768
+
+
+def splits_evenly(n: int) -> bool:
+    """Whether ``F.silu`` over ``n`` elements gives the same bits at any thread count (see GRAIN)."""
+    return n <= GRAIN or (n <= 2 * GRAIN and n % 64 == 0)
+
+
+def _fixed_parts(n: int) -> list[int]:
+    """Lengths that cut ``n`` elements into calls of 2 x GRAIN, the rest into calls of at most GRAIN."""
+    whole, rest = divmod(n, 2 * GRAIN)
+    return [2 * GRAIN] * whole + ([GRAIN, rest - GRAIN] if rest > GRAIN else [rest] if rest else [])
+
+
+class ThreadInvariantSiLU(torch.autograd.Function):
+    """SiLU (and its gradient) computed in fixed parts (2 x GRAIN, the rest in parts of at most GRAIN): the same bits
+    at any thread count, for canonical pieces, which promise them (``training.micro_batches``)."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        parts = _fixed_parts(x.numel())
+        for part, into in zip(x.view(-1).split(parts), out.view(-1).split(parts), strict=True):
+            torch.ops.aten.silu.out(part, out=into)
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        grad, result = grad.contiguous(), torch.empty_like(x)
+        parts = _fixed_parts(x.numel())
+        for g, part, into in zip(*(t.view(-1).split(parts) for t in (grad, x, result)), strict=True):
+            torch.ops.aten.silu_backward.grad_input(g, part, grad_input=into)
+        return result
+
+
 class SwiGLU(nn.Module):
-    def __init__(self, d_model: int, hidden: int):
+    def __init__(self, d_model: int, hidden: int, thread_invariant: bool = False):
         super().__init__()
         self.gate = nn.Linear(d_model, hidden, bias=False)
         self.up = nn.Linear(d_model, hidden, bias=False)
         self.down = nn.Linear(hidden, d_model, bias=False)
+        self.thread_invariant = thread_invariant
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))  # (B, T, hidden) -> (B, T, C)
+        gate = self.gate(x)
+        fixed = self.thread_invariant and not splits_evenly(gate.numel())  # day1's pieces split evenly: F.silu
+        activated = ThreadInvariantSiLU.apply(gate) if fixed else F.silu(gate)
+        return self.down(activated * self.up(x))  # (B, T, hidden) -> (B, T, C)
 
 
 class Block(nn.Module):
@@ -71,7 +118,8 @@ class Block(nn.Module):
         self.attention_norm = nn.RMSNorm(config.model.d_model)
         self.attention = Attention(config)
         self.mlp_norm = nn.RMSNorm(config.model.d_model)
-        self.mlp = SwiGLU(config.model.d_model, config.mlp_hidden)
+        pieces = bool(config.training.micro_batches)  # canonical pieces: the same bits at any thread count
+        self.mlp = SwiGLU(config.model.d_model, config.mlp_hidden, thread_invariant=pieces)
         self.dropout = nn.Dropout(config.model.dropout)
 
     def forward(self, x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:

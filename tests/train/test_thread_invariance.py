@@ -1,0 +1,90 @@
+"""Issue 37 item 2: canonical pieces give the same bits at any thread count. torch splits an elementwise op over more
+than 32,768 elements among its threads, and the scalar tails of the shares compute SiLU with other bits than the
+vector code: the shares, and so the bits, change with the thread count. Pieces take SiLU in fixed parts instead
+(``train/decoder.ThreadInvariantSiLU``) wherever ``F.silu`` would split unevenly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_same_training_state, octlm, write_corpus, write_experiment
+
+from octlm.core import layout
+from octlm.store.runs import runfile
+from octlm.train import checkpoint
+from octlm.train.decoder import GRAIN, ThreadInvariantSiLU, _fixed_parts, splits_evenly
+
+THREADS = (1, 2, 3, 4, 8)
+
+
+@pytest.fixture
+def threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_parts_are_fixed_and_every_one_is_split_evenly() -> None:
+    for n in (1, GRAIN, GRAIN + 1, 2 * GRAIN, 2 * GRAIN + 5, 3 * GRAIN + 7, 90_112, 4_194_304 + 3):
+        parts = _fixed_parts(n)
+        assert sum(parts) == n and all(splits_evenly(part) for part in parts), (n, parts)
+    assert splits_evenly(45_056) and not splits_evenly(45_088) and not splits_evenly(90_112)  # 45,088: 32 short
+
+
+def test_silu_in_fixed_parts_is_the_same_at_every_thread_count(threads: None) -> None:
+    generator = torch.Generator().manual_seed(0)
+    for n in (90_112, 2 * GRAIN + 4_160, 262_144 + 17):  # each splits unevenly as one call
+        x = torch.randn(n, generator=generator, requires_grad=True)
+        weights = torch.randn(n, generator=generator)
+        found = []
+        for count in THREADS:
+            torch.set_num_threads(count)
+            y = ThreadInvariantSiLU.apply(x)
+            (y * weights).sum().backward()
+            assert x.grad is not None
+            found.append((y.detach().clone(), x.grad.clone()))
+            x.grad = None
+        for values, gradient in found[1:]:
+            assert torch.equal(values, found[0][0]) and torch.equal(gradient, found[0][1]), n
+        torch.set_num_threads(1)
+        expected = x.detach().clone().requires_grad_()
+        (F.silu(expected) * weights).sum().backward()
+        assert torch.allclose(found[0][0], F.silu(x.detach()), rtol=1e-6, atol=1e-7)  # the same function
+        assert expected.grad is not None and torch.allclose(found[0][1], expected.grad, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_the_same_pieces_train_the_same_bits_at_1_2_and_4_threads(tmp_path: Path) -> None:
+    """A model whose sums exceed 32,768 elements (the embedding's gradient, 131,072, in the gradient norm; SiLU over
+    90,112 per piece): before the fixed parts, 4 threads trained other weights than 1 and 2 here."""
+    homes = []
+    for count in (1, 2, 4):
+        home = write_corpus(tmp_path / f"threads-{count}")
+        write_experiment(
+            home,
+            model={"context_length": 64, "d_model": 128, "n_layers": 2, "n_heads": 4},
+            tokenizer={"vocab_size": 1024},
+            training={
+                "steps": 6,
+                "warmup_steps": 1,
+                "batch_size": 8,
+                "micro_batches": 2,
+                "threads": count,
+                "eval_interval": 6,
+                "log_interval": 2,
+                "grad_clip": 0.1,
+            },
+        )
+        done = octlm(home, "train", "EXP-001", "-q")
+        assert done.returncode == 0, done.stderr
+        homes.append(home)
+    records = [checkpoint.read(layout.checkpoint_path(home / "checkpoints" / "EXP-001", 6)) for home in homes]
+    assert [record.environment["threads"] for record in records] == [1, 2, 4]
+    runs = [runfile.without_timings(runfile.read(home / "runs" / "EXP-001.jsonl")) for home in homes]
+    for record, run in zip(records[1:], runs[1:], strict=True):
+        assert_same_training_state(records[0], record)
+        assert run == runs[0]
