@@ -20,7 +20,7 @@ import hashlib
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import torch
@@ -121,6 +121,7 @@ class Canary(TypedDict):
     torch: str
     processor: str
     seconds: float
+    by_threads: NotRequired[dict[str, str]]  # with --threads 1,2,4: the digest at each count
 
 
 def run(config: Config) -> Canary:

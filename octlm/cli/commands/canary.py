@@ -35,9 +35,13 @@ CanaryDeterminismOption = Annotated[
     ),
 ]
 ThreadsOption = Annotated[
-    int | None,
+    str | None,
     typer.Option(
-        "--threads", metavar="N", help="Threads (default: the experiment's training.threads).", show_default=False
+        "--threads",
+        metavar="N[,N...]",
+        help="Threads (default: the experiment's training.threads); several (1,2,4) print the digest at each, the "
+        "same at every count when the tier's bits here do not depend on the thread count.",
+        show_default=False,
     ),
 ]
 
@@ -101,8 +105,9 @@ def canary(
     from octlm.config import Config
     from octlm.store import experiments
 
+    counts = _counts(threads)
     config = experiments.load(home_of(ctx), experiment_id) if experiment_id else Config()
-    keys: dict[str, Any] = {"training.threads": threads} if threads is not None else {}
+    keys: dict[str, Any] = {"training.threads": counts[0]} if counts else {}
     if determinism_ is not None and determinism_ not in DETERMINISMS:
         raise BadInput(f"--determinism {determinism_!r}: choose one of {', '.join(DETERMINISMS)}")
     if determinism_ is not None or not experiment_id:
@@ -112,6 +117,8 @@ def canary(
     from octlm.train import canary as canaries  # imports torch
 
     found = canaries.run(config)
+    if len(counts) > 1:
+        found["by_threads"] = {str(count): canaries.digest(count) for count in counts}
     if as_json:
         render.emit_json(found)
         return
@@ -120,3 +127,26 @@ def canary(
         f"torch {found['torch']}, {render.plain(found['processor'])} (MKL: {found['mkl']}), {found['seconds']:.2f} s"
     )
     print(f"agrees with: {found['covers']}")
+    if "by_threads" in found:
+        print(_by_threads(found["by_threads"]))
+
+
+def _counts(text: str | None) -> list[int]:
+    """``--threads 1,2,4`` as [1, 2, 4] (none given: []); one line (exit 2) for anything but positive whole numbers."""
+    if text is None:
+        return []
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise BadInput(f"--threads {text!r}: expected positive whole numbers, e.g. 1 or 1,2,4")
+    return list(dict.fromkeys(int(part) for part in parts))
+
+
+def _by_threads(digests: dict[str, str]) -> str:
+    counts = ", ".join(digests)
+    if len(set(digests.values())) == 1:
+        return f"the same digest at {counts} threads: the thread count does not change this tier's bits here"
+    shown = ", ".join(f"{count}: {digest}" for count, digest in digests.items())
+    return (
+        f"the digest differs between thread counts ({shown}): keep training.threads fixed for an exact resume "
+        "(canonical pieces make their own step thread-invariant: see the ranks guide)"
+    )
