@@ -1,6 +1,7 @@
 """Issue 34 item 6: the light path stays light. ``octlm --help``, ``show`` (the list, one experiment, two side by
-side) and ``new`` run in a fresh interpreter without loading torch, tokenizers, jinja2 or optuna: what each would
-cost at every start (torch alone is seconds). numpy is not on the list: sqlite-utils imports it whenever it is
+side) and ``new`` run in a fresh interpreter without loading torch, tokenizers, jinja2, optuna or pydantic: what each
+would cost at every start (torch alone is seconds; typer 0.29 builds a pydantic adapter per parameter, 0.1 s more at
+every start here, hence pyproject's ``typer<0.29``). numpy is not on the list: sqlite-utils imports it whenever it is
 installed (75 ms here), and a paired comparison uses it for its bootstrap. Their speed is measured in
 ``benchmarks/light_path.py``, not here."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from conftest import write_experiment
 
-HEAVY = ("torch", "tokenizers", "jinja2", "optuna")
+HEAVY = ("torch", "tokenizers", "jinja2", "optuna", "pydantic")
 LIGHT = (("--help",), ("show",), ("show", "EXP-001"), ("show", "EXP-001", "EXP-002"), ("new", "--from", "EXP-001"))
 # Every light command in turn in one fresh interpreter (what any of them loads stays in sys.modules), each through
 # octlm's own entry point; the modules loaded, and each command's exit code, on the last line of stderr.
