@@ -70,6 +70,25 @@ def test_a_sigterm_while_the_pool_starts_its_workers_stops_them_all(tmp_path: Pa
         assert left == "", (delay, left)
 
 
+def test_a_stop_caught_on_its_way_up_still_stops_the_worker_before_it_claims_again() -> None:
+    """The race behind a pool that could not stop (found by the test above, once in a loaded run): the signal came
+    while a worker read a trial's config, whose reader turns errors into a verdict, and the worker, which ignores
+    the signals once stopping, went on to train. The stop is kept and raised again before every claim."""
+    from octlm.core.errors import Interrupted, OctlmError
+    from octlm.tasks.sweeps.worker import stop_if_signalled, stoppable
+
+    with pytest.raises(Interrupted) as stopped, stoppable():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here, at once
+        except OctlmError:
+            pass  # caught on its way up
+        stop_if_signalled()
+    assert stopped.value.exit_code == 143
+    with stoppable():
+        stop_if_signalled()  # a new worker loop starts clear
+
+
 def test_a_killed_pool_leaves_no_worker_training(tmp_path: Path) -> None:
     home = sweep_home(tmp_path, **LONG)
     assert cli(home, "sweep", "new", "orphans", "--from", "EXP-001", "--seeds", "2").exit_code == 0

@@ -59,15 +59,28 @@ class Options:
 @contextlib.contextmanager
 def stoppable() -> Iterator[None]:
     """Between trials and before a trial's session takes the signals over: the first SIGTERM (SIGINT, SIGHUP)
-    stops the worker at once (``Interrupted``)."""
+    stops the worker at once (``Interrupted``). The stop is also kept (``_STOPPED``): code that caught it on its
+    way up (a config read that turns errors into a verdict) cannot make the worker, which now ignores the signals,
+    claim and train on; ``stop_if_signalled`` raises it again before every claim and every trial."""
 
     def stop(signum: int, frame: Any) -> None:
         hold()
         name = signal.Signals(signum).name
-        raise Interrupted(f"stopped by {name}", SIGNAL_EXIT[signal.Signals(signum)])
+        _STOPPED.append(Interrupted(f"stopped by {name}", SIGNAL_EXIT[signal.Signals(signum)]))
+        raise _STOPPED[0]
 
+    _STOPPED.clear()
     with handling(stop):
         yield
+
+
+_STOPPED: list[Interrupted] = []
+
+
+def stop_if_signalled() -> None:
+    """Raise the stop a signal asked for, if one did (see ``stoppable``)."""
+    if _STOPPED:
+        raise _STOPPED[0]
 
 
 def hold() -> None:
@@ -83,6 +96,7 @@ def work(home: Home, options: Options, say: Say) -> Tally:
     busy, deferred, idle = set[int](), set[int](), False
     with stoppable(), releasing(home, identity):
         while True:
+            stop_if_signalled()
             began = time.perf_counter()
             trial = _claim(home, options, identity, busy | deferred)
             if trial is not None and not runnable(home, trial):
@@ -110,6 +124,8 @@ def runnable(home: Home, trial: ClaimedTrial) -> bool:
     not loaded yet). A trial whose config cannot be read is runnable: training it says what is wrong."""
     try:
         config = experiments.load(home, trial["experiment_id"])
+    except Interrupted:
+        raise
     except OctlmError:
         return True
     if not determinism.unpinned(config.training.determinism, config.training.micro_batches > 0):
@@ -201,6 +217,7 @@ def _run(home: Home, trial: ClaimedTrial, say: Say, tally: Tally, busy: set[int]
         say(_taken_over(home, experiment_id, lost))
     began = time.perf_counter()
     try:
+        stop_if_signalled()
         value = train_trial(home, trial, log, threads)
     except Interrupted as error:
         hold()
@@ -215,8 +232,7 @@ def _run(home: Home, trial: ClaimedTrial, say: Say, tally: Tally, busy: set[int]
         return None
     except Exception as error:  # any failure of one trial: recorded, and the sweep goes on
         return _failed(home, trial, error, log, say, tally)
-    tally.trained_s += time.perf_counter() - began
-    settled = time.perf_counter()
+    tally.trained_s += (settled := time.perf_counter()) - began
     _settle(home, trial, "done", value=value)
     tally.done.append(experiment_id)
     say(
