@@ -23,6 +23,11 @@ class Tier:
     cost: str = "1x"  # its step time against local's, measured on CPU (docs/performance.md)
     strict_with_pieces: bool = True  # with canonical pieces, MKL's strict mode makes the thread count irrelevant
     across_vendors: bool = False  # machines of both vendors agree (else a move across MKL paths is named)
+    mkl_intel: bool = False  # MKL runs its Intel path on every vendor's processor (``runtime/native/mkl``)
+    # The canary's digest at 1 thread under the tier, by torch release: a run under a tier that has one checks this
+    # machine against it at every start and refuses, naming ``fallback``, when they differ or this torch has none.
+    golden: dict[str, str] = field(default_factory=dict)
+    fallback: str = ""
 
     @property
     def pins_kernels(self) -> bool:
@@ -41,6 +46,18 @@ TIERS: dict[str, Tier] = {
             capability="AVX2",
             covers="x86-64 processors with AVX2 on which MKL takes {vendor}, at the same torch release and threads",
             cost="1.19x (day1), 1.48x (day2)",
+        ),
+        Tier(
+            "cross-vendor",
+            pins={"MKL_CBWR": "AVX2,STRICT", **_AVX2},
+            capability="AVX2",
+            covers="any x86-64 processor with AVX2, Intel or AMD, running MKL's Intel AVX2 path, at the same torch "
+            "release and threads",
+            cost="1.19x (day1), 1.48x (day2) on Intel; 0.96x (day1), 0.99x (day2) on AMD",
+            across_vendors=True,
+            mkl_intel=True,
+            golden={"2.13.0+cpu": "69deddf322540093"},
+            fallback="portable",
         ),
         Tier(
             "portable",

@@ -58,14 +58,15 @@ class TrainingConfig(_Section):
     device: str = _doc("{choices}", "auto", choices=DEVICES)
     compile: bool = _doc("train through torch.compile (needs a C++ compiler on CPU, Triton on GPU)", False)
     determinism: str = _doc(
-        "{choices}: local is exact on this machine; vendor and portable pin the CPU kernels (MKL, ATen, "
-        "oneDNN) so that machines whose `octlm canary` digests agree continue each other's runs bit for bit: "
-        "vendor across one vendor's x86-64 processors, portable across Intel and AMD (2-3x slower)",
+        "{choices}: local is exact on this machine; the others pin the CPU kernels (MKL, ATen, oneDNN) so that "
+        "machines whose `octlm canary` digests agree continue each other's runs bit for bit: vendor across one "
+        "vendor's x86-64 processors, cross-vendor across Intel and AMD (MKL's Intel path, needs a C compiler), "
+        "portable across Intel and AMD without one (2-3x slower)",
         "local",
         choices=DETERMINISMS,
     )
     threads: int = _doc(
-        "CPU threads of a training process (0 = torch's default; under vendor or portable, the first start's)",
+        "CPU threads of a training process (0 = torch's default; under a tier other than local, the first start's)",
         0,
         bound="non-negative",
         maximum=4096,

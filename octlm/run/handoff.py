@@ -24,7 +24,7 @@ from octlm.run.keeper import CheckpointCadence
 from octlm.run.session import RankSession
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
-from octlm.train import checkpoint
+from octlm.train import canary, checkpoint
 from octlm.train.state import TrainState, load_record, record_of
 
 
@@ -130,6 +130,7 @@ def follow(ranks: Ranks) -> None:
         return
     config = handoff.config
     device = runtime.prepare_process(config)
+    canary.require_golden(config)
     state = TrainState.fresh(config, device, len(handoff.train_blocks), handoff.batch_size, ranks)
     load_record(state, handoff.record, reseed=handoff.reseed)
     session = RankSession(config, ranks, handoff.resumed, state.step)

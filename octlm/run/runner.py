@@ -32,7 +32,7 @@ from octlm.runtime import distributed
 from octlm.runtime import machine as runtime
 from octlm.store import experiments
 from octlm.store.registry import Registry
-from octlm.train import checkpoint
+from octlm.train import canary, checkpoint
 from octlm.train.state import TrainState
 
 RESTART_TOKENIZER = "tokenizer.restart.json"  # where --restart trains the new tokenizer before the old one goes
@@ -151,6 +151,7 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
     try:
         tokenizer = start.tokenizer or context.files.tokenizer
         device = runtime.prepare_process(context.config)  # device, profile, threads, determinism, allocator
+        canary.require_golden(context.config)  # under a tier with golden digests: this machine computes its bits
         prepared = start.select(prepare(context.home, context.config, tokenizer, context.reporter, device=device))
         prepared = dataclasses.replace(prepared, world_size=context.relay.ranks.world_size)
         state, forked = _build_state(context, start, prepared)

@@ -3,14 +3,17 @@
 ``local`` changes nothing: bit-exact resume on one machine, as always. The other tiers pin the CPU kernels torch
 dispatches per processor: Intel MKL's code path (``MKL_CBWR``), ATen's vectorised kernels
 (``ATEN_CPU_CAPABILITY``) and oneDNN's (``ONEDNN_MAX_CPU_ISA``). Which machines then agree was measured under
-emulation (qemu-user: Intel Haswell and Skylake-Client, AMD EPYC-Rome and EPYC-Milan, and this project's
-Intel Xeon and AMD EPYC natively; docs/performance.md):
+emulation (qemu-user: Intel Haswell, Skylake-Client and Skylake-Server, AMD EPYC-Rome and EPYC-Milan, and this
+project's Intel Xeon and AMD EPYC natively; docs/performance.md):
 
 * ``portable``: MKL's COMPATIBLE branch, the one branch MKL honours on every vendor's processor (on AMD it
   ignores every other one and runs its Zen kernels). Any x86-64 processor with AVX2, Intel or AMD, at the
   same torch release and thread count. It costs 2-3x ``local``'s step on CPU.
 * ``vendor``: MKL's strict AVX2 branch. On Intel it agrees at any thread count; on AMD MKL runs its Zen path,
   which agrees across Zen generations. Processors of one vendor only, at about 1.2-1.4x ``local``.
+* ``cross-vendor``: ``vendor``'s pins, with MKL told that every processor is an Intel one (``native/mkl``, loaded
+  by ``pin`` before torch), so AMD runs Intel's AVX2 kernels too: Intel and AMD alike at ``vendor``'s cost on
+  Intel. Each run checks its canary against the tier's golden digest at start (``train.canary.require_golden``).
 
 MKL and ATen read the variables when torch loads, so ``pin`` sets them before torch is imported: the commands
 call it after loading the config and before importing anything that imports torch, and every process they start
@@ -31,10 +34,12 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Mapping
 
 from octlm.config import Config
-from octlm.config.tiers import TIERS
+from octlm.config.tiers import TIERS, Tier
 from octlm.core.errors import Refused
+from octlm.runtime.native import mkl
 
 VARIABLES = tuple(dict.fromkeys(key for tier in TIERS.values() for key in tier.pins))  # every variable a tier pins
 # Every variable that changes which kernels torch, MKL and oneDNN run (a tier pins the first three): recorded by each
@@ -52,6 +57,13 @@ def parse_kernels(text: object) -> dict[str, str]:
     """``kernel_settings``' text back as {variable: value}."""
     pairs = (item.partition("=") for item in str(text or "").split())
     return {key: value for key, _, value in pairs if key}
+
+
+def without_pins(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without any tier's pins, MKL's Intel path among them: for a process that pins its own."""
+    env = {key: value for key, value in environ.items() if key not in VARIABLES}
+    preload = [path for path in env.pop("LD_PRELOAD", "").split() if not path.endswith(mkl.NAME)]
+    return env | ({"LD_PRELOAD": " ".join(preload)} if preload else {})
 
 
 def settings(determinism: str, pieces: bool = False) -> dict[str, str]:
@@ -74,20 +86,37 @@ def unpinned(determinism: str, pieces: bool = False) -> dict[str, str]:
 
 
 def pin(config: Config) -> None:
-    """Set the profile's environment before torch loads; refuse when torch is already loaded without it."""
-    pieces = config.training.micro_batches > 0
-    missing = unpinned(config.training.determinism, pieces)
-    if not missing:
+    """Set the profile's environment (and, under ``cross-vendor``, load MKL's Intel path) before torch loads;
+    refuse when torch is already loaded without it."""
+    pieces, tier = config.training.micro_batches > 0, TIERS[config.training.determinism]
+    missing = unpinned(tier.name, pieces)
+    shim = tier.mkl_intel and mkl.loaded() is None
+    if not missing and not shim:
         return
     if "torch" in sys.modules:
-        shown = " ".join(f"{key}={value}" for key, value in missing.items())
-        what = "training.micro_batches" if pieces else f"training.determinism: {config.training.determinism}"
+        shown = " ".join([*(f"{key}={value}" for key, value in missing.items()), *(["MKL's Intel path"] * shim)])
+        what = "training.micro_batches" if pieces else f"training.determinism: {tier.name}"
         raise Refused(
             f"{config.id or 'this config'}: {what} needs {shown} before torch is imported, and this process "
             "imported torch without them: run it as its own `octlm` command (a new process)"
         )
+    if shim:
+        _load_intel_path(tier)
     os.environ.update(missing)
     _PINNED_HERE.update(missing)
+
+
+def _load_intel_path(tier: Tier) -> None:
+    """MKL's Intel path for ``tier`` (``runtime/native/mkl``), or one line naming the tier's fallback."""
+    try:
+        path, preloaded = mkl.load()
+    except mkl.Unavailable as why:
+        raise Refused(
+            f"training.determinism: {tier.name} cannot run here: {why}; training.determinism: {tier.fallback} "
+            "covers the same machines without it, at a higher cost"
+        ) from None
+    if preloaded:
+        _PINNED_HERE["LD_PRELOAD"] = str(path)
 
 
 _PINNED_HERE: dict[str, str] = {}  # what ``pin`` set in this process (not what the user exported)

@@ -19,7 +19,8 @@ from octlm.core.errors import BadInput, ConfigError, Refused
 from octlm.core.provenance import __version__
 from octlm.core.records import Environment
 from octlm.core.reporting import Reporter
-from octlm.runtime import allocator, determinism, lean, load
+from octlm.runtime import determinism, lean, load
+from octlm.runtime.native import allocator
 
 
 def _mps_available() -> bool:
@@ -91,10 +92,8 @@ def require_profile(config: Config) -> None:
     """Refuse to train under a profile this process does not hold (torch loaded before ``determinism.pin``, or a
     processor without the profile's instruction set)."""
     profile = config.training.determinism
-    missing = determinism.unpinned(profile, config.training.micro_batches > 0)
     wanted = TIERS[profile].capability
-    if missing:
-        determinism.pin(config)  # refuses: torch is loaded here
+    determinism.pin(config)  # torch is loaded here: refuses unless the profile is held
     if wanted and torch.backends.cpu.get_cpu_capability() != wanted:
         have = torch.backends.cpu.get_cpu_capability()
         raise BadInput(f"training.determinism: {profile} needs a processor with {wanted}; this one runs {have}")
@@ -200,7 +199,7 @@ def _remedy(saved: Mapping[str, object], current: Mapping[str, object]) -> str:
     """Which tier would have made a move between these machines exact, when one would."""
     there, here = saved.get("mkl"), current.get("mkl")
     if there and here and there != here and _tier_of(saved).pins_kernels and not _tier_of(saved).across_vendors:
-        across = next(tier.name for tier in TIERS.values() if tier.across_vendors)
+        across = " or ".join(tier.name for tier in TIERS.values() if tier.across_vendors)
         return f" (MKL ran its {there} path there, {here} here: training.determinism: {across} covers both vendors)"
     return ""
 

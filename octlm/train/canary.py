@@ -26,11 +26,14 @@ import numpy as np
 import torch
 
 from octlm.config import Config, from_dict
+from octlm.config.tiers import TIERS
+from octlm.core.errors import Refused
 from octlm.core.records import Environment
 from octlm.core.records.freeform import ConfigTree
 from octlm.data.blocks import TokenBlocks
 from octlm.runtime import determinism, rng
 from octlm.runtime import machine as runtime
+from octlm.runtime.native import mkl
 from octlm.train.loop import train_step
 from octlm.train.state import TrainState
 
@@ -57,6 +60,8 @@ def canary_config(raw: ConfigTree = RAW) -> Config:
 def mkl_path() -> str:
     """Which of MKL's code paths this processor gets (``Intel``, ``AMD Zen``, ``generic``), asked of MKL itself
     (its CPUID vendor checks, exported by torch's CPU library); ``unknown`` where this torch has none."""
+    if mkl.loaded() is not None:
+        return "Intel (interposed)"  # what MKL is told, whatever the processor (``runtime/native/mkl``)
     try:
         library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
         for symbol, name in MKL_PATHS.items():
@@ -109,6 +114,32 @@ def digest(threads: int) -> str:
         torch.set_num_threads(previous)
 
 
+def require_golden(config: Config) -> None:
+    """Under a tier with golden digests (``Tier.golden``): this machine's canary at 1 thread must be the tier's for
+    this torch release, or the run is refused in one line naming the tier's fallback."""
+    tier = TIERS[config.training.determinism]
+    if not tier.golden:
+        return
+    release, instead = str(torch.__version__), f"use training.determinism: {tier.fallback}"
+    expected = tier.golden.get(release)
+    if expected is None:
+        measured = ", ".join(tier.golden)
+        raise Refused(f"training.determinism: {tier.name} was measured on torch {measured}, not {release}: {instead}")
+    found = digest(1)
+    if found != expected:
+        raise Refused(
+            f"training.determinism: {tier.name}: this machine's canary is {found} at 1 thread, the tier's "
+            f"{expected} (MKL: {mkl_path()}; torch {release}): its runs would not continue elsewhere; {instead}"
+        )
+
+
+class Golden(TypedDict):
+    """The tier's golden digest for this torch release and this machine's canary at 1 thread."""
+
+    golden: str
+    at_1_thread: str
+
+
 class Canary(TypedDict):
     """What ``octlm canary --json`` writes: the digest of a fixed step under the profile, and where it ran."""
 
@@ -122,6 +153,9 @@ class Canary(TypedDict):
     processor: str
     seconds: float
     by_threads: NotRequired[dict[str, str]]  # with --threads 1,2,4: the digest at each count
+    # Under a tier with golden digests (cross-vendor): the tier's for this torch ("none": not measured) and this
+    # machine's at 1 thread; a run starts only where they are equal.
+    golden: NotRequired[Golden]
 
 
 def run(config: Config) -> Canary:
@@ -132,7 +166,8 @@ def run(config: Config) -> Canary:
     runtime.configure_determinism(torch.device("cpu"))
     started = time.perf_counter()
     found, path = digest(torch.get_num_threads()), mkl_path()
-    return {
+    golden = TIERS[profile].golden
+    report: Canary = {
         "digest": found,
         "profile": determinism.describe(profile),
         "covers": determinism.covers(profile, path),
@@ -143,6 +178,9 @@ def run(config: Config) -> Canary:
         "processor": determinism.processor(),
         "seconds": round(time.perf_counter() - started, 3),
     }
+    if golden:
+        report["golden"] = {"golden": golden.get(str(torch.__version__), "none"), "at_1_thread": digest(1)}
+    return report
 
 
 def environment(state: TrainState) -> Environment:

@@ -20,9 +20,10 @@ from octlm.core.records import Environment, RunRecord
 from octlm.core.records.freeform import StateDict
 from octlm.data.fingerprints import Fingerprints
 from octlm.data.sampler import Sampler, sampler_for
-from octlm.runtime import compile_cache, rng
 from octlm.runtime import machine as runtime
+from octlm.runtime import rng
 from octlm.runtime.distributed import Ranks
+from octlm.runtime.native import compile_cache
 from octlm.train.checkpoint import Record
 from octlm.train.decoder import Decoder
 from octlm.train.decoder import loss as model_loss

@@ -10,7 +10,7 @@ import pytest
 
 PROBE = """
 import resource, torch
-from octlm.runtime.allocator import keep_freed_memory
+from octlm.runtime.native.allocator import keep_freed_memory
 on = keep_freed_memory()
 for _ in range(30):  # warm-up: the heap grows to the pattern's working set, then stays
     torch.ones(16 << 20)

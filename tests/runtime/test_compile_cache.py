@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from octlm.core.errors import BadInput
-from octlm.runtime import compile_cache
+from octlm.runtime.native import compile_cache
 
 
 def test_the_default_folder_is_per_user_and_private(tmp_path: Path) -> None:

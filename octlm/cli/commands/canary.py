@@ -127,8 +127,19 @@ def canary(
         f"torch {found['torch']}, {render.plain(found['processor'])} (MKL: {found['mkl']}), {found['seconds']:.2f} s"
     )
     print(f"agrees with: {found['covers']}")
+    if "golden" in found:
+        print(_golden(found["golden"]["golden"], found["golden"]["at_1_thread"], config.training.determinism))
     if "by_threads" in found:
         print(_by_threads(found["by_threads"]))
+
+
+def _golden(expected: str, here: str, tier: str) -> str:
+    if expected == here:
+        return f"the tier's golden digest at 1 thread is {expected}, and this machine computes it: its runs start here"
+    return (
+        f"the tier's golden digest at 1 thread is {expected}, this machine's {here}: a run under {tier} is refused "
+        "here; training.determinism: portable covers the same machines"
+    )
 
 
 def _counts(text: str | None) -> list[int]:

@@ -114,7 +114,7 @@ def _medians(
 
 def _child(argv: list[str]) -> BenchReport:
     """One process of ``by_profile``, without any profile's settings of this one (each pins its own)."""
-    env = {key: value for key, value in os.environ.items() if key not in determinism.VARIABLES}
+    env = determinism.without_pins(os.environ)
     done = subprocess.run(octlm_command(argv), capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
     if done.returncode:
         said = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
