@@ -44,9 +44,10 @@ TESTS = Path(__file__).resolve().parent
 # (worksteal gives each worker a contiguous share and an idle one takes half of another's queue from its end).
 HEAVIEST = (
     "test_compiled_training_with_dropout_resumes_exactly",
-    "test_every_command_of_the_tour_runs_in_a_fresh_home",
-    "test_verify_resume_catches_rank0_rng_and_plain_ddp",
     "test_golden_run_and_canary_under_emulation",
+    "test_verify_resume_catches_rank0_rng_and_plain_ddp",
+    "test_the_other_vendors_processor_continues_the_native_run_bit_for_bit",
+    "test_every_command_of_the_tour_runs_in_a_fresh_home",
     "test_resume_crosses_vendors_bit_for_bit",
     "test_verify_resume_on_ranks_is_identical_on_every_check",
     "test_four_pieces_train_the_same_bits_on_1_2_4_ranks_and_two_nodes",

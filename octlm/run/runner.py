@@ -152,6 +152,11 @@ def _train_session(context: Context, start: Start, kind: str) -> Outcome:
         tokenizer = start.tokenizer or context.files.tokenizer
         device = runtime.prepare_process(context.config)  # device, profile, threads, determinism, allocator
         canary.require_golden(context.config)  # under a tier with golden digests: this machine computes its bits
+        if (taken := runtime.threads_taken()) is not None:
+            context.reporter.note(
+                f"{taken.said()}: canonical pieces train the same bits at any thread count, so each start takes the "
+                "cores free then (training.threads or OMP_NUM_THREADS fixes the count)"
+            )
         prepared = start.select(prepare(context.home, context.config, tokenizer, context.reporter, device=device))
         prepared = dataclasses.replace(prepared, world_size=context.relay.ranks.world_size)
         state, forked = _build_state(context, start, prepared)

@@ -99,12 +99,32 @@ def require_profile(config: Config) -> None:
         raise BadInput(f"training.determinism: {profile} needs a processor with {wanted}; this one runs {have}")
 
 
+def thread_invariant(config: Config) -> bool:
+    """Whether the step's bits do not depend on the thread count: canonical pieces under a tier whose MKL branch is
+    strict (every tier but ``portable``; ``tests/train/test_thread_invariance.py``)."""
+    return config.training.micro_batches > 0 and TIERS[config.training.determinism].strict_with_pieces
+
+
+_TAKEN: list[load.Choice] = []  # the threads this process took from the free cores (once)
+
+
 def set_threads(config: Config, recorded: int | None = None) -> None:
-    """``training.threads`` when set; else, under a tier that pins kernels, the count a resumed checkpoint
-    ``recorded``."""
-    wanted = config.training.threads or (recorded if TIERS[config.training.determinism].pins_kernels else None)
+    """``training.threads`` when set; else, where the count does not change the bits (``thread_invariant``) and
+    ``OMP_NUM_THREADS`` is unset, the cores free at this start (measured once per process: ``threads_taken``);
+    else, under a tier that pins kernels, the count a resumed checkpoint ``recorded``."""
+    if not config.training.threads and thread_invariant(config) and not os.environ.get("OMP_NUM_THREADS"):
+        if not _TAKEN:
+            _TAKEN.append(load.free_threads())
+        wanted: int | None = _TAKEN[0].threads
+    else:
+        wanted = config.training.threads or (recorded if TIERS[config.training.determinism].pins_kernels else None)
     if wanted and wanted != torch.get_num_threads():
         torch.set_num_threads(wanted)
+
+
+def threads_taken() -> load.Choice | None:
+    """The threads this process took from the free cores (``set_threads``), if it did."""
+    return _TAKEN[0] if _TAKEN else None
 
 
 def prepare_process(config: Config) -> torch.device:

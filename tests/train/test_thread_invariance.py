@@ -5,6 +5,10 @@ vector code: the shares, and so the bits, change with the thread count. Pieces t
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,3 +92,25 @@ def test_the_same_pieces_train_the_same_bits_at_1_2_and_4_threads(tmp_path: Path
     for record, run in zip(records[1:], runs[1:], strict=True):
         assert_same_training_state(records[0], record)
         assert run == runs[0]
+
+
+@pytest.mark.slow
+def test_pieces_take_their_threads_from_the_free_cores_at_each_start(home: Path) -> None:
+    """Where the count cannot change the bits, a start without ``training.threads`` or ``OMP_NUM_THREADS`` takes the
+    cores free then and says so in one line; a run without pieces keeps torch's count, silently."""
+    write_experiment(home, "EXP-001", training={"micro_batches": 2, "steps": 4})
+    write_experiment(home, "EXP-002", training={"steps": 4})
+    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"} | {"NO_COLOR": "1"}
+    said = {}
+    for experiment_id in ("EXP-001", "EXP-002"):
+        command = [sys.executable, "-m", "octlm", "--home", str(home), "train", experiment_id]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        said[experiment_id] = done.stderr
+    lines = [line for line in said["EXP-001"].splitlines() if "canonical pieces train the same bits" in line]
+    assert len(lines) == 1, said["EXP-001"]
+    taken = re.search(r"(\d+) threads? \(", lines[0])
+    assert taken, lines[0]
+    record = checkpoint.read(layout.checkpoint_path(home / "checkpoints" / "EXP-001", 4))
+    assert record.environment["threads"] == int(taken.group(1)) and 1 <= int(taken.group(1)) <= (os.cpu_count() or 1)
+    assert "canonical pieces train the same bits" not in said["EXP-002"]
