@@ -71,6 +71,14 @@ def siblings(left: Node, right: Node, pieces: int) -> bool:
     return node == (lo, hi) and left[1] == split(lo, hi)
 
 
+def _add_into(flat: torch.Tensor, parts: list[torch.Tensor]) -> None:
+    """``flat += torch.cat(parts)`` (flattened), one part at a time."""
+    offset = 0
+    for part in parts:
+        flat[offset : offset + part.numel()].add_(part.reshape(-1))
+        offset += part.numel()
+
+
 def total(nodes: dict[Node, torch.Tensor], node: Node) -> torch.Tensor:
     """The value of ``node`` from the known values of ``nodes``, left child plus right child where unknown."""
     if node in nodes:
@@ -89,13 +97,21 @@ class PieceSum:
         self.seconds = 0.0
 
     def add(self, piece: int, parameters: list[torch.nn.Parameter], loss: torch.Tensor) -> None:
-        """Piece ``piece`` as a leaf: the gradients its backward left in ``parameters`` (cleared) and its loss."""
+        """Piece ``piece`` as a leaf: the gradients its backward left in ``parameters`` (cleared) and its loss.
+        A right child is added into its left sibling's buffer parameter by parameter (the same additions as
+        flattening it first, without the copy); a left one is flattened into a buffer of its own."""
         started = self._now(loss.device)
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-        flat = torch.cat([*(g.reshape(-1) for g in grads), loss.detach().reshape(1).to(grads[0].dtype)])
+        last = loss.detach().reshape(1).to(grads[0].dtype)
+        node = (piece, piece + 1)
+        if self.stack and siblings(self.stack[-1][0], node, self.pieces):
+            left, flat = self.stack.pop()
+            _add_into(flat, [*grads, last])
+            node = (left[0], node[1])
+        else:
+            flat = torch.cat([*(g.reshape(-1) for g in grads), last])
         for parameter in parameters:
             parameter.grad = None
-        node = (piece, piece + 1)
         while self.stack and siblings(self.stack[-1][0], node, self.pieces):
             left, buffer = self.stack.pop()
             flat, node = buffer.add_(flat), (left[0], node[1])
@@ -109,8 +125,8 @@ class PieceSum:
         started = self._now(device)
         root = self._fault() if self.ranks.fault == "ring-sum" else total(self._gathered(), (0, self.pieces))
         offset = 0
-        for parameter in parameters:
-            parameter.grad = root[offset : offset + parameter.numel()].view_as(parameter).clone()
+        for parameter in parameters:  # views of the root, which nothing else holds: no copy
+            parameter.grad = root[offset : offset + parameter.numel()].view_as(parameter)
             offset += parameter.numel()
         self.seconds += self._now(device) - started
         if self.clock is not None:
@@ -127,7 +143,7 @@ class PieceSum:
         longest = max(len(nodes) for nodes in covers)
         buffers = [buffer for _, buffer in self.stack]
         buffers += [torch.zeros_like(buffers[0])] * (longest - len(buffers))
-        gathered = self.ranks.gather_tensor(torch.stack(buffers))
+        gathered = self.ranks.gather_tensor(buffers[0][None] if longest == 1 else torch.stack(buffers))
         return {node: gathered[r][j] for r, nodes in enumerate(covers) for j, node in enumerate(nodes)}
 
     def _ranges(self) -> list[range]:
