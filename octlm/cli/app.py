@@ -132,7 +132,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm bench EXP-008 --steps 20",
         "octlm bench --preset day2 --precision fp32,bf16",
         "octlm bench EXP-008 --nproc 2",
-        "octlm bench --preset day2 --determinism local,vendor,portable",
+        "octlm bench --preset day2 --determinism local,cross-vendor,portable",
     ),
     "canary": ("octlm canary", "octlm canary EXP-020", "octlm canary --threads 4 --json"),
     "rm": ("octlm rm EXP-012", "octlm rm EXP-012 --yes", "octlm rm EXP-012 --keep-files"),

@@ -42,7 +42,7 @@ def restore(
     if reshard:
         current = dataclasses.replace(current, config=prepared.config.fingerprint_at(record.world_size))
     checkpoint.check_fingerprints(record, config=prepared.config, current=current, path=loaded.path)
-    runtime.set_threads(prepared.config, record.environment.get("threads"))  # vendor, portable: the first start's count
+    runtime.set_threads(prepared.config, record.environment.get("threads"))  # a pinned tier: the first start's count
     state = TrainState.fresh(prepared.config, prepared.device, len(prepared.train_blocks), ranks=ranks)
     pieces = prepared.config.training.micro_batches > 0  # their bits do not depend on the thread count
     runtime.check_environment(record.environment, canary.environment(state), loaded.path.name, reporter, pieces)

@@ -1,4 +1,4 @@
-"""``octlm canary`` and ``bench --determinism local,vendor,portable``: the determinism tiers' two commands.
+"""``octlm canary`` and ``bench --determinism local,cross-vendor,portable``: the determinism tiers' two commands.
 
 The canary pins its tier (``determinism.pin``) before importing torch, as the training commands do; the
 bench of several tiers imports no torch at all: it times each tier in processes of its own.
@@ -30,7 +30,7 @@ CanaryDeterminismOption = Annotated[
     typer.Option(
         "--determinism",
         metavar="D",
-        help="local, vendor or portable (default: the experiment's, else portable).",
+        help=f"{', '.join(DETERMINISMS[:-1])} or {DETERMINISMS[-1]} (default: the experiment's, else portable).",
         show_default=False,
     ),
 ]
@@ -57,7 +57,8 @@ def bench_profiles(
     spec: launch.Launch,
     as_json: bool,
 ) -> None:
-    """``bench --determinism local,vendor,portable``: each tier in processes of its own (``bench_plan.by_profile``)."""
+    """``bench --determinism local,cross-vendor,portable``: each tier in processes of its own
+    (``bench_plan.by_profile``)."""
     from octlm.tasks.bench import plan as bench_plan
 
     if spec.wanted:

@@ -78,8 +78,8 @@ DeterminismOption = Annotated[
     typer.Option(
         "--determinism",
         metavar="D[,D2]",
-        help="local, vendor, portable, or several (local,vendor,portable): each tier in processes of its own, "
-        "alternating (default: the config's).",
+        help=f"{', '.join(DETERMINISMS)}, or several ({','.join(DETERMINISMS)}): each tier in processes of its "
+        "own, alternating (default: the config's).",
         show_default=False,
     ),
 ]

@@ -1,6 +1,6 @@
 """What ``octlm bench`` times, decided before torch loads (torch-free): the config (an experiment's, a preset's or
 EXP-008's), the precisions, ``--compile``, and ``--determinism``. A profile is fixed when torch loads, so
-``--determinism local,vendor,portable`` times each tier in a process of its own (``by_profile``): the processes
+``--determinism local,cross-vendor,portable`` times each tier in a process of its own (``by_profile``): the processes
 alternate, local, portable, portable, local, ..., so that a machine whose speed drifts moves both alike, and each
 profile's figure is the median of its processes."""
 
