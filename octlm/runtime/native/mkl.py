@@ -19,12 +19,9 @@ tier's bits is not assumed: every run under the tier checks its canary against t
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 from octlm.runtime.native.compile_cache import checked
@@ -57,6 +54,9 @@ def compiler(environ: Environ = os.environ) -> str | None:
 
 def build(environ: Environ = os.environ) -> Path:
     """The library, built unless it is already in the cache (written under another name, then moved in place)."""
+    import subprocess  # here, not at the top: every command imports this module (``determinism.pin``)
+    import tempfile
+
     target = folder(environ) / NAME
     if target.is_file():
         return target
@@ -98,6 +98,8 @@ def loaded() -> Path | None:
 def load(environ: Environ = os.environ) -> tuple[Path, bool]:
     """Build (once) and load the library before torch; name it in ``LD_PRELOAD`` for the processes this one starts.
     The library, and whether ``LD_PRELOAD`` was set here (it was unset before)."""
+    import ctypes
+
     path = loaded() or build(environ)
     try:
         ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL)
