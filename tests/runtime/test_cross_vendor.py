@@ -108,6 +108,8 @@ def test_a_machine_whose_canary_is_not_the_tiers_is_refused_before_training(home
     assert "\n" not in line and "this machine's canary is" in line and "MKL: Intel (interposed)" in line, line
     assert "use training.determinism: portable" in line
     assert checkpoints(home) == []
+    canary = octlm(home, "canary", "EXP-001", env={"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"})  # says so, and exits 0
+    assert canary.returncode == 0 and "is refused here; training.determinism: portable covers" in canary.stdout
 
 
 @pytest.mark.slow

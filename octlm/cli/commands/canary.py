@@ -13,6 +13,7 @@ import typer
 from octlm.cli import render
 from octlm.cli.common import JsonOption, complete_ids, handled, home_of
 from octlm.config.schema import DETERMINISMS
+from octlm.config.tiers import TIERS
 from octlm.core.errors import BadInput
 from octlm.runtime import determinism, launch
 
@@ -139,7 +140,7 @@ def _golden(expected: str, here: str, tier: str) -> str:
         return f"the tier's golden digest at 1 thread is {expected}, and this machine computes it: its runs start here"
     return (
         f"the tier's golden digest at 1 thread is {expected}, this machine's {here}: a run under {tier} is refused "
-        "here; training.determinism: portable covers the same machines"
+        f"here; training.determinism: {TIERS[tier].fallback} covers the same machines"
     )
 
 
