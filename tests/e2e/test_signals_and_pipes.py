@@ -31,6 +31,9 @@ STEADY = {"training": {"steps": 1200, "warmup_steps": 20, "eval_interval": 50}, 
 # after session.BOOKKEEPING_TIMEOUT_S (2 s), so the whole training takes a few seconds under the lock
 # (8-11 s alone on 2 cores; one clean CI run took over 30 s): 50 s leaves room and still fails the old code.
 LOCKED_TRAINING_DEADLINE_S = 150.0  # generous: the workers of the suite share the box
+# Long enough that the registry is locked while the run still trains: 600 steps once ended (2.7 s on an idle box)
+# before the holder had the lock, and the run then had nothing to defer.
+LOCKED_STEPS = 2000
 
 
 ENV = {**os.environ, "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}  # one core each: other tests may run beside
@@ -171,12 +174,14 @@ def hold_write_lock(database: Path) -> subprocess.Popen:
 
 
 def test_a_registry_locked_by_another_process_does_not_stop_training(home: Path) -> None:
-    write_experiment(home, training={"steps": 600, "eval_interval": 10}, checkpoint={"interval": 100})
+    last = LOCKED_STEPS
+    write_experiment(home, training={"steps": last, "eval_interval": 10}, checkpoint={"interval": 100})
     process = start(home, "train", "EXP-001")
     wait_for(lambda: has_progress(home), process)
     holder = hold_write_lock(home / "registry.db")
     try:
-        final = layout.checkpoint_path(home / "checkpoints" / "EXP-001", 600)
+        assert last not in steps(home), "the run ended before the lock was taken: nothing to defer"
+        final = layout.checkpoint_path(home / "checkpoints" / "EXP-001", last)
         wait_for(final.exists, timeout=LOCKED_TRAINING_DEADLINE_S)  # trained to the end under the lock
         assert holder.poll() is None and process.poll() is None  # still locked: the run waits to record itself
     finally:
@@ -187,8 +192,9 @@ def test_a_registry_locked_by_another_process_does_not_stop_training(home: Path)
     assert process.returncode == 0, stderr
     assert "bookkeeping deferred, training goes on" in stderr
     run = last_run(home)
-    assert run["status"] == "completed" and run["end_step"] == 600 and run["latest_metrics"]["step"] == 600
-    assert checkpoint_rows(home) == [f"checkpoints/EXP-001/step-000{s}.pt" for s in (400, 500, 600)]
+    assert run["status"] == "completed" and run["end_step"] == last and run["latest_metrics"]["step"] == last
+    kept = [layout.checkpoint_path(Path("checkpoints/EXP-001"), s).as_posix() for s in (last - 200, last - 100, last)]
+    assert checkpoint_rows(home) == kept
 
 
 def test_sigterm_to_verify_resume_stops_its_child_and_removes_its_scratch(home: Path, tmp_path: Path) -> None:
