@@ -132,7 +132,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch
 from octlm.config.presets import preset
 from octlm import config as cfg
-from octlm.train.decoder import Decoder
+from octlm.train.model.decoder import Decoder
 device, tiny = sys.argv[1], "--tiny" in sys.argv
 values = preset("day3")
 if tiny:

@@ -18,8 +18,8 @@ import torch
 from octlm import config as cfg
 from octlm.config.presets import preset
 from octlm.tasks.bench.measure import synthetic_blocks
-from octlm.train.decoder import SwiGLU
 from octlm.train.loop import train_step
+from octlm.train.model.decoder import SwiGLU
 from octlm.train.state import TrainState
 
 

@@ -32,7 +32,7 @@ from octlm.core.records import RunRecord
 if TYPE_CHECKING:
     from octlm.config import Config
     from octlm.data.tokenizer import Tokenizer
-    from octlm.train.decoder import Decoder
+    from octlm.train.model.decoder import Decoder
 
 __all__ = ["BadInput", "OctlmError", "Refused", "RunRecord", "__version__", "load", "runs"]
 

@@ -159,6 +159,14 @@ class Ranks:
         dist.all_reduce(out)
         return out
 
+    def total_in_place(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` summed over the ranks, in its own memory (no copy); returns it."""
+        if self.parallel:
+            import torch.distributed as dist
+
+            dist.all_reduce(value)
+        return value
+
     def agree(self, signal_number: int) -> int:
         """The largest of every rank's number (0: none received): all ranks stop at the same step, for the
         same signal (SIGTERM 15 outranks SIGINT 2 and SIGHUP 1)."""

@@ -14,8 +14,10 @@ the tree inside its range (its cover) with a stack: each finished piece is pushe
 merge (the left one's buffer takes the right one's in place) while they are the two children of one node. The
 stack never holds more than about log2(K) + 1 buffers, and when the rank's last piece is in, it holds the cover.
 The ranks then all-gather their covers (padded to the longest), and every rank builds the rest of the tree from the
-gathered nodes in the same order. Never a ring all-reduce, whose association of the ranks' sums depends on N. On
-one process the cover is the root itself: the same code accumulates the K pieces.
+gathered nodes in the same order. Never a ring all-reduce, whose association of the ranks' sums depends on N, except
+on 2 ranks that each hold one child of the root: their sum is one addition per element, the same bits in either
+order, so one all-reduce in place builds the root. On one process the cover is the root itself: the same code
+accumulates the K pieces.
 
 ``OCTLM_DISTRIBUTED_FAULT=ring-sum`` (tests only) plants that mistake: each rank folds its own cover and the ranks
 all-reduce their sums, which tests show is not the same at every world size.
@@ -112,18 +114,38 @@ class PieceSum:
             flat = torch.cat([*(g.reshape(-1) for g in grads), last])
         for parameter in parameters:
             parameter.grad = None
+        self._push(node, flat)
+        self.seconds += self._now(loss.device) - started
+
+    def add_leaf(self, piece: int, leaf: torch.Tensor) -> None:
+        """Piece ``piece`` as a leaf already flat (``train.model.piecewise``): every parameter's gradient, then the
+        loss. The same additions as ``add``."""
+        started = self._now(leaf.device)
+        node = (piece, piece + 1)
+        if self.stack and siblings(self.stack[-1][0], node, self.pieces):
+            left, flat = self.stack.pop()
+            leaf, node = flat.add_(leaf), (left[0], node[1])
+        self._push(node, leaf)
+        self.seconds += self._now(leaf.device) - started
+
+    def _push(self, node: Node, flat: torch.Tensor) -> None:
+        """``flat`` as the value of ``node``, merged with its left siblings on the stack while it has them."""
         while self.stack and siblings(self.stack[-1][0], node, self.pieces):
             left, buffer = self.stack.pop()
             flat, node = buffer.add_(flat), (left[0], node[1])
         self.stack.append((node, flat))
-        self.seconds += self._now(loss.device) - started
 
     def finish(self, parameters: list[torch.nn.Parameter]) -> torch.Tensor:
         """The root: every rank's cover gathered and the rest of the tree built; its gradient goes to
         ``parameters`` and the step's loss is returned."""
         device = self.stack[0][1].device
         started = self._now(device)
-        root = self._fault() if self.ranks.fault == "ring-sum" else total(self._gathered(), (0, self.pieces))
+        if self.ranks.fault == "ring-sum":
+            root = self._fault()
+        elif self._halves():  # the root's two children, one on each of 2 ranks: left + right is right + left
+            root = self.ranks.total_in_place(self.stack[0][1])
+        else:
+            root = total(self._gathered(), (0, self.pieces))
         offset = 0
         for parameter in parameters:  # views of the root, which nothing else holds: no copy
             parameter.grad = root[offset : offset + parameter.numel()].view_as(parameter)
@@ -145,6 +167,14 @@ class PieceSum:
         buffers += [torch.zeros_like(buffers[0])] * (longest - len(buffers))
         gathered = self.ranks.gather_tensor(buffers[0][None] if longest == 1 else torch.stack(buffers))
         return {node: gathered[r][j] for r, nodes in enumerate(covers) for j, node in enumerate(nodes)}
+
+    def _halves(self) -> bool:
+        """Whether 2 CPU ranks each hold one child of the root (K a power of two, or any K whose tree splits at
+        K/2). Their sum is then one addition per element, which gives the same bits in either order, so one
+        all-reduce in place builds the root: no gathered copy and no new buffer."""
+        if self.ranks.world_size != 2 or not self.ranks.parallel or self.stack[0][1].device.type != "cpu":
+            return False
+        return split(0, self.pieces) * 2 == self.pieces and len(self.stack) == 1
 
     def _ranges(self) -> list[range]:
         return [leaves(r, self.ranks.world_size, self.pieces) for r in range(self.ranks.world_size)]

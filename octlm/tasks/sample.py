@@ -25,7 +25,7 @@ from octlm.store import experiments
 from octlm.store.registry import Registry
 from octlm.train import checkpoint, generate
 from octlm.train.checkpoint import Loaded
-from octlm.train.decoder import Decoder
+from octlm.train.model.decoder import Decoder
 
 
 def _check_options(max_new_tokens: int, temperature: float, top_k: int | None) -> None:

@@ -26,7 +26,7 @@ from torch import nn
 from octlm.core.records import RunRecord
 from octlm.data.blocks import TokenBlocks, bits_per_byte
 from octlm.runtime.machine import autocast
-from octlm.train.decoder import loss_sums
+from octlm.train.model.decoder import loss_sums
 
 
 def ratio_error(numerators: np.ndarray, denominators: np.ndarray) -> float | None:

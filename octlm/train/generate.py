@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from octlm.train.decoder import Decoder
+from octlm.train.model.decoder import Decoder
 
 
 @torch.no_grad()

@@ -18,6 +18,8 @@ from octlm.data.blocks import TokenBlocks
 from octlm.data.sampler import epochs_of
 from octlm.runtime import lean, rng
 from octlm.train.evaluation import PerBlock, evaluate_blocks
+from octlm.train.model.decoder import loss as model_loss
+from octlm.train.model.piecewise import PiecePlan
 from octlm.train.schedule import for_config
 from octlm.train.state import TrainState
 
@@ -68,11 +70,48 @@ def _pieces(state: TrainState, blocks: TokenBlocks, index: torch.Tensor) -> torc
     counted = int((blocks.batch(index)[1] != blocks.pad_id).sum())
     parameters = list(state.model.parameters())
     summed = state.ranks.piece_sum(training.micro_batches)
-    for piece, part in state.ranks.pieces(index, training.micro_batches):
+    mine = state.ranks.pieces(index, training.micro_batches)
+    if one_pass(state):
+        for (piece, _), leaf in zip(mine, _one_pass(state, blocks, mine, counted), strict=True):
+            summed.add_leaf(piece, leaf)
+        return summed.finish(parameters)
+    for piece, part in mine:
         with rng.piece_stream(training.seed, state.step + 1, piece, state.device):
             loss = _backward(state, blocks, part, counted)
         summed.add(piece, parameters, loss)
     return summed.finish(parameters)
+
+
+def one_pass(state: TrainState) -> bool:
+    """Whether this rank runs its pieces in one forward and backward (``train.model.piecewise``): eager fp32 on the
+    CPU without dropout, whose kernels are row-invariant. Dropout draws per piece from the piece's own generator,
+    and compiled graphs, autocast and GPU kernels are not shown row-invariant: those keep a pass per piece."""
+    config = state.config
+    eager = not config.training.compile and config.training.precision == "fp32"
+    return eager and config.model.dropout == 0 and state.device.type == "cpu" and state.ranks.fault != "plain-ddp"
+
+
+def _one_pass(
+    state: TrainState, blocks: TokenBlocks, mine: list[tuple[int, torch.Tensor]], counted: int
+) -> list[torch.Tensor]:
+    """This rank's pieces in one pass; returns each piece's leaf (its gradients, then its loss), with the bits of
+    ``_backward`` over the piece alone: the same loss per piece, weighted by its share of ``counted``."""
+    plan = _plan(state, len(mine))
+    inputs, targets = blocks.batch(torch.cat([part for _, part in mine]))
+    logits = state.model(inputs.to(state.device), plan=plan)
+    losses, scale = [], state.ranks.gradient_scale
+    for piece_logits, piece_targets in zip(plan.cut(logits), plan.cut(targets), strict=True):
+        share = int((piece_targets != blocks.pad_id).sum()) / max(1, counted)
+        losses.append(model_loss(piece_logits, piece_targets.to(state.device), blocks.pad_id) * share)
+    torch.autograd.backward([loss * scale if scale != 1.0 else loss for loss in losses])
+    return plan.finish(losses)
+
+
+def _plan(state: TrainState, pieces: int) -> PiecePlan:
+    """The state's plan for ``pieces`` pieces in one pass, made at the first step and kept, ready for this one."""
+    if pieces not in state.plans:
+        state.plans[pieces] = PiecePlan(list(state.model.parameters()), pieces)
+    return state.plans[pieces].begin()
 
 
 def _backward(state: TrainState, blocks: TokenBlocks, index: torch.Tensor, counted: int | None) -> torch.Tensor:

@@ -25,9 +25,10 @@ from octlm.runtime import rng
 from octlm.runtime.distributed import Ranks
 from octlm.runtime.native import compile_cache
 from octlm.train.checkpoint import Record
-from octlm.train.decoder import Decoder
-from octlm.train.decoder import loss as model_loss
 from octlm.train.guard import StepGuard
+from octlm.train.model.decoder import Decoder
+from octlm.train.model.decoder import loss as model_loss
+from octlm.train.model.piecewise import PiecePlan
 from octlm.train.optim import build_optimizer, optimizer_impl
 
 
@@ -110,6 +111,7 @@ class TrainState:
     log: LogAccumulator | None = None  # the loss since the last logged record (built with the state)
     ranks: Ranks = field(default_factory=Ranks)  # this process's place in a data-parallel run
     guard: StepGuard = field(default_factory=StepGuard)  # non-finite steps and (when asked) spikes
+    plans: dict[int, PiecePlan] = field(default_factory=dict)  # pieces in one pass, by count: their leaves, kept
 
     def __post_init__(self) -> None:
         if self.log is None:

@@ -11,7 +11,7 @@ from conftest import CORPUS
 
 from octlm.data import blocks as data
 from octlm.data.tokenizer import Tokenizer
-from octlm.train.decoder import loss_sums
+from octlm.train.model.decoder import loss_sums
 
 TEXTS = [CORPUS[i * 900 : (i + 1) * 900] for i in range(8)]
 

@@ -32,12 +32,14 @@ STEPS = 8
 THREADS = {"OMP_NUM_THREADS": "1"}
 
 
-def make_home(root: Path, pieces: int, batch: int, steps: int = STEPS, **training: object) -> Path:
+def make_home(
+    root: Path, pieces: int, batch: int, steps: int = STEPS, dropout: float = 0.1, **training: object
+) -> Path:
     write_corpus(root)
     write_experiment(
         root,
         ID,
-        model={"dropout": 0.1},
+        model={"dropout": dropout},
         training={"batch_size": batch, "micro_batches": pieces, "steps": steps, "eval_interval": 4, **training},
         checkpoint={"interval": 4, "keep": 4},
     )
@@ -67,9 +69,16 @@ def run_records(home: Path) -> list[dict[str, object]]:
     return runfile.without_timings(runfile.read(home / "runs" / f"{ID}.jsonl"))
 
 
-def layouts(root: Path, pieces: int, batch: int, layouts: dict[str, list[str]], env: dict[str, str] | None = None):
+def layouts(
+    root: Path,
+    pieces: int,
+    batch: int,
+    layouts: dict[str, list[str]],
+    env: dict[str, str] | None = None,
+    dropout: float = 0.1,
+):
     """Train the same experiment under each layout (its extra arguments), two at a time; {name: home}."""
-    homes = {name: make_home(root / name, pieces, batch) for name in layouts}
+    homes = {name: make_home(root / name, pieces, batch, dropout=dropout) for name in layouts}
     names_left = list(layouts)
     while names_left:
         batch_names, names_left = names_left[:2], names_left[2:]
@@ -144,6 +153,16 @@ def test_four_pieces_train_the_same_bits_on_1_2_4_ranks_and_two_nodes(tmp_path: 
     # every rank holds the same random state (each piece seeds its own dropout), and it is the one process's
     saved = checkpoint.read(checkpoint_path(homes["four"], STEPS))
     assert len(saved.rng) == 4 and len(checkpoint.read(checkpoint_path(homes["one"], STEPS)).rng) == 1
+
+
+def test_four_pieces_in_one_pass_train_the_same_bits_on_1_2_and_4_ranks(tmp_path: Path) -> None:
+    """Without dropout each rank runs its pieces in one forward and backward (``train.model.piecewise``): four on
+    one process, two on each of two ranks (whose halves of the tree one all-reduce sums), one on each of four."""
+    homes = layouts(
+        tmp_path, pieces=4, batch=8, dropout=0.0, layouts={"one": [], "two": ["--nproc", "2"], "four": ["--nproc", "4"]}
+    )
+    shas = assert_identical(homes)
+    print(f"K=4 in one pass, 1 / 2 / 4 ranks: model sha256 {shas['model'][:16]}, optimizer {shas['optimizer'][:16]}")
 
 
 def test_six_pieces_are_exact_on_3_ranks_and_a_ring_sum_is_not(tmp_path: Path) -> None:
@@ -277,7 +296,7 @@ PIECE = """
 import hashlib, sys, torch
 from octlm import config as cfg
 from octlm.config.presets import preset
-from octlm.train.decoder import Decoder, loss
+from octlm.train.model.decoder import Decoder, loss
 torch.set_num_threads(int(sys.argv[1]))
 raw = preset("day1"); raw["model"]["dropout"] = 0.1; raw["training"]["compile"] = False
 config = cfg.from_dict(raw, "day1")

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from octlm.config import from_dict
 from octlm.data.tokenizer import Tokenizer
 from octlm.train import checkpoint, generate
-from octlm.train.decoder import Decoder
+from octlm.train.model.decoder import Decoder
 
 PROMPT = "The quick"
 

@@ -6,7 +6,7 @@ import torch
 
 from octlm import config as cfg
 from octlm.train import generate
-from octlm.train.decoder import Decoder, loss
+from octlm.train.model.decoder import Decoder, loss
 
 CONFIG = cfg.from_dict(
     {"tokenizer": {"vocab_size": 300}, "model": {"context_length": 16, "d_model": 32, "n_layers": 2, "n_heads": 2}}
@@ -58,7 +58,7 @@ def test_sampling_is_seeded_and_leaves_training_streams_alone() -> None:
 
 
 def test_rotary_scores_depend_only_on_relative_position() -> None:
-    from octlm.train.decoder import apply_rotary, rotary_table
+    from octlm.train.model.decoder import apply_rotary, rotary_table
 
     table = rotary_table(16, 8, 10000.0)
     generator = torch.Generator().manual_seed(4)

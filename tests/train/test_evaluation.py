@@ -17,8 +17,8 @@ from conftest import cli, json_out, write_experiment
 def test_the_standard_error_is_the_ratio_estimator_over_blocks() -> None:
     from octlm.config import from_dict
     from octlm.data.blocks import TokenBlocks
-    from octlm.train.decoder import Decoder
     from octlm.train.evaluation import evaluate
+    from octlm.train.model.decoder import Decoder
 
     config = from_dict(
         {"tokenizer": {"vocab_size": 300}, "model": {"context_length": 8, "d_model": 16, "n_layers": 1, "n_heads": 2}}

@@ -9,7 +9,7 @@ import torch
 from octlm import config as cfg
 from octlm.core import layout
 from octlm.train import checkpoint
-from octlm.train.decoder import Decoder
+from octlm.train.model.decoder import Decoder
 from octlm.train.optim import parameter_groups
 from octlm.train.schedule import learning_rate
 

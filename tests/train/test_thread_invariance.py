@@ -20,7 +20,7 @@ from conftest import assert_same_training_state, octlm, write_corpus, write_expe
 from octlm.core import layout
 from octlm.store.runs import runfile
 from octlm.train import checkpoint
-from octlm.train.decoder import GRAIN, ThreadInvariantSiLU, _fixed_parts, splits_evenly
+from octlm.train.model.decoder import GRAIN, ThreadInvariantSiLU, _fixed_parts, splits_evenly
 
 THREADS = (1, 2, 3, 4, 8)
 

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from octlm.config import Config
+from octlm.train.model import piecewise
+from octlm.train.model.piecewise import PiecePlan
 
 
 def rotary_table(context_length: int, head_dim: int, base: float) -> torch.Tensor:
@@ -44,14 +46,14 @@ class Attention(nn.Module):
         self.v = nn.Linear(model.d_model, model.d_model, bias=False)
         self.proj = nn.Linear(model.d_model, model.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotation: torch.Tensor, plan: PiecePlan | None = None) -> torch.Tensor:
         batch, length, width = x.shape  # (B, T, C)
         heads = (batch, length, self.n_heads, self.head_dim)
-        q = apply_rotary(self.q(x).view(heads), rotation)  # (B, T, H, hd)
-        k = apply_rotary(self.k(x).view(heads), rotation)  # (B, T, H, hd)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, self.v(x).view(heads)))  # (B, H, T, hd)
+        q = apply_rotary(piecewise.linear(self.q, x, plan).view(heads), rotation)  # (B, T, H, hd)
+        k = apply_rotary(piecewise.linear(self.k, x, plan).view(heads), rotation)  # (B, T, H, hd)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, piecewise.linear(self.v, x, plan).view(heads)))  # (B, H, T, hd)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).reshape(batch, length, width))  # (B, T, C)
+        return piecewise.linear(self.proj, y.transpose(1, 2).reshape(batch, length, width), plan)  # (B, T, C)
 
 
 # torch splits an elementwise op over more than GRAIN (32,768) elements into min(threads, n / GRAIN) equal shares, and
@@ -65,6 +67,12 @@ GRAIN = 32768
 def splits_evenly(n: int) -> bool:
     """Whether ``F.silu`` over ``n`` elements gives the same bits at any thread count (see GRAIN)."""
     return n <= GRAIN or (n <= 2 * GRAIN and n % 64 == 0)
+
+
+def silu_parts(n: int) -> list[int]:
+    """The calls ``F.silu`` over ``n`` elements is cut into for the same bits at any thread count: one where it
+    splits evenly, else ``_fixed_parts``."""
+    return [n] if splits_evenly(n) else _fixed_parts(n)
 
 
 def _fixed_parts(n: int) -> list[int]:
@@ -105,11 +113,15 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(hidden, d_model, bias=False)
         self.thread_invariant = thread_invariant
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = self.gate(x)
-        fixed = self.thread_invariant and not splits_evenly(gate.numel())  # day1's pieces split evenly: F.silu
-        activated = ThreadInvariantSiLU.apply(gate) if fixed else F.silu(gate)
-        return self.down(activated * self.up(x))  # (B, T, hidden) -> (B, T, C)
+    def forward(self, x: torch.Tensor, plan: PiecePlan | None = None) -> torch.Tensor:
+        gate = piecewise.linear(self.gate, x, plan)
+        if plan is not None:  # SiLU per piece, as each piece alone calls it
+            activated = piecewise.silu(gate, plan, silu_parts if self.thread_invariant else None)
+        elif self.thread_invariant and not splits_evenly(gate.numel()):  # day1's pieces split evenly: F.silu
+            activated = ThreadInvariantSiLU.apply(gate)
+        else:
+            activated = F.silu(gate)
+        return piecewise.linear(self.down, activated * piecewise.linear(self.up, x, plan), plan)  # (B, T, C)
 
 
 class Block(nn.Module):
@@ -122,9 +134,9 @@ class Block(nn.Module):
         self.mlp = SwiGLU(config.model.d_model, config.mlp_hidden, thread_invariant=pieces)
         self.dropout = nn.Dropout(config.model.dropout)
 
-    def forward(self, x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(self.attention(self.attention_norm(x), rotation))
-        return x + self.dropout(self.mlp(self.mlp_norm(x)))
+    def forward(self, x: torch.Tensor, rotation: torch.Tensor, plan: PiecePlan | None = None) -> torch.Tensor:
+        x = x + self.dropout(self.attention(piecewise.rms_norm(self.attention_norm, x, plan), rotation, plan))
+        return x + self.dropout(self.mlp(piecewise.rms_norm(self.mlp_norm, x, plan), plan))
 
 
 class Decoder(nn.Module):
@@ -153,14 +165,16 @@ class Decoder(nn.Module):
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, plan: PiecePlan | None = None) -> torch.Tensor:
+        """Logits (B, T, V) of ``tokens`` (B, T). With ``plan``, the batch is ``plan.pieces`` canonical pieces run
+        in one pass, whose parameter gradients go to the plan's leaves (``piecewise``), never to ``.grad``."""
         length = tokens.shape[1]  # tokens: (B, T)
         if length > self.context_length:
             raise ValueError(f"sequence of {length} tokens exceeds the context length {self.context_length}")
-        x = self.dropout(self.embedding(tokens))  # (B, T, C)
+        x = self.dropout(piecewise.embedding(self.embedding, tokens, plan))  # (B, T, C)
         for block in self.blocks:
-            x = block(x, self.rotation)
-        return F.linear(self.norm(x), self.embedding.weight)  # tied head: (B, T, V)
+            x = block(x, self.rotation, plan)
+        return piecewise.head(piecewise.rms_norm(self.norm, x, plan), self.embedding.weight, plan)  # tied: (B, T, V)
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())

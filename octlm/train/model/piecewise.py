@@ -1,0 +1,188 @@
+"""Several canonical pieces in one forward and backward, each piece's gradient with the bits it gets alone.
+
+A rank holding several pieces (``training.micro_batches``) runs all of their blocks as one batch. Every kernel of
+the step except the reductions over rows gives a row the same bits whatever other rows share its call (measured by
+``benchmarks/row_invariance.py`` and checked against the per-piece passes by the tests), so only those reductions
+are taken per piece here, each with the very calls autograd makes when the piece runs alone, and each lands in the
+piece's leaf of the canonical tree (``runtime.pieces``):
+
+- a linear layer's weight gradient (the tied head's too): ``grad.t().mm(input)`` over the piece's rows, written
+  straight into the piece's leaf, so no flattening copy follows;
+- the embedding's gradient: ``embedding_dense_backward`` of the piece's tokens, added to the tied head's;
+- RMSNorm's weight gradient: ``(grad * normalized).sum_to_size(weight)`` over the piece's rows (the reduction the
+  autograd engine makes for a broadcast weight);
+- SiLU, whose bits depend on where its call's elements end (``decoder.GRAIN``): called per piece;
+- the loss: per piece, as a piece alone computes it, then every piece's backward in one call.
+
+A leaf is one flat buffer: every parameter's gradient in parameter order, then the piece's loss. A plan keeps its
+leaves from step to step (the parameters' gradients are views of them until ``zero_grad``), so a step allocates
+nothing for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import accumulate
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Ctx = Any  # torch.autograd.function.FunctionCtx, with the attributes set below
+
+
+class PiecePlan:
+    """The leaves of ``pieces`` pieces run in one pass over ``parameters``: row k of ``leaves`` is piece k's, and
+    ``slots[i]`` holds parameter i's gradient in each piece's leaf (views, made once)."""
+
+    def __init__(self, parameters: list[nn.Parameter], pieces: int):
+        self.pieces = pieces
+        self.index = {id(p): i for i, p in enumerate(parameters)}
+        offsets = list(accumulate([p.numel() for p in parameters], initial=0))
+        first = parameters[0]
+        self.leaves = torch.empty(pieces, offsets[-1] + 1, dtype=first.dtype, device=first.device)
+        self.slots = [
+            [leaf[offsets[i] : offsets[i + 1]].view(p.shape) for leaf in self.leaves] for i, p in enumerate(parameters)
+        ]
+        self.written: set[int] = set()  # the parameters whose gradients this step has written
+
+    def begin(self) -> PiecePlan:
+        """Ready for a step (the last step's gradients are gone by then: ``zero_grad``)."""
+        self.written.clear()
+        return self
+
+    def cut(self, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``tensor``'s rows (its first dimension) by piece."""
+        return tensor.chunk(self.pieces) if self.pieces > 1 else (tensor,)
+
+    def fresh(self, i: int) -> bool:
+        """Whether parameter ``i``'s gradients are still unwritten this step; from now on they are not."""
+        if i in self.written:
+            return False
+        self.written.add(i)
+        return True
+
+    def finish(self, losses: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Every piece's leaf once the backward is done: a parameter the pass did not reach set to zero (as
+        ``PieceSum`` does), and each piece's loss last."""
+        for i in set(range(len(self.slots))) - self.written:
+            for slot in self.slots[i]:
+                slot.zero_()
+        for leaf, loss in zip(self.leaves, losses, strict=True):
+            leaf[-1] = loss.detach().to(leaf.dtype)
+        return list(self.leaves.unbind(0))
+
+
+def _weight_hook(plan: PiecePlan, weight: torch.Tensor, x: torch.Tensor) -> Callable[[torch.Tensor], None]:
+    """What a linear layer's output hands its gradient to: each piece's ``grad.t().mm(input)`` (autograd's call for
+    a weight used as ``weight.t()``) into the piece's leaf, added where the tied weight has one already."""
+    i = plan.index[id(weight)]
+
+    def hook(grad: torch.Tensor) -> None:
+        rows, inputs = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
+        pairs = zip(plan.cut(rows), plan.cut(inputs), plan.slots[i], strict=True)
+        if plan.fresh(i):
+            for g, a, slot in pairs:
+                torch.mm(g.t(), a, out=slot)
+        else:
+            for g, a, slot in pairs:
+                slot.add_(g.t().mm(a))
+
+    return hook
+
+
+def _embedding_hook(plan: PiecePlan, weight: torch.Tensor, tokens: torch.Tensor) -> Callable[[torch.Tensor], None]:
+    """The embedding's gradient per piece (``embedding_dense_backward``, autograd's call), added to the head's."""
+    i = plan.index[id(weight)]
+
+    def hook(grad: torch.Tensor) -> None:
+        fresh = plan.fresh(i)
+        for g, t, slot in zip(plan.cut(grad), plan.cut(tokens), plan.slots[i], strict=True):
+            value = torch.ops.aten.embedding_dense_backward(g, t, weight.shape[0], -1, False)
+            slot.copy_(value) if fresh else slot.add_(value)
+
+    return hook
+
+
+def _scale_hook(plan: PiecePlan, weight: torch.Tensor, normalized: torch.Tensor) -> Callable[[torch.Tensor], None]:
+    """RMSNorm's weight gradient per piece: ``(grad * normalized).sum_to_size(weight)``, the reduction the autograd
+    engine makes for a broadcast factor."""
+    i = plan.index[id(weight)]
+
+    def hook(grad: torch.Tensor) -> None:
+        fresh = plan.fresh(i)
+        for part, slot in zip(plan.cut(grad.mul(normalized)), plan.slots[i], strict=True):
+            value = part.sum_to_size(weight.shape)
+            slot.copy_(value) if fresh else slot.add_(value)
+
+    return hook
+
+
+class _SiLU(torch.autograd.Function):
+    """SiLU called once per piece (in the parts ``parts`` gives a piece, where given), as the piece alone calls it."""
+
+    @staticmethod
+    def forward(ctx: Ctx, x: torch.Tensor, pieces: int, parts: Callable[[int], list[int]] | None) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        ctx.lengths = _lengths(x.numel(), pieces, parts)
+        for part, into in zip(x.view(-1).split(ctx.lengths), out.view(-1).split(ctx.lengths), strict=True):
+            torch.ops.aten.silu.out(part, out=into)
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    def backward(ctx: Ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (x,) = ctx.saved_tensors
+        result = torch.empty_like(x)
+        cut = (t.view(-1).split(ctx.lengths) for t in (grad.contiguous(), x, result))
+        for g, part, into in zip(*cut, strict=True):
+            torch.ops.aten.silu_backward.grad_input(g, part, grad_input=into)
+        return result, None, None
+
+
+def _lengths(n: int, pieces: int, parts: Callable[[int], list[int]] | None) -> list[int]:
+    """The calls SiLU over ``n`` elements makes: each piece's ``n / pieces``, cut by ``parts`` where given."""
+    each = n // pieces
+    return (parts(each) if parts is not None else [each]) * pieces
+
+
+def linear(module: nn.Linear, x: torch.Tensor, plan: PiecePlan | None) -> torch.Tensor:
+    return module(x) if plan is None else head(x, module.weight, plan)
+
+
+def head(x: torch.Tensor, weight: torch.Tensor, plan: PiecePlan | None) -> torch.Tensor:
+    """``F.linear(x, weight)``: the tied output head, or (through ``linear``) any linear layer. With a plan, the
+    weight enters detached, so autograd computes the input's gradient alone, with the nodes it always makes, and
+    the weight's gradient goes to the plan per piece (``_weight_hook``)."""
+    if plan is None:
+        return F.linear(x, weight)
+    y = F.linear(x, weight.detach())
+    y.register_hook(_weight_hook(plan, weight, x))
+    return y
+
+
+def embedding(module: nn.Embedding, tokens: torch.Tensor, plan: PiecePlan | None) -> torch.Tensor:
+    """The embedding; with a plan, a leaf of the pass whose gradient goes to the plan per piece."""
+    if plan is None:
+        return module(tokens)
+    x = F.embedding(tokens, module.weight.detach()).requires_grad_()
+    x.register_hook(_embedding_hook(plan, module.weight, tokens))
+    return x
+
+
+def rms_norm(module: nn.RMSNorm, x: torch.Tensor, plan: PiecePlan | None) -> torch.Tensor:
+    """RMSNorm over every row in one call (the input's gradient gathers its terms as for a piece alone); with a
+    plan, its weight enters detached and its gradient goes to the plan per piece (``_scale_hook``)."""
+    if plan is None:
+        return module(x)
+    normalized = F.rms_norm(x, module.normalized_shape, None, module.eps)
+    y = normalized.mul(module.weight.detach())
+    y.register_hook(_scale_hook(plan, module.weight, normalized))
+    return y
+
+
+def silu(x: torch.Tensor, plan: PiecePlan, parts: Callable[[int], list[int]] | None) -> torch.Tensor:
+    """SiLU per piece; ``parts(n)``: the lengths a piece of ``n`` elements is cut into, or None for one call."""
+    return _SiLU.apply(x, plan.pieces, parts)
