@@ -19,7 +19,7 @@ from octlm.data.sampler import epochs_of
 from octlm.runtime import lean, rng
 from octlm.train.evaluation import PerBlock, evaluate_blocks
 from octlm.train.model.decoder import loss as model_loss
-from octlm.train.model.piecewise import PiecePlan
+from octlm.train.model.piecewise import PiecePlan, pass_size
 from octlm.train.schedule import for_config
 from octlm.train.state import TrainState
 
@@ -72,8 +72,14 @@ def _pieces(state: TrainState, blocks: TokenBlocks, index: torch.Tensor) -> torc
     summed = state.ranks.piece_sum(training.micro_batches)
     mine = state.ranks.pieces(index, training.micro_batches)
     if one_pass(state):
-        for (piece, _), leaf in zip(mine, _one_pass(state, blocks, mine, counted), strict=True):
-            summed.add_leaf(piece, leaf)
+        leaf_bytes = parameters[0].element_size() * (1 + sum(p.numel() for p in parameters))
+        size = pass_size(len(mine), len(mine[0][1]) * (blocks.width - 1), leaf_bytes)
+        for start in range(0, len(mine), size):  # one pass, unless the pieces exceed what a pass takes
+            group = mine[start : start + size]
+            for (piece, _), leaf in zip(
+                group, _one_pass(state, blocks, group, counted, size == len(mine)), strict=True
+            ):
+                summed.add_leaf(piece, leaf)
         return summed.finish(parameters)
     for piece, part in mine:
         with rng.piece_stream(training.seed, state.step + 1, piece, state.device):
@@ -92,11 +98,12 @@ def one_pass(state: TrainState) -> bool:
 
 
 def _one_pass(
-    state: TrainState, blocks: TokenBlocks, mine: list[tuple[int, torch.Tensor]], counted: int
+    state: TrainState, blocks: TokenBlocks, mine: list[tuple[int, torch.Tensor]], counted: int, keep: bool
 ) -> list[torch.Tensor]:
-    """This rank's pieces in one pass; returns each piece's leaf (its gradients, then its loss), with the bits of
-    ``_backward`` over the piece alone: the same loss per piece, weighted by its share of ``counted``."""
-    plan = _plan(state, len(mine))
+    """Pieces ``mine`` in one pass; returns each piece's leaf (its gradients, then its loss), with the bits of
+    ``_backward`` over the piece alone: the same loss per piece, weighted by its share of ``counted``. ``keep``:
+    the step's only pass, into the leaves of the last step (``PiecePlan.begin``)."""
+    plan = _plan(state, len(mine), keep)
     inputs, targets = blocks.batch(torch.cat([part for _, part in mine]))
     logits = state.model(inputs.to(state.device), plan=plan)
     losses, scale = [], state.ranks.gradient_scale
@@ -107,11 +114,11 @@ def _one_pass(
     return plan.finish(losses)
 
 
-def _plan(state: TrainState, pieces: int) -> PiecePlan:
+def _plan(state: TrainState, pieces: int, keep: bool = True) -> PiecePlan:
     """The state's plan for ``pieces`` pieces in one pass, made at the first step and kept, ready for this one."""
     if pieces not in state.plans:
         state.plans[pieces] = PiecePlan(list(state.model.parameters()), pieces)
-    return state.plans[pieces].begin()
+    return state.plans[pieces].begin(keep)
 
 
 def _backward(state: TrainState, blocks: TokenBlocks, index: torch.Tensor, counted: int | None) -> torch.Tensor:

@@ -12,6 +12,7 @@ import torch
 from octlm import config as cfg
 from octlm.tasks.bench.measure import synthetic_blocks
 from octlm.train import loop
+from octlm.train.model import piecewise
 from octlm.train.model.decoder import Decoder, loss
 from octlm.train.model.piecewise import PiecePlan
 from octlm.train.state import TrainState
@@ -103,21 +104,38 @@ def tiny_raw(**model: object) -> dict:
     }
 
 
-def test_steps_in_one_pass_train_the_same_weights_as_a_pass_per_piece(monkeypatch: pytest.MonkeyPatch) -> None:
-    finals = []
-    for passes in ("one", "per piece"):
-        state, blocks = state_for(tiny_raw())
-        assert loop.one_pass(state)
-        if passes == "per piece":
-            monkeypatch.setattr(loop, "one_pass", lambda state: False)
-        losses = [float(loop.train_step(state, blocks, 1e-3)[0]) for _ in range(4)]
-        finals.append((losses, state.model.state_dict(), state.optimizer.state_dict()["state"]))
-        monkeypatch.undo()
-    (losses, weights, moments), (other_losses, other_weights, other_moments) = finals
+def train_four_steps(passes: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], dict, dict]:
+    state, blocks = state_for(tiny_raw())
+    assert loop.one_pass(state)
+    if passes == "a pass per piece":
+        monkeypatch.setattr(loop, "one_pass", lambda state: False)
+    elif passes == "passes of two pieces":  # as when the pieces exceed what one pass takes
+        monkeypatch.setattr(piecewise, "PASS_TOKENS", 2 * 2 * 16)
+    losses = [float(loop.train_step(state, blocks, 1e-3)[0]) for _ in range(4)]
+    if passes == "passes of two pieces":
+        assert set(state.plans) == {2}
+    monkeypatch.undo()
+    return losses, state.model.state_dict(), state.optimizer.state_dict()["state"]
+
+
+@pytest.mark.parametrize("passes", ["a pass per piece", "passes of two pieces"])
+def test_steps_in_one_pass_train_the_same_weights_as(passes: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    (losses, weights, moments), (other_losses, other_weights, other_moments) = (
+        train_four_steps("one pass", monkeypatch),
+        train_four_steps(passes, monkeypatch),
+    )
     assert losses == other_losses and len(set(losses)) == 4
     assert all(torch.equal(weights[k], other_weights[k]) for k in weights)
     for key, values in moments.items():
         assert all(torch.equal(values[name], other_moments[key][name]) for name in values), key
+
+
+def test_a_pass_takes_what_fits_in_its_tokens_and_its_leaves() -> None:
+    mib = 2**20
+    assert piecewise.pass_size(4, 256, 4 * mib) == 4  # day1: the whole share
+    assert piecewise.pass_size(16, 1024, 4 * mib) == 8  # 8,192 tokens
+    assert piecewise.pass_size(32, 1024, 364 * mib) == 1  # day4's leaves: one piece a pass
+    assert piecewise.pass_size(8, 16_384, 4 * mib) == 1  # a piece beyond the tokens still passes alone
 
 
 @pytest.mark.parametrize(

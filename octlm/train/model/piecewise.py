@@ -32,23 +32,42 @@ from torch import nn
 Ctx = Any  # torch.autograd.function.FunctionCtx, with the attributes set below
 
 
+# How much one pass takes at most: the tokens of its pieces (their activations) and the bytes of their leaves. A rank
+# whose pieces exceed either runs them in several passes, so a run that chose pieces to bound its memory (pieces are
+# also octlm's exact gradient accumulation) keeps about that bound. Neither changes any bit.
+PASS_TOKENS = 8192
+PASS_LEAF_BYTES = 256 * 2**20
+
+
+def pass_size(pieces: int, piece_tokens: int, leaf_bytes: int) -> int:
+    """How many of a rank's ``pieces`` one pass takes (at least one): as many as ``PASS_TOKENS`` and
+    ``PASS_LEAF_BYTES`` allow."""
+    return max(1, min(pieces, PASS_TOKENS // max(1, piece_tokens), PASS_LEAF_BYTES // max(1, leaf_bytes)))
+
+
 class PiecePlan:
     """The leaves of ``pieces`` pieces run in one pass over ``parameters``: row k of ``leaves`` is piece k's, and
-    ``slots[i]`` holds parameter i's gradient in each piece's leaf (views, made once)."""
+    ``slots[i]`` holds parameter i's gradient in each piece's leaf (views)."""
 
     def __init__(self, parameters: list[nn.Parameter], pieces: int):
         self.pieces = pieces
         self.index = {id(p): i for i, p in enumerate(parameters)}
-        offsets = list(accumulate([p.numel() for p in parameters], initial=0))
-        first = parameters[0]
-        self.leaves = torch.empty(pieces, offsets[-1] + 1, dtype=first.dtype, device=first.device)
-        self.slots = [
-            [leaf[offsets[i] : offsets[i + 1]].view(p.shape) for leaf in self.leaves] for i, p in enumerate(parameters)
-        ]
-        self.written: set[int] = set()  # the parameters whose gradients this step has written
+        self.offsets = list(accumulate([p.numel() for p in parameters], initial=0))
+        self.shapes = [p.shape for p in parameters]
+        self.like = parameters[0]
+        self.leaves, self.slots = self._allocate()
+        self.written: set[int] = set()  # the parameters whose gradients this pass has written
 
-    def begin(self) -> PiecePlan:
-        """Ready for a step (the last step's gradients are gone by then: ``zero_grad``)."""
+    def _allocate(self) -> tuple[torch.Tensor, list[list[torch.Tensor]]]:
+        leaves = torch.empty(self.pieces, self.offsets[-1] + 1, dtype=self.like.dtype, device=self.like.device)
+        ends = zip(self.offsets, self.offsets[1:], self.shapes, strict=False)
+        return leaves, [[leaf[start:end].view(shape) for leaf in leaves] for start, end, shape in ends]
+
+    def begin(self, keep: bool = True) -> PiecePlan:
+        """Ready for a pass. ``keep``: into the last pass's leaves (the step's only pass: its gradients are gone by
+        then, ``zero_grad``); else into new ones (a step of several passes, whose earlier leaves the tree holds)."""
+        if not keep:
+            self.leaves, self.slots = self._allocate()
         self.written.clear()
         return self
 
