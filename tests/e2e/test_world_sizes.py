@@ -1,9 +1,10 @@
 """Canonical pieces (``training.micro_batches``): the same bits at every world size that divides them.
 
 Real ranks on loopback (torch's elastic launcher, two "nodes" on one box), real checkpoints and run files. The
-configs are tiny, with dropout 0.1 so that the pieces' random streams matter, and a few steps: most of a test's
-time is starting interpreters that import torch. Every rank runs 1 thread (the box has 2 cores); the bits do not
-depend on it (MKL's strict mode, which the pieces pin), only the time does.
+configs are tiny, with dropout 0.1 so that the pieces' random streams matter (the first test has none, so its ranks
+run their pieces in one pass), and a few steps: most of a test's time is starting interpreters that import torch.
+Every rank runs 1 thread (the box has 2 cores); the bits do not depend on it (MKL's strict mode, which the pieces
+pin), only the time does.
 """
 
 from __future__ import annotations
@@ -135,10 +136,14 @@ def assert_identical(homes: dict[str, Path], step: int = STEPS) -> dict[str, str
 
 
 def test_four_pieces_train_the_same_bits_on_1_2_4_ranks_and_two_nodes(tmp_path: Path) -> None:
+    """Without dropout, so each rank runs its pieces in one forward and backward (``train.model.piecewise``): four
+    on one process, two on each of two ranks (whose halves of the tree one all-reduce sums), one on each of four.
+    With dropout each piece runs its own pass: the tests below."""
     homes = layouts(
         tmp_path,
         pieces=4,
         batch=8,
+        dropout=0.0,
         layouts={
             "one": [],
             "two": ["--nproc", "2"],
@@ -150,19 +155,9 @@ def test_four_pieces_train_the_same_bits_on_1_2_4_ranks_and_two_nodes(tmp_path: 
     print(f"K=4, 1 / 2 / 4 ranks / 2 nodes x 2: model sha256 {shas['model'][:16]}, optimizer {shas['optimizer'][:16]}")
     for name, size in (("one", 1), ("two", 2), ("four", 4), ("nodes", 4)):
         assert registry(homes[name], "select world_size from runs") == [(size,)], name
-    # every rank holds the same random state (each piece seeds its own dropout), and it is the one process's
+    # every rank holds the same random state, and it is the one process's
     saved = checkpoint.read(checkpoint_path(homes["four"], STEPS))
     assert len(saved.rng) == 4 and len(checkpoint.read(checkpoint_path(homes["one"], STEPS)).rng) == 1
-
-
-def test_four_pieces_in_one_pass_train_the_same_bits_on_1_2_and_4_ranks(tmp_path: Path) -> None:
-    """Without dropout each rank runs its pieces in one forward and backward (``train.model.piecewise``): four on
-    one process, two on each of two ranks (whose halves of the tree one all-reduce sums), one on each of four."""
-    homes = layouts(
-        tmp_path, pieces=4, batch=8, dropout=0.0, layouts={"one": [], "two": ["--nproc", "2"], "four": ["--nproc", "4"]}
-    )
-    shas = assert_identical(homes)
-    print(f"K=4 in one pass, 1 / 2 / 4 ranks: model sha256 {shas['model'][:16]}, optimizer {shas['optimizer'][:16]}")
 
 
 def test_six_pieces_are_exact_on_3_ranks_and_a_ring_sum_is_not(tmp_path: Path) -> None:
