@@ -63,9 +63,10 @@ def train_step(state: TrainState, blocks: TokenBlocks, learning_rate: float) -> 
 
 
 def _pieces(state: TrainState, blocks: TokenBlocks, index: torch.Tensor) -> torch.Tensor:
-    """Canonical pieces: each of this rank's pieces of the global batch alone, its dropout seeded by (seed, step,
-    piece) and never by rank, then every rank's pieces summed in the fixed tree (``runtime.pieces``); returns the
-    step's loss. The same bits on any world size that divides the pieces, one process included."""
+    """Canonical pieces: each of this rank's pieces of the global batch with the bits it gets alone (in one pass
+    where ``one_pass`` says, else a pass each, its dropout seeded by (seed, step, piece) and never by rank), then
+    every rank's pieces summed in the fixed tree (``runtime.pieces``); returns the step's loss. The same bits on
+    any world size that divides the pieces, one process included."""
     training = state.config.training
     counted = int((blocks.batch(index)[1] != blocks.pad_id).sum())
     parameters = list(state.model.parameters())
@@ -76,15 +77,14 @@ def _pieces(state: TrainState, blocks: TokenBlocks, index: torch.Tensor) -> torc
         size = pass_size(len(mine), len(mine[0][1]) * (blocks.width - 1), leaf_bytes)
         for start in range(0, len(mine), size):  # one pass, unless the pieces exceed what a pass takes
             group = mine[start : start + size]
-            for (piece, _), leaf in zip(
-                group, _one_pass(state, blocks, group, counted, size == len(mine)), strict=True
-            ):
+            leaves = _one_pass(state, blocks, group, counted, keep=size == len(mine))
+            for (piece, _), leaf in zip(group, leaves, strict=True):
                 summed.add_leaf(piece, leaf)
-        return summed.finish(parameters)
-    for piece, part in mine:
-        with rng.piece_stream(training.seed, state.step + 1, piece, state.device):
-            loss = _backward(state, blocks, part, counted)
-        summed.add(piece, parameters, loss)
+    else:
+        for piece, part in mine:
+            with rng.piece_stream(training.seed, state.step + 1, piece, state.device):
+                loss = _backward(state, blocks, part, counted)
+            summed.add(piece, parameters, loss)
     return summed.finish(parameters)
 
 
