@@ -38,8 +38,9 @@ class TrainingConfig(_Section):
     grad_accum_steps: int = _doc("micro-batches per step (slices of the batch)", 1, bound="positive", maximum=2**16)
     micro_batches: int = _doc(
         "canonical pieces (0 = off: each rank sums its own slice, as training.grad_accum_steps cuts it): K cuts every "
-        "global batch into K fixed pieces of training.batch_size / K blocks, each computed alone (its dropout seeded "
-        "by seed, step and piece) and summed in one fixed tree, so every --nproc x --nnodes that divides K, 1 "
+        "global batch into K fixed pieces of training.batch_size / K blocks, each with the bits it gets alone (its "
+        "dropout seeded by seed, step and piece; without dropout, eager fp32 on the CPU, a rank runs its pieces in one "
+        "pass) and summed in one fixed tree, so every --nproc x --nnodes that divides K, 1 "
         "included, trains the same bits and a checkpoint continues exactly at any of them (training.grad_accum_steps "
         "stays 1); the CPU matmuls run in MKL's strict reproducible mode (MKL_CBWR=AUTO,STRICT; vendor's AVX2,STRICT "
         "is strict already; portable's COMPATIBLE has none, so its thread count stays pinned; docs/performance.md)",
