@@ -81,28 +81,14 @@ def _fixed_parts(n: int) -> list[int]:
     return [2 * GRAIN] * whole + ([GRAIN, rest - GRAIN] if rest > GRAIN else [rest] if rest else [])
 
 
-class ThreadInvariantSiLU(torch.autograd.Function):
+class ThreadInvariantSiLU:
     """SiLU (and its gradient) computed in fixed parts (2 x GRAIN, the rest in parts of at most GRAIN): the same bits
-    at any thread count, for canonical pieces, which promise them (``training.micro_batches``)."""
+    at any thread count, for canonical pieces, which promise them (``training.micro_batches``). One piece of
+    ``piecewise.PieceSiLU``, which makes the same calls."""
 
     @staticmethod
-    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        parts = _fixed_parts(x.numel())
-        for part, into in zip(x.view(-1).split(parts), out.view(-1).split(parts), strict=True):
-            torch.ops.aten.silu.out(part, out=into)
-        ctx.save_for_backward(x)
-        return out
-
-    @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
-        (x,) = ctx.saved_tensors  # type: ignore[attr-defined]
-        grad, result = grad.contiguous(), torch.empty_like(x)
-        parts = _fixed_parts(x.numel())
-        for g, part, into in zip(*(t.view(-1).split(parts) for t in (grad, x, result)), strict=True):
-            torch.ops.aten.silu_backward.grad_input(g, part, grad_input=into)
-        return result
+    def apply(x: torch.Tensor) -> torch.Tensor:
+        return piecewise.PieceSiLU.apply(x, 1, _fixed_parts)
 
 
 class SwiGLU(nn.Module):

@@ -76,7 +76,7 @@ class PiecePlan:
         return tensor.chunk(self.pieces) if self.pieces > 1 else (tensor,)
 
     def fresh(self, i: int) -> bool:
-        """Whether parameter ``i``'s gradients are still unwritten this step; from now on they are not."""
+        """Whether parameter ``i``'s gradients are still unwritten in this pass; from now on they are not."""
         if i in self.written:
             return False
         self.written.add(i)
@@ -138,7 +138,7 @@ def _scale_hook(plan: PiecePlan, weight: torch.Tensor, normalized: torch.Tensor)
     return hook
 
 
-class _SiLU(torch.autograd.Function):
+class PieceSiLU(torch.autograd.Function):
     """SiLU called once per piece (in the parts ``parts`` gives a piece, where given), as the piece alone calls it."""
 
     @staticmethod
@@ -204,4 +204,4 @@ def rms_norm(module: nn.RMSNorm, x: torch.Tensor, plan: PiecePlan | None) -> tor
 
 def silu(x: torch.Tensor, plan: PiecePlan, parts: Callable[[int], list[int]] | None) -> torch.Tensor:
     """SiLU per piece; ``parts(n)``: the lengths a piece of ``n`` elements is cut into, or None for one call."""
-    return _SiLU.apply(x, plan.pieces, parts)
+    return PieceSiLU.apply(x, plan.pieces, parts)
