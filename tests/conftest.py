@@ -44,6 +44,7 @@ TESTS = Path(__file__).resolve().parent
 # (worksteal gives each worker a contiguous share and an idle one takes half of another's queue from its end).
 HEAVIEST = (
     "test_compiled_training_with_dropout_resumes_exactly",
+    "test_a_compiled_step_gives_the_same_bits_every_time_and_with_pieces_at_any_thread_count",
     "test_golden_run_and_canary_under_emulation",
     "test_verify_resume_catches_rank0_rng_and_plain_ddp",
     "test_the_other_vendors_processor_continues_the_native_run_bit_for_bit",

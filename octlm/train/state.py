@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -39,7 +40,8 @@ def make_objective(
 
     Compiled, the same graph is generated in every process, so a compiled run resumes exactly
     (``verify-resume`` checks it); its numbers differ from an eager run's, which is why
-    ``training.compile`` is part of the fingerprint. Evaluation and generation stay eager.
+    ``training.compile`` is part of the fingerprint. Evaluation and generation stay eager. On a CPU, the kernels
+    Inductor generates run on one thread (``INDUCTOR_CPU``).
     """
 
     forward: list[nn.Module] = []  # ``ranks.wrap`` at the first step, when every rank is there
@@ -58,7 +60,16 @@ def make_objective(
     # The rotary complex multiply runs as the eager kernel inside the compiled graph; measured on
     # day2, a real-valued rotary that Inductor can fuse was no faster, so the warning is noise.
     warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex operators")
-    return torch.compile(objective, dynamic=False)
+    return torch.compile(objective, dynamic=False, options=INDUCTOR_CPU if device.type == "cpu" else None)
+
+
+# Inductor generates its CPU kernels for the thread count they run at: on more than one, the embedding's gradient
+# is added up by the threads at once (``atomic_add``), in an order that changes from run to run, and reductions keep
+# a partial sum per thread. Measured (2026-12-04): a compiled day2 step at 2 threads trained other weights in every
+# run, and compiled pieces other weights at 1, 2 and 4 threads. Generated for one thread, the kernels give the same
+# bits every time, at any count, and the bits they gave before at one; the matmuls and attention stay ATen's, on
+# every thread (a day2 step at 2 threads: 1,106 against 1,118 ms). tests/train/test_thread_invariance.py.
+INDUCTOR_CPU: dict[str, str | int | bool | Callable[..., Any]] = {"cpp.threads": 1}
 
 
 class LogAccumulator:

@@ -114,3 +114,47 @@ def test_pieces_take_their_threads_from_the_free_cores_at_each_start(home: Path)
     record = checkpoint.read(layout.checkpoint_path(home / "checkpoints" / "EXP-001", 4))
     assert record.environment["threads"] == int(taken.group(1)) and 1 <= int(taken.group(1)) <= (os.cpu_count() or 1)
     assert "canonical pieces train the same bits" not in said["EXP-002"]
+
+
+COMPILED = """
+import hashlib, sys, torch
+from octlm import config as cfg
+from octlm.tasks.bench.measure import synthetic_blocks
+from octlm.train.loop import train_step
+from octlm.train.state import TrainState
+raw = {"tokenizer": {"vocab_size": 1024}, "model": {"context_length": 128, "d_model": 128, "n_layers": 1, "n_heads": 4},
+       "training": {"batch_size": 8, "micro_batches": int(sys.argv[1]), "compile": True, "grad_clip": 0.1}}
+config = cfg.from_dict(raw); blocks = synthetic_blocks(config)
+for threads in map(int, sys.argv[2:]):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    state = TrainState.fresh(config, torch.device("cpu"), len(blocks))
+    for _ in range(3):
+        train_step(state, blocks, 1e-3)
+    digest = hashlib.sha256()
+    for tensor in [*state.model.state_dict().values(), *state.optimizer.state_dict()["state"][0].values()]:
+        digest.update(tensor.numpy().tobytes())
+    print(threads, digest.hexdigest()[:16])
+"""
+
+
+@pytest.mark.slow
+def test_a_compiled_step_gives_the_same_bits_every_time_and_with_pieces_at_any_thread_count() -> None:
+    """Inductor generated its CPU kernels for the thread count: at 2 threads the embedding's gradient was summed by
+    both threads at once (``atomic_add``), so a compiled step trained other weights from run to run (measured at
+    this shape: three runs, three digests), and pieces other weights at 1 and 2 threads. Its kernels are now generated
+    for one thread (``train.state.INDUCTOR_CPU``): the same bits every time; with pieces (MKL strict, as they pin it)
+    at 1 and 2 threads too."""
+    env = {key: value for key, value in os.environ.items() if key != "MKL_CBWR"}
+    runs = {}
+    for pieces, threads, mkl in ((0, "2 2", None), (2, "1 2", "AUTO,STRICT")):  # both at once: it halves the wait
+        command = [sys.executable, "-c", COMPILED, str(pieces), *threads.split()]
+        pinned = env | ({"MKL_CBWR": mkl} if mkl else {})
+        runs[pieces] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pinned)
+    found = {}
+    for pieces, run in runs.items():
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err
+        found[pieces] = [line.split() for line in out.splitlines()]
+    assert [threads for threads, _ in found[0]] == ["2", "2"] and len({digest for _, digest in found[0]}) == 1, found
+    assert [threads for threads, _ in found[2]] == ["1", "2"] and len({digest for _, digest in found[2]}) == 1, found

@@ -116,8 +116,9 @@ class Block(nn.Module):
         self.attention_norm = nn.RMSNorm(config.model.d_model)
         self.attention = Attention(config)
         self.mlp_norm = nn.RMSNorm(config.model.d_model)
-        pieces = bool(config.training.micro_batches)  # canonical pieces: the same bits at any thread count
-        self.mlp = SwiGLU(config.model.d_model, config.mlp_hidden, thread_invariant=pieces)
+        # canonical pieces: the same bits at any thread count; compiled, Inductor's one-thread SiLU has them already
+        invariant = bool(config.training.micro_batches) and not config.training.compile
+        self.mlp = SwiGLU(config.model.d_model, config.mlp_hidden, thread_invariant=invariant)
         self.dropout = nn.Dropout(config.model.dropout)
 
     def forward(self, x: torch.Tensor, rotation: torch.Tensor, plan: PiecePlan | None = None) -> torch.Tensor:
