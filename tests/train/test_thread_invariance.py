@@ -1,7 +1,7 @@
 """Issue 37 item 2: canonical pieces give the same bits at any thread count. torch splits an elementwise op over more
 than 32,768 elements among its threads, and the scalar tails of the shares compute SiLU with other bits than the
 vector code: the shares, and so the bits, change with the thread count. Pieces take SiLU in fixed parts instead
-(``train/decoder.ThreadInvariantSiLU``) wherever ``F.silu`` would split unevenly."""
+(``train/model/decoder.ThreadInvariantSiLU``) wherever ``F.silu`` would split unevenly."""
 
 from __future__ import annotations
 
@@ -141,8 +141,8 @@ for threads in map(int, sys.argv[2:]):
 @pytest.mark.slow
 def test_a_compiled_step_gives_the_same_bits_every_time_and_with_pieces_at_any_thread_count() -> None:
     """Inductor generated its CPU kernels for the thread count: at 2 threads the embedding's gradient was summed by
-    both threads at once (``atomic_add``), so a compiled step trained other weights from run to run (measured at
-    this shape: three runs, three digests), and pieces other weights at 1 and 2 threads. Its kernels are now generated
+    both threads at once (``atomic_add``), so a compiled step trained other weights from run to run (at this shape
+    before the fix: two runs, two digests), and pieces other weights at 1 and 2 threads. Its kernels are now generated
     for one thread (``train.state.INDUCTOR_CPU``): the same bits every time; with pieces (MKL strict, as they pin it)
     at 1 and 2 threads too."""
     env = {key: value for key, value in os.environ.items() if key != "MKL_CBWR"}
