@@ -1,5 +1,5 @@
 """What a home remembers (torch-free): the registry and its plumbing (``registry``, ``base``, ``merge``) on
-its schema (``migrations``: the tables, their columns and the rows a read returns), the registry as a run
+its schema (``migrations/``: the migrations, the tables' columns, and the rows a read returns), the registry as a run
 writes it (``bookkeeping``), whether a run's process lives (``liveness``), one writer per experiment
 (``locking``), run files (``runfile``), experiments as files and rows (``experiments``), and the sweeps' SQL:
 sweeps, trials, the durable queue's claims and halving's decisions (``sweeps``; ``Registry`` inherits it). An

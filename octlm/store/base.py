@@ -1,6 +1,6 @@
 """The registry's plumbing: its columns, the connection (WAL, busy handling, read-only opening), migrating
 and write transactions. ``registry.py`` builds the named reads and writes on it; together they hold all
-of octlm's SQL. The schema is in ``migrations.py``, and so are the columns: every tuple here is derived from
+of octlm's SQL. The schema is in ``migrations/``, and so are the columns: every tuple here is derived from
 what the migrations make. Never imports torch.
 
 ``RegistryBase(path, create=False)`` reads only: ``mode=ro`` (``immutable=1`` on a read-only medium), never

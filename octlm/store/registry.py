@@ -1,12 +1,12 @@
 """The SQLite run registry: experiments, runs, checkpoints, verdicts, metrics, tags and notes, and (inherited from
 ``sweeps.py``) sweeps, their trials, the queue's claims and halving's decisions. All of octlm's SQL lives here,
 in ``sweeps.py`` and in ``base.py`` (the connection and its columns; the schema, the columns' source and the rows'
-types are in ``migrations.py``).
+types are in ``migrations/``).
 
 Reads and writes go through the standard ``sqlite3`` module with WAL and a busy
 timeout, writes inside ``BEGIN IMMEDIATE`` transactions, so many octlm processes
 on one box never fail with "database is locked". The schema is owned by
-``migrations.py``, which imports sqlite-utils only when a migration is pending, so
+``migrations/``, which imports sqlite-utils only when a migration is pending, so
 ``octlm show`` stays light. This module never imports torch.
 
 ``Registry(path, create=False)`` reads only (see ``base``). Reads return plain dicts with the JSON columns
