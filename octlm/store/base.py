@@ -63,6 +63,7 @@ EXPERIMENT_TABLES = (
     "experiments",
 )
 SWEEP_TABLES = ("sweep_decisions", "sweeps")
+HOME_TABLES = ("id_marks",)  # the home's own (m011): of no experiment or sweep, never exported or removed
 JSON_CELLS = (  # (table, column) of every JSON cell, config_json included
     ("experiments", "config_json"),
     ("experiments", "tags"),

@@ -239,8 +239,8 @@ def description(home: Home, experiment_id: str) -> str | None:
 
 
 def create(home: Home, experiment_id: str | None, config: cfg.Config, prefix: str = DEFAULT_PREFIX) -> cfg.Config:
-    """Write ``experiments/<ID>.yaml`` and register it; with no ID, take the next free ``<prefix>NNN``
-    (``EXP-NNN`` by default).
+    """Write ``experiments/<ID>.yaml`` and register it; with no ID, take the next ``<prefix>NNN`` never given in
+    this home (``EXP-NNN`` by default), and keep it as given (``kept.keep_marks``: in the registry and ``.octlm/``).
 
     The file appears atomically (hard link of a finished temporary file), so parallel calls
     never share an ID and a failure leaves neither a partial file nor a row.
@@ -254,6 +254,7 @@ def create(home: Home, experiment_id: str | None, config: cfg.Config, prefix: st
         except BaseException:
             home.config_path(final.id).unlink(missing_ok=True)
             raise
+        kept.keep_marks(home, registry, [final.id])
         return final
 
 
@@ -276,8 +277,10 @@ def publish_next(home: Home, candidates: Iterator[str], config: cfg.Config, pref
 
 
 def _candidates(home: Home, registry: Registry, experiment_id: str | None, prefix: str) -> Iterator[str]:
-    """The IDs to try: the one asked for (if free), else ``<prefix>NNN`` after the highest taken with that
-    prefix (``BOX-`` counts ``BOX-007``, not ``EXP-009`` nor ``B-BOX-010``)."""
+    """The IDs to try: the one asked for (if free), else ``<prefix>NNN`` after the highest ever given with that
+    prefix (``BOX-`` counts ``BOX-007``, not ``EXP-009`` nor ``B-BOX-010``): taken now, or given once and removed
+    since (the marks the registry and ``.octlm/`` keep, ``kept.given_marks``), so a note or a script that named a
+    removed experiment never names another."""
     if experiment_id is not None:
         validate_id(experiment_id)
         if registry.experiment(experiment_id) is not None or home.config_path(experiment_id).exists():
@@ -285,7 +288,7 @@ def _candidates(home: Home, registry: Registry, experiment_id: str | None, prefi
         return iter([experiment_id])
     ids = ids_on_disk(home) + [i for i in registry.experiment_ids() if _is_id(i)]
     taken = [number for of, number in map(split_id, ids) if of == prefix]
-    start = max(taken, default=0) + 1
+    start = max([*taken, kept.given_marks(home, registry).get(prefix, 0)]) + 1  # also past those given and removed
     return (f"{prefix}{n:03d}" for n in range(start, start + 100_000) if _is_id(f"{prefix}{n:03d}"))
 
 

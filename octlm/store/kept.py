@@ -1,7 +1,8 @@
 """What the registry holds that must survive its loss, kept in files of the home's own ``.octlm/`` folder (torch-free):
 each experiment's identity (its UUID, ``identities/<ID>``), so that ``doctor --repair`` gives a rebuilt registry its
-experiments' UUIDs back, and each sweep's record (``sweeps/<name>.json``: its row, its trials, halving's decisions),
-so that it rebuilds the sweeps too.
+experiments' UUIDs back, each sweep's record (``sweeps/<name>.json``: its row, its trials, halving's decisions),
+so that it rebuilds the sweeps too, and the highest ID number ever given with each prefix (``ids.json``, beside the
+registry's ``id_marks``), so that an ID freed by ``rm`` is never given again, even by a rebuilt registry.
 
 ``.octlm/`` holds a ``.gitignore`` of ``*``: a home that is a git clone (this repository, a research repository with
 its experiments) stays clean, and no tracked file (an experiment's YAML) is ever written to keep an identity. An
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import NotRequired, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
-from octlm.core.errors import Refused
+from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import atomic_write, read_regular
-from octlm.core.home import Home, validate_id
+from octlm.core.home import Home, split_id, validate_id, validate_prefix
 from octlm.store.registry import Registry
 from octlm.store.sweeps.rows import DECISION_FIELDS, SWEEP_FIELDS, TRIAL_FIELDS, picked
 
@@ -160,3 +161,82 @@ def kept_sweeps(home: Home) -> dict[str, KeptSweep]:
         and isinstance(record.get("sweep"), dict)
         and isinstance(record.get("trials"), list)
     }
+
+
+MARKS = "ids.json"
+MARKS_RECORD = "octlm-id-marks"
+
+
+def given_marks(home: Home, registry: Registry) -> dict[str, int]:
+    """{prefix: the highest number given with it in this home}, read: the registry's, ``.octlm/ids.json``'s and the
+    identities kept, the highest of each (the experiments present are the caller's to add)."""
+    return _raised(_highest(registry.id_marks(), _file_marks(home)), _kept_ids(home))
+
+
+def keep_marks(home: Home, registry: Registry, given: Iterable[str] = ()) -> dict[str, int]:
+    """Raise the marks of the IDs given (``given``: just given, or leaving by ``rm``) in the registry and in
+    ``.octlm/ids.json``, each to the highest of the two, the identities kept and ``given``; the marks after. The file
+    is read and written with the registry's write lock held, so two processes never lower it; where it cannot be
+    written (a read-only or linked ``.octlm/``) the registry still holds them. Without a registry (``rm`` of files
+    only), the file alone."""
+
+    def merge(registered: Mapping[str, int]) -> dict[str, int]:
+        on_file = _file_marks(home)
+        marks = _raised(_highest(registered, on_file), [*_kept_ids(home), *given])
+        if marks != on_file:
+            _write_marks(home, marks)
+        return marks
+
+    return merge({}) if registry.read_only else registry.raise_id_marks(merge)
+
+
+def _file_marks(home: Home) -> dict[str, int]:
+    """``.octlm/ids.json``'s marks; a missing or damaged file (or entry) reads as none (the next write mends it)."""
+    try:
+        record = json.loads(read_regular(folder(home) / MARKS, max_bytes=1 << 20, follow=False))
+    except (OSError, ValueError):
+        return {}
+    highest = record.get("highest") if isinstance(record, dict) and record.get("format") == MARKS_RECORD else None
+    return _highest(highest if isinstance(highest, dict) else {})
+
+
+def _write_marks(home: Home, marks: Mapping[str, int]) -> bool:
+    record = {"format": MARKS_RECORD, "version": 1, "highest": dict(sorted(marks.items()))}
+    try:
+        atomic_write(_ready(home) / MARKS, (json.dumps(record, indent=1) + "\n").encode())
+    except (OSError, Refused):
+        return False
+    return True
+
+
+def _kept_ids(home: Home) -> list[str]:
+    place = folder(home) / "identities"
+    return [path.name for path in place.iterdir()] if place.is_dir() and not place.is_symlink() else []
+
+
+def _highest(*marks: Mapping[Any, object]) -> dict[str, int]:
+    """The highest number of each well-formed prefix over ``marks`` (anything else left out)."""
+    found: dict[str, int] = {}
+    for prefix, number in (item for mapping in marks for item in mapping.items()):
+        if isinstance(prefix, str) and type(number) is int and number >= 0 and _is_prefix(prefix):
+            found[prefix] = max(found.get(prefix, 0), number)
+    return found
+
+
+def _raised(marks: dict[str, int], ids: Iterable[str]) -> dict[str, int]:
+    """``marks`` raised to the numbers of ``ids`` (a malformed one is left out)."""
+    for experiment_id in ids:
+        try:
+            prefix, number = split_id(experiment_id)
+        except BadInput:
+            continue
+        marks[prefix] = max(marks.get(prefix, 0), number)
+    return marks
+
+
+def _is_prefix(text: str) -> bool:
+    try:
+        validate_prefix(text)
+    except BadInput:
+        return False
+    return True

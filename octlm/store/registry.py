@@ -1,4 +1,5 @@
-"""The SQLite run registry: experiments, runs, checkpoints, verdicts, metrics, tags and notes, and (inherited from
+"""The SQLite run registry: experiments, runs, checkpoints, verdicts, metrics, tags and notes, the highest ID number
+given with each prefix (``id_marks``: an ID is never given twice in a home), and (inherited from
 ``sweeps.py``) sweeps, their trials, the queue's claims and halving's decisions. All of octlm's SQL lives here,
 in ``sweeps.py`` and in ``base.py`` (the connection and its columns; the schema, the columns' source and the rows'
 types are in ``migrations/``).
@@ -21,7 +22,7 @@ import os
 import socket
 import sqlite3
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -93,6 +94,11 @@ SYNC_EXPERIMENT = (  # keeps ``updated`` when neither the config nor the descrip
     " and experiments.description is excluded.description then experiments.updated else excluded.updated end"
 )
 MAX_TAGS, MAX_NOTE_CHARS = 100, 10_000
+MARKS = "select prefix, highest from id_marks"
+RAISE_MARK = (
+    "insert into id_marks (prefix, highest) values (?, ?)"
+    " on conflict(prefix) do update set highest = max(highest, excluded.highest)"
+)
 
 
 class Registry(SweepRows, QueueRows):
@@ -362,9 +368,29 @@ class Registry(SweepRows, QueueRows):
         sql = "select * from metrics where experiment_id = ? and track = ? order by step, id"
         return cast("list[MetricRow]", self._rows(sql, (experiment_id, track)))
 
+    # ------------------------------------------------------------------ the IDs given (m011)
+
+    def id_marks(self) -> dict[str, int]:
+        """{prefix: the highest number ever given with it in this registry} (``{"EXP-": 12}``), raised by every
+        experiment row inserted and never lowered: a removed experiment's number stays taken."""
+        return {row["prefix"]: row["highest"] for row in self._rows(MARKS)}
+
+    def raise_id_marks(self, merge: Callable[[dict[str, int]], Mapping[str, int]]) -> dict[str, int]:
+        """In one write transaction: hand the marks to ``merge``, raise each to what it returns (never lowering one);
+        the marks after. ``merge`` runs with the registry's write lock held, so what it keeps beside the registry
+        (``kept.keep_marks``) is written by one process at a time."""
+        with self._transaction() as conn:
+            for prefix, highest in merge(_marks(conn)).items():
+                conn.execute(RAISE_MARK, (prefix, highest))
+            return _marks(conn)
+
 
 def new_uuid() -> str:
     return str(uuid.uuid4())
+
+
+def _marks(conn: sqlite3.Connection) -> dict[str, int]:
+    return {prefix: highest for prefix, highest in conn.execute(MARKS).fetchall()}
 
 
 def _tag_list(cell: Any) -> list[str]:

@@ -15,7 +15,9 @@ experiment or another track (``overfit``): foreign, never used to rebuild rows. 
 whose YAML is gone are removed by ``--repair`` (as ``octlm rm --keep-files``). A run rebuilt from
 checkpoints reads ``completed`` at ``training.steps`` and ``stopped`` before it. The staging folders
 (``.unpack-*``) of an ``unpack`` that was killed are listed, and removed by ``--repair``. Each problem says whether
-``--repair`` can fix it, and ``advice`` recommends it only then.
+``--repair`` can fix it, and ``advice`` recommends it only then. ``--repair`` also gives the registry the highest ID
+numbers ever given that ``.octlm/ids.json`` keeps (and the file the registry's), so a rebuilt registry never gives
+again the ID of an experiment removed before its loss.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def run(home: Home, repair: bool = False, other_hosts: bool = False) -> Checkup:
         problems = _damaged_cells(home, registry, repair)
         problems += _experiments(home, registry, repair) + _stuck_runs(registry, repair, other_hosts)
         problems += _open_claims(registry, repair, other_hosts) + _lost_sweeps(home, registry, repair)
+        if repair:  # the IDs given before, from .octlm/ids.json (a rebuilt registry), and back: never given again
+            kept.keep_marks(home, registry)
     problems += _staging(home, repair)
     unrepaired = [p for p in problems if not p["repaired"]]
     return {

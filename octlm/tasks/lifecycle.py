@@ -75,6 +75,9 @@ def remove(home: Home, experiment_id: str, *, keep_files: bool = False) -> Remov
         with ExperimentLock(lock_path, experiment_id):
             with Registry(home.registry, create=home.registry.exists()) as registry:
                 _refuse_running(registry, experiment_id)
+                kept.keep_marks(
+                    home, registry, [experiment_id]
+                )  # its number is never given again, even after a rebuild
                 files = [] if keep_files else _delete_files(home, experiment_id)
                 rows = registry.remove_experiment(experiment_id) if registry.row_counts(experiment_id) else {}
             if not keep_files or not had_lock:

@@ -163,3 +163,30 @@ def test_new_warns_of_a_source_that_is_not_there_and_train_names_the_file(home: 
     assert trained.exit_code == 2
     assert trained.stderr.strip() == trained.stderr.strip().splitlines()[0]  # one line
     assert trained.stderr.startswith(f"octlm: error: experiments/{experiment}.yaml: data.sources")
+
+
+def test_an_id_freed_by_rm_is_never_given_again(tmp_path: Path) -> None:
+    """Issue 45 item 5: ``rm`` of the newest experiments frees their numbers no more: the next ``new``, ``new
+    --seeds``, a sweep's trials and another prefix each take a number never given in this home, so a note or a
+    script that named a removed experiment never names another. A name asked for (``new EXP-003``) is the user's."""
+    assert [cli(tmp_path, "new").stdout.strip() for _ in range(3)] == ["EXP-001", "EXP-002", "EXP-003"]
+    for experiment_id in ("EXP-003", "EXP-002"):
+        assert cli(tmp_path, "rm", experiment_id, "--yes").exit_code == 0
+    assert cli(tmp_path, "new").stdout.strip() == "EXP-004"
+    assert cli(tmp_path, "rm", "EXP-004", "--yes").exit_code == 0
+    replicates = cli(tmp_path, "new", "--seeds", "2", "--json")
+    assert json_out(replicates)["ids"] == ["EXP-005", "EXP-006"], replicates.stdout
+    for experiment_id in ("EXP-005", "EXP-006"):
+        assert cli(tmp_path, "rm", experiment_id, "--yes").exit_code == 0
+    swept = cli(tmp_path, "sweep", "new", "s", "--from", "EXP-001", "--grid", "training.learning_rate=1e-3,3e-4")
+    assert swept.exit_code == 0, swept.stderr
+    trials = [t["id"] for t in json_out(cli(tmp_path, "sweep", "status", "s", "--json"))["trials"]]
+    assert sorted(trials) == ["EXP-007", "EXP-008"]
+    assert cli(tmp_path, "new", "--id-prefix", "BOX-").stdout.strip() == "BOX-001"
+    assert cli(tmp_path, "rm", "BOX-001", "--yes").exit_code == 0
+    assert cli(tmp_path, "new", "--id-prefix", "BOX-").stdout.strip() == "BOX-002"
+    for experiment_id in ("EXP-001", *trials):  # an empty home keeps its numbers too
+        assert cli(tmp_path, "rm", experiment_id, "--yes").exit_code == 0, experiment_id
+    assert cli(tmp_path, "new").stdout.strip() == "EXP-009"
+    assert cli(tmp_path, "new", "EXP-003").stdout.strip() == "EXP-003"  # asked for by name: given, as asked
+    assert cli(tmp_path, "new").stdout.strip() == "EXP-010"

@@ -119,6 +119,43 @@ def test_sixteen_parallel_new_calls_get_sixteen_distinct_ids(tmp_path: Path) -> 
     assert not list((home / "experiments").glob(".new-*"))
 
 
+@pytest.mark.slow
+def test_parallel_new_calls_after_rm_never_give_a_removed_id_and_keep_the_highest_beside_the_registry(
+    tmp_path: Path,
+) -> None:
+    """Issue 45 item 5, under concurrency: eight ``new`` at once after the newest experiments were removed take
+    eight distinct IDs past every one given before, and the mark ``.octlm/ids.json`` keeps ends at the highest given,
+    as the registry's does: written with the registry's write lock held, a slower writer never lowers it."""
+    home = tmp_path / "parallel"
+    for expected in ("EXP-001", "EXP-002", "EXP-003"):
+        assert octlm(home, "new").stdout.strip() == expected
+    for experiment_id in ("EXP-003", "EXP-002"):
+        assert octlm(home, "rm", experiment_id, "--yes").returncode == 0
+    with ThreadPoolExecutor(max_workers=8) as pool:  # each call is its own OS process
+        results = list(pool.map(lambda _: octlm(home, "new", timeout=120), range(8)))
+    assert all(r.returncode == 0 for r in results), [r.stderr for r in results if r.returncode]
+    assert sorted(r.stdout.strip() for r in results) == [f"EXP-{n:03d}" for n in range(4, 12)]
+    assert json.loads((home / ".octlm" / "ids.json").read_text())["highest"] == {"EXP-": 11}
+    with sqlite3.connect(home / "registry.db") as conn:
+        assert conn.execute("select prefix, highest from id_marks").fetchall() == [("EXP-", 11)]
+
+
+def test_m011_seeds_the_marks_from_the_experiments_there_and_a_removal_never_lowers_one(tmp_path: Path) -> None:
+    """A registry of an older octlm (m010) learns the highest number of each prefix from its rows when migrated; rows
+    inserted together (a sweep's trials, ``new --seeds``) raise them as ``new`` does, and removing a row lowers none."""
+    path = tmp_path / "registry.db"
+    with sqlite3.connect(path) as conn:
+        migrations.migration_set().apply(Database(conn), stop_before="m011_id_marks")
+        for experiment_id in ("EXP-007", "EXP-002", "B-EXP-012", "junk"):
+            conn.execute("insert into experiments (id) values (?)", (experiment_id,))
+    with Registry(path) as registry:
+        assert registry.id_marks() == {"EXP-": 7, "B-EXP-": 12}
+        registry.remove_experiment("EXP-007")
+        registry.add_experiments([{"id": "EXP-009"}, {"id": "BOX-003"}])
+        registry.remove_experiment("EXP-009")
+        assert registry.id_marks() == {"EXP-": 9, "B-EXP-": 12, "BOX-": 3}
+
+
 def filled(path: Path) -> Registry:
     """A registry with one experiment, one finished run, a checkpoint and a verdict, all written through the API."""
     registry = Registry(path)
@@ -169,7 +206,7 @@ def test_column_tuples_mirror_the_schema(tmp_path: Path) -> None:
         sql = "select name from sqlite_master where type = 'table' and name != '_sqlite_migrations'"
         tables = {name for (name,) in conn.execute(sql)}
     experiment_tables, sweep_tables = set(registry_module.EXPERIMENT_TABLES), set(base.SWEEP_TABLES)  # m009's
-    assert set(migrations.TABLE_COLUMNS) == tables == experiment_tables | sweep_tables
+    assert set(migrations.TABLE_COLUMNS) == tables == experiment_tables | sweep_tables | set(base.HOME_TABLES)
     for table, writable, row in (
         ("experiments", registry_module.EXPERIMENT_COLUMNS, registry_module.ExperimentRow),
         ("runs", registry_module.RUN_COLUMNS, registry_module.RunRow),

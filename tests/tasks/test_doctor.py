@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -45,3 +46,44 @@ def test_doctor_reports_checksum_disagreement_and_foreign_checkpoints(home: Path
         )
         assert conn.execute("select count(*) from checkpoints where experiment_id = 'EXP-002'").fetchone()[0] == 0
         assert conn.execute("select count(*) from runs where experiment_id = 'EXP-002'").fetchone()[0] == 0
+
+
+def id_marks(home: Path) -> dict[str, int]:
+    with sqlite3.connect(home / "registry.db") as conn:
+        return dict(conn.execute("select prefix, highest from id_marks").fetchall())
+
+
+def test_a_removed_id_is_not_given_again_after_the_registry_is_lost_and_rebuilt(tmp_path: Path) -> None:
+    """Issue 45 item 5: the highest number given is kept in the registry and in ``.octlm/ids.json``; losing either
+    (``rm registry.db`` then ``doctor --repair``; a lost or damaged ``ids.json``) gives no removed ID again, and
+    the repair (or the next ``new``) writes the mark back to the one that lost it."""
+    home = tmp_path / "home"
+    assert [cli(home, "new", "--id-prefix", p).stdout.strip() for p in ("EXP-", "EXP-", "EXP-", "BOX-")] == [
+        "EXP-001",
+        "EXP-002",
+        "EXP-003",
+        "BOX-001",
+    ]
+    for experiment_id in ("EXP-003", "EXP-002", "BOX-001"):
+        assert cli(home, "rm", experiment_id, "--yes").exit_code == 0
+    for path in home.glob("registry.db*"):
+        path.unlink()
+    checked = json_out(cli(home, "doctor", "--json"))
+    assert not (home / "registry.db").exists() and checked["advice"] != "healthy"  # checking writes nothing
+    assert cli(home, "doctor", "--repair").exit_code == 0
+    assert id_marks(home) == {"EXP-": 3, "BOX-": 1}  # the rebuilt registry learned them from .octlm/
+    assert cli(home, "new").stdout.strip() == "EXP-004"
+    assert cli(home, "new", "--id-prefix", "BOX-").stdout.strip() == "BOX-002"
+    assert cli(home, "rm", "EXP-004", "--yes").exit_code == 0
+    (home / ".octlm" / "ids.json").unlink()  # now the other half is lost: the registry still knows
+    assert cli(home, "new").stdout.strip() == "EXP-005"
+    kept = json.loads((home / ".octlm" / "ids.json").read_text())
+    assert kept["highest"] == {"BOX-": 2, "EXP-": 5}  # written back whole by that new
+    assert cli(home, "rm", "EXP-005", "--yes").exit_code == 0
+    (home / ".octlm" / "ids.json").write_text("{not json")  # damaged: read as none, mended by the repair
+    assert cli(home, "doctor", "--repair").exit_code == 0
+    assert json.loads((home / ".octlm" / "ids.json").read_text())["highest"] == {"BOX-": 2, "EXP-": 5}
+    for path in home.glob("registry.db*"):
+        path.unlink()
+    assert cli(home, "doctor", "--repair").exit_code == 0
+    assert cli(home, "new").stdout.strip() == "EXP-006"

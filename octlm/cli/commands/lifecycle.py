@@ -27,7 +27,8 @@ NewIdArgument = Annotated[
     typer.Argument(
         metavar="[ID]",
         help="EXP-008, BOX-001, B-EXP-001: letter-led segments joined by '-', then '-' and digits (at most 64 "
-        "characters); omitted: the next free EXP-NNN (or PREFIX then NNN).",
+        "characters); omitted: the next EXP-NNN (or PREFIX then NNN) never given in this home, even to an "
+        "experiment removed since.",
         show_default=False,
     ),
 ]
@@ -36,8 +37,8 @@ IdPrefixOption = Annotated[
     typer.Option(
         "--id-prefix",
         metavar="PREFIX",
-        help="Without an ID: allocate PREFIX then NNN after the highest number taken with that prefix, e.g. BOX- "
-        f"gives BOX-001 (default: ${PREFIX_VARIABLE}, else EXP-).",
+        help="Without an ID: allocate PREFIX then NNN after the highest number ever given with that prefix, e.g. "
+        f"BOX- gives BOX-001 (default: ${PREFIX_VARIABLE}, else EXP-).",
         show_default=False,
     ),
 ]

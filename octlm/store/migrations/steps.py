@@ -375,6 +375,35 @@ def m010_summary_error(db: Database) -> None:
     _guarded_summary_view(db, lifecycle=True, metrics_shown=(*SUMMARY_METRICS, "eval_loss_se"))
 
 
+# The table of m011 as created then, and how its trigger reads an ID: the prefix is the ID less its trailing digits
+# (an ID ends in '-' and 1 to 9 digits, so what is left ends in '-'); the number, those digits (a row whose
+# ID ends otherwise counts nowhere). Part of a shipped migration, so never change them.
+ID_MARKS_V1: dict[str, type] = {"prefix": str, "highest": int}
+_PREFIX = "rtrim({id}, '0123456789')"
+_NUMBER = "cast(substr({id}, length(rtrim({id}, '0123456789')) + 1) as integer)"
+_AN_ID = "rtrim({id}, '0123456789') like '%-' and length({id}) - length(rtrim({id}, '0123456789')) between 1 and 9"
+
+
+@migration
+def m011_id_marks(db: Database) -> None:
+    # IDs never given twice in a home: for each prefix, the highest number ever given with it (``EXP-``: 12), raised
+    # by a trigger on every experiment row inserted (``new``, a sweep's trials, an import, a repair) and never
+    # lowered, so ``rm`` frees no number; seeded from the experiments here now. ``.octlm/ids.json`` keeps the same
+    # beside the registry (``store/kept``), so a registry rebuilt after its loss learns them again.
+    db.table("id_marks").create(ID_MARKS_V1, pk="prefix", not_null={"highest"})
+    prefix, number, an_id = (part.format(id="new.id") for part in (_PREFIX, _NUMBER, _AN_ID))
+    db.execute(
+        f"create trigger id_marks_raise after insert on experiments when {an_id} begin"
+        f" insert into id_marks (prefix, highest) values ({prefix}, {number})"
+        " on conflict(prefix) do update set highest = max(highest, excluded.highest); end"
+    )
+    prefix, number, an_id = (part.format(id="id") for part in (_PREFIX, _NUMBER, _AN_ID))
+    db.execute(
+        f"insert into id_marks (prefix, highest) select {prefix}, max({number}) from experiments"
+        f" where {an_id} group by 1"
+    )
+
+
 NAMES = [step.__name__ for step in STEPS]
 CREATED = {  # every table, as the migration that created it created it
     "experiments": EXPERIMENTS_V1,
@@ -387,6 +416,7 @@ CREATED = {  # every table, as the migration that created it created it
     "sweep_trials": SWEEP_TRIALS_V1,
     "sweep_claims": SWEEP_CLAIMS_V1,
     "sweep_decisions": SWEEP_DECISIONS_V1,
+    "id_marks": ID_MARKS_V1,
 }
 
 

@@ -193,6 +193,7 @@ def write_trials(
             for experiment_id in written:
                 home.config_path(experiment_id).unlink(missing_ok=True)
             raise
+        kept.keep_marks(home, registry, written)  # beside the registry too: none of these IDs is ever given again
 
 
 def _experiment_row(home: Home, trial: Trial, sweep: str | None) -> Fields:
