@@ -1,6 +1,8 @@
 """Where a corpus's documents come from: ``data.sources`` resolved, before anything is read, to the builtins by
 name and to the data files (``.txt``, ``.md``, ``.jsonl``; paths, globs and folders) with their sizes, each checked
-to be a regular file; relative sources start at the data root (the home, or ``OCTLM_DATA_ROOT``). Torch-free."""
+to be a regular file; relative sources start at the data root (the home, or ``OCTLM_DATA_ROOT``). ``check_readable``
+asks the same before ``new`` or ``sweep new`` writes anything, so a source that holds nothing is refused there, not
+at ``train``. Torch-free."""
 
 from __future__ import annotations
 
@@ -76,10 +78,15 @@ def plan(sources: tuple[str, ...], home: Path) -> list[tuple[int, Item]]:
     return plan
 
 
-def missing_sources(sources: tuple[str, ...], home: Path) -> str | None:
-    """Why ``sources`` cannot be read now (one line), without reading any of them; None when they can."""
+def check_readable(sources: tuple[str, ...], home: Path) -> None:
+    """Whether ``sources`` hold something to train on now, asked before anything is written (``new``, ``sweep new``,
+    ``sweep extend``): BadInput, one line naming the source and what to do, unless every one is a builtin or resolves
+    to at least one data file, each a regular file. Nothing is read: it is ``plan``, which ``train`` runs too, so what
+    counts as readable (``_data_file``, ``_files``) is decided in one place for both, and widened there."""
     try:
         plan(sources, home)
     except BadInput as error:
-        return str(error)
-    return None
+        raise BadInput(
+            f"{error}: nothing was written; give data.sources that hold a .txt, .md or .jsonl file (a path, a glob "
+            "or a folder, relative to the home or OCTLM_DATA_ROOT), or builtin:docs"
+        ) from None

@@ -129,10 +129,11 @@ def _new_defaults() -> dict[str, Any]:
 
 
 def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> ConfigTree:
-    """The ``init`` section of a fork from ``ID@STEP`` (``new --init-from``): the checkpoint's path relative to
-    the home and its sha256, read from its ``.sha256`` file and checked against its bytes (torch-free).
-    BadInput for a malformed spec, an unknown experiment or a step without a checkpoint; Refused for a
-    checkpoint whose bytes do not match its checksum."""
+    """The ``init`` section of a fork from ``ID@STEP`` (``new --init-from``): the path relative to the home of the
+    fork's own reference to the checkpoint (``keep_fork_parent`` makes it, once every check passed) and its sha256,
+    read from its ``.sha256`` file and checked against its bytes (torch-free). BadInput for a malformed spec, an
+    unknown experiment or a step without a checkpoint; Refused for a checkpoint whose bytes do not match its
+    checksum."""
     match = FORK_POINT.fullmatch(spec.strip())
     if match is None:
         raise BadInput(f"--init-from {spec!r}: expected ID@STEP, e.g. EXP-008@200")
@@ -146,10 +147,9 @@ def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> ConfigTree:
         have = f"its checkpoints are at steps {', '.join(map(str, steps))}" if steps else "it has no checkpoints"
         raise BadInput(f"--init-from {spec}: {parent} has no checkpoint at step {step}; {have}")
     digest = _verified_digest(path)
-    kept = _keep_parent(home, path, digest)
     return {
         "parent": f"{parent}@{step}",
-        "checkpoint": str(kept.relative_to(home.root)),
+        "checkpoint": str(_kept_parent(home, digest).relative_to(home.root)),
         "sha256": digest,
         "optimizer": optimizer,
         "step": step if optimizer else 0,  # with the optimizer, the fork continues the parent's run at its step
@@ -185,19 +185,29 @@ def check_fork(home: Home, config: cfg.Config) -> None:
             )
 
 
-def _keep_parent(home: Home, path: Path, digest: str) -> Path:
+def _kept_parent(home: Home, digest: str) -> Path:
+    return home.root / "checkpoints" / "forks" / f"{digest}.pt"
+
+
+def keep_fork_parent(home: Home, config: cfg.Config) -> None:
     """A fork's own reference to its parent checkpoint, ``checkpoints/forks/<sha256>.pt`` (a hard link, else a
-    copy), so the parent's retention, ``--restart`` or ``rm`` never takes a fork's step 0 away."""
-    kept = home.root / "checkpoints" / "forks" / f"{digest}.pt"
+    copy), so the parent's retention, ``--restart`` or ``rm`` never takes a fork's step 0 away; made by ``new`` only
+    once every check passed, so a refused fork leaves nothing behind."""
+    kept = _kept_parent(home, config.init.sha256)
     if kept.is_file():
-        return kept
+        return
+    parent, _, step = config.init.parent.partition("@")
+    path = layout.checkpoint_path(home.checkpoint_dir(parent), int(step))
     kept.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(path, kept)
+    except FileNotFoundError:
+        raise BadInput(
+            f"--init-from {config.init.parent}: its checkpoint was removed meanwhile; nothing was written"
+        ) from None
     except OSError:
         with open(open_regular(path, max_bytes=None, follow=False), "rb") as source, atomic_writer(kept) as target:
             shutil.copyfileobj(source, target)
-    return kept
 
 
 def _verified_digest(path: Path) -> str:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -7,7 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli, json_out, octlm
+from conftest import cli, json_out, octlm, write_experiment
+
+from octlm.core import layout
 
 
 def test_new_writes_yaml_registers_and_prints_the_id(tmp_path: Path) -> None:
@@ -153,16 +156,63 @@ def test_show_without_a_registry_lists_the_files_and_creates_nothing(tmp_path: P
     assert not (tmp_path / "registry.db").exists()
 
 
-def test_new_warns_of_a_source_that_is_not_there_and_train_names_the_file(home: Path) -> None:
-    made = cli(home, "new", "--set", "data.sources=[notes/*.md]")
-    assert made.exit_code == 0
-    experiment = made.stdout.strip()
-    warned = [line for line in made.stderr.splitlines() if "warning" in line]
-    assert len(warned) == 1 and "notes/*.md" in warned[0] and f"octlm train {experiment}" in warned[0]
-    trained = cli(home, "train", experiment, "-q")
-    assert trained.exit_code == 2
-    assert trained.stderr.strip() == trained.stderr.strip().splitlines()[0]  # one line
-    assert trained.stderr.startswith(f"octlm: error: experiments/{experiment}.yaml: data.sources")
+def snapshot(home: Path) -> list[tuple[str, int]]:
+    """Every path under the home with its modification time: what "nothing was written" compares."""
+    return sorted((str(p.relative_to(home)), p.lstat().st_mtime_ns) for p in home.rglob("*"))
+
+
+def fake_checkpoint(home: Path, experiment_id: str, step: int) -> None:
+    """A checkpoint file with its checksum file, enough for ``new --init-from`` (which reads only those, torch-free)."""
+    path = layout.checkpoint_path(home / "checkpoints" / experiment_id, step)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"weights")
+    layout.write_sidecar(path, hashlib.sha256(b"weights").hexdigest())
+
+
+GRID = ("--grid", "training.learning_rate=1e-3,3e-4")
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["new", "--set", "data.sources=[nothing]"], "nothing holds no .txt"),  # a folder of other files
+        (["new", "--set", "data.sources=nothing"], "nothing holds no .txt"),  # as one string
+        (["new", "--set", "data.sources=[nothing/*]"], "'nothing/*' matches no .txt"),  # a glob of other files
+        (["new", "--set", "data.sources=[notes/*.md]"], "'notes/*.md' matches no .txt"),  # a glob of nothing
+        (["new", "--set", "data.sources=[corpus/*.txt, gone.txt]"], "gone.txt does not exist"),  # one of two
+        (["new", "--set", "data.sources=[nothing/table.csv]"], "unsupported file type '.csv'"),
+        (["new", "EXP-002", "--from", "EXP-001", "--set", "data.sources=[nothing]"], "nothing holds no .txt"),
+        (["new", "--from", "EXP-003"], "gone/*.txt' matches no .txt"),  # copied from one whose data went away
+        (["new", "--seeds", "2", "--set", "data.sources=[nothing]"], "nothing holds no .txt"),
+        (["new", "--init-from", "EXP-001@4", "--set", "data.sources=[nothing]"], "nothing holds no .txt"),
+        (["sweep", "new", "s", "--from", "EXP-001", *GRID, "--set", "data.sources=[nothing]"], "nothing holds no"),
+        (
+            ["sweep", "new", "s", "--from", "EXP-001", "--grid", "data.sources=corpus,nothing"],
+            "data.sources=['nothing']",
+        ),
+        (["sweep", "new", "s", "--from", "EXP-003", *GRID], "gone/*.txt' matches no .txt"),
+    ],
+)
+def test_new_refuses_data_sources_that_hold_nothing_readable_and_writes_nothing(
+    home: Path, args: list[str], named: str
+) -> None:
+    """Issue 45 item 4: ``new`` (with ``--set``, ``--from``, ``--seeds``, ``--init-from``) and ``sweep new`` (with
+    ``--set`` or ``--grid``) refuse sources that hold nothing ``train`` could read: one line naming the source, exit 2,
+    and nothing written (no YAML, no registry, no identity, no fork reference), no ID consumed; not a warning and a
+    failure at ``train``."""
+    (home / "nothing" / "deeper").mkdir(parents=True)
+    (home / "nothing" / "table.csv").write_text("a,b\n1,2\n")
+    (home / "nothing" / "deeper" / "README").write_text("no suffix\n")
+    write_experiment(home, "EXP-003", data={"sources": ["gone/*.txt"]})
+    fake_checkpoint(home, "EXP-001", 4)
+    before = snapshot(home)
+    refused = cli(home, *args)
+    assert refused.exit_code == 2, refused.stdout + refused.stderr
+    line = refused.stderr.strip()
+    assert line.count("\n") == 0 and line.startswith("octlm: error: ") and "Traceback" not in line
+    assert named in line and "data.sources" in line and "nothing was written" in line, line
+    assert snapshot(home) == before
+    assert cli(home, "new").stdout.strip() == "EXP-004"  # the next ID, as if nothing had been asked
 
 
 def test_an_id_freed_by_rm_is_never_given_again(tmp_path: Path) -> None:
@@ -190,3 +240,17 @@ def test_an_id_freed_by_rm_is_never_given_again(tmp_path: Path) -> None:
     assert cli(tmp_path, "new").stdout.strip() == "EXP-009"
     assert cli(tmp_path, "new", "EXP-003").stdout.strip() == "EXP-003"  # asked for by name: given, as asked
     assert cli(tmp_path, "new").stdout.strip() == "EXP-010"
+
+
+def test_sweep_extend_refuses_a_source_that_holds_nothing_and_writes_nothing(home: Path) -> None:
+    """Issue 45 item 4, on ``sweep extend``: a grid value added for ``data.sources`` is checked as ``sweep new``
+    checks it, before any trial's file is written."""
+    made = cli(home, "sweep", "new", "s", "--from", "EXP-001", "--grid", "data.sources=corpus")
+    assert made.exit_code == 0, made.stderr
+    (home / "nothing").mkdir()
+    before = snapshot(home)
+    refused = cli(home, "sweep", "extend", "s", "--grid", "data.sources=nothing")
+    assert refused.exit_code == 2, refused.stdout + refused.stderr
+    line = refused.stderr.strip()
+    assert line.count("\n") == 0 and "nothing holds no .txt" in line and "nothing was written" in line, line
+    assert snapshot(home) == before

@@ -163,6 +163,8 @@ def test_markup_in_values_reads_as_text(trained: Path, browser: Any, tmp_path: P
     dialog opens, no element but octlm's own is made of them (octlm itself puts no <script> or <img>)."""
     description, note, source = f"{SCRIPT} {IMAGE}", f"{IMAGE} {SCRIPT}", f"corpus/{IMAGE}{SCRIPT}"
     new = ("new", "EXP-003", "--from", "EXP-001", "--description", description)
+    (trained / source).mkdir(parents=True)  # a folder so named, holding a document: `new` checks sources exist
+    (trained / source / "doc.txt").write_text("a document\n")
     assert cli(trained, *new, "--set", f"data.sources={json.dumps(['corpus/*.txt', source])}").exit_code == 0
     assert cli(trained, "note", "EXP-003", note).exit_code == 0
     assert cli(trained, "tag", "EXP-003", "+x=1/y:z+w").exit_code == 0  # what a tag may hold

@@ -123,10 +123,12 @@ def test_a_killed_workers_trial_is_taken_over_and_ends_bit_identical(tmp_path: P
 
 def test_a_failing_trial_is_marked_failed_with_its_log_tail_and_the_others_finish(tmp_path: Path) -> None:
     home = sweep_home(tmp_path)
+    shutil.copytree(home / "corpus", home / "missing")  # there when the sweep is made (issue 45 item 4) ...
     made = cli(
         home, "sweep", "new", "bad", "--from", "EXP-001", "--grid", "data.sources=corpus/*.txt,missing/*.txt", "--json"
     )
     assert made.exit_code == 0, made.stderr
+    shutil.rmtree(home / "missing")  # ... and gone when its trial trains
     good, bad = (t["id"] for t in json_out(made)["trials"])
     done = octlm(home, "work", "bad", "--until-empty")
     assert done.returncode == 0, done.stderr
@@ -265,10 +267,12 @@ def test_a_failed_trial_retried_runs_once_more_and_the_sweep_keeps_why(tmp_path:
     """Issue 36 item 5: `sweep retry` queues a failed trial again (its reason kept in the sweep's history), a worker
     runs it once, and a second retry finds nothing to do."""
     home = sweep_home(tmp_path)
+    shutil.copytree(home / "corpus", home / "more")  # there when the sweep is made (issue 45 item 4) ...
     made = cli(
         home, "sweep", "new", "heal", "--from", "EXP-001", "--grid", "data.sources=corpus/*.txt,more/*.txt", "--json"
     )
     assert made.exit_code == 0, made.stderr
+    shutil.rmtree(home / "more")  # ... and gone when its trial trains
     good, bad = (t["id"] for t in json_out(made)["trials"])
     assert octlm(home, "work", "heal", "--until-empty", "-q").returncode == 0
     shutil.copytree(home / "corpus", home / "more")  # what the failed trial lacked

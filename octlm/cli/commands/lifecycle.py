@@ -119,15 +119,15 @@ def new(
     )
     if init is not None:
         experiments.check_fork(home, config)  # here, not at the fork's first train
+    sources.check_readable(config.data.sources, sources.data_root(home))  # so too a source that holds nothing
+    if init is not None:
+        experiments.keep_fork_parent(home, config)  # the first write, once every check passed
     if seeds != 1:
         return _replicates(home, config, seeds, prefix, as_json)
     twins = experiments.same_fingerprint(home, config)  # before the writer, which folds the WAL back in on closing
     created = experiments.create(home, experiment_id, config, prefix)
     if twins:
         render.warn(f"same config fingerprint as {', '.join(twins)}")
-    missing = sources.missing_sources(config.data.sources, sources.data_root(home))
-    if missing:
-        render.warn(f"{created.id}: {missing}: `octlm train {created.id}` fails until it is there")
     path = home.config_path(created.id)
     if as_json:
         render.emit_json(

@@ -65,6 +65,7 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
     cells = samplers.configurations(grown["grid"], grown["ranges"], grown["random"], grown["seed"])
     have = {(t["group_key"], t["replicate"]) for t in trials}
     new = [t for t in plan.build_trials(base, cells, grown, name) if (t.group_key, t.replicate) not in have]
+    plan.check_sources(home, new)  # a source added that holds nothing: refused here, not at its trials' train
     if not new:
         return {"name": name, "event": "extended", "added": 0, "trials": []}
     event: Extended = {

@@ -21,6 +21,7 @@ from octlm.config import flatten
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import Home
 from octlm.core.records.freeform import ConfigTree
+from octlm.data import sources
 from octlm.store import experiments, kept
 from octlm.store.base import Fields
 from octlm.store.registry import Registry
@@ -148,7 +149,22 @@ def plan(home: Home, request: Request) -> Plan:
         "prefix": request.prefix,
         "base_config": base.to_dict(),  # the config its trials are made from, whatever happens to the base's YAML later
     }
-    return Plan(spec, build_trials(base, sampler.first(spec), spec, request.name))
+    trials = build_trials(base, sampler.first(spec), spec, request.name)
+    return Plan(spec, check_sources(home, trials))
+
+
+def check_sources(home: Home, trials: list[Trial]) -> list[Trial]:
+    """``trials``, once the data sources of each hold something to train on (``sources.check_readable``, each set of
+    sources asked once): else BadInput naming the trial, before any file is written (``sweep new``, ``extend``)."""
+    root, seen = sources.data_root(home), set()
+    for trial in trials:
+        if trial.config.data.sources not in seen:
+            seen.add(trial.config.data.sources)
+            try:
+                sources.check_readable(trial.config.data.sources, root)
+            except BadInput as error:
+                raise BadInput(f"{trial.config.description}: {error}") from None
+    return trials
 
 
 def create(home: Home, request: Request) -> SweepCreated:
