@@ -165,6 +165,7 @@ def kept_sweeps(home: Home) -> dict[str, KeptSweep]:
 
 MARKS = "ids.json"
 MARKS_RECORD = "octlm-id-marks"
+MAX_NUMBER = 999_999_999  # core.home.ID_PATTERN: 1 to 9 digits
 
 
 def given_marks(home: Home, registry: Registry) -> dict[str, int]:
@@ -191,7 +192,10 @@ def keep_marks(home: Home, registry: Registry, given: Iterable[str] = ()) -> dic
 
 
 def _file_marks(home: Home) -> dict[str, int]:
-    """``.octlm/ids.json``'s marks; a missing or damaged file (or entry) reads as none (the next write mends it)."""
+    """``.octlm/ids.json``'s marks; a missing or damaged file (or entry), or one reached through a linked ``.octlm/``
+    (never this home's own), reads as none (the next write mends it)."""
+    if folder(home).is_symlink():
+        return {}
     try:
         record = json.loads(read_regular(folder(home) / MARKS, max_bytes=1 << 20, follow=False))
     except (OSError, ValueError):
@@ -211,14 +215,16 @@ def _write_marks(home: Home, marks: Mapping[str, int]) -> bool:
 
 def _kept_ids(home: Home) -> list[str]:
     place = folder(home) / "identities"
-    return [path.name for path in place.iterdir()] if place.is_dir() and not place.is_symlink() else []
+    linked = folder(home).is_symlink() or place.is_symlink()
+    return [path.name for path in place.iterdir()] if place.is_dir() and not linked else []
 
 
 def _highest(*marks: Mapping[Any, object]) -> dict[str, int]:
-    """The highest number of each well-formed prefix over ``marks`` (anything else left out)."""
+    """The highest number of each well-formed prefix over ``marks`` (anything else left out, a number no ID can
+    hold among it: an ID's number has at most 9 digits)."""
     found: dict[str, int] = {}
     for prefix, number in (item for mapping in marks for item in mapping.items()):
-        if isinstance(prefix, str) and type(number) is int and number >= 0 and _is_prefix(prefix):
+        if isinstance(prefix, str) and type(number) is int and 0 <= number <= MAX_NUMBER and _is_prefix(prefix):
             found[prefix] = max(found.get(prefix, 0), number)
     return found
 

@@ -5,6 +5,8 @@ item 4: never in the YAML, so a clone's tracked files stay untouched); an older 
 
 from __future__ import annotations
 
+import json
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -76,3 +78,24 @@ def test_a_yaml_copied_under_another_id_gets_its_own_uuid(home: Path) -> None:
     assert cli(home, "doctor", "--repair").exit_code == 0
     assert uuid_of(home, "EXP-002") != uuid_of(home)
     assert kept.identity(Home(home), "EXP-002") == uuid_of(home, "EXP-002")
+
+
+def test_a_damaged_or_linked_id_mark_file_never_stops_new_nor_lowers_a_mark(home: Path, tmp_path: Path) -> None:
+    """Issue 45 item 5: ``.octlm/ids.json`` holding what no ID can be (a number of 13 digits, a malformed prefix, a
+    count as text) is read as none, and one reached through a linked ``.octlm/`` (another home's) is neither read
+    nor written: ``new`` gives the next ID after the registry's mark and the file is mended in place."""
+    for expected in ("EXP-002", "EXP-003"):
+        assert cli(home, "new").stdout.strip() == expected
+    assert cli(home, "rm", "EXP-003", "--yes").exit_code == 0
+    marks = home / ".octlm" / "ids.json"
+    hostile = {"EXP-": 10**12, "../x-": 5, "BOX-": "7", "B-": True}
+    marks.write_text(json.dumps({"format": "octlm-id-marks", "version": 1, "highest": hostile}))
+    assert cli(home, "new").stdout.strip() == "EXP-004"
+    assert json.loads(marks.read_text())["highest"] == {"EXP-": 4}
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".octlm").mkdir(parents=True)
+    (elsewhere / ".octlm" / "ids.json").write_text(json.dumps({"format": "octlm-id-marks", "highest": {"EXP-": 500}}))
+    shutil.move(home / ".octlm", tmp_path / "own")
+    (home / ".octlm").symlink_to(elsewhere / ".octlm")
+    assert cli(home, "new").stdout.strip() == "EXP-005"  # from the registry's mark, not the other home's 500
+    assert json.loads((elsewhere / ".octlm" / "ids.json").read_text())["highest"] == {"EXP-": 500}  # never written
