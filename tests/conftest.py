@@ -162,6 +162,19 @@ def compile_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ["OCTLM_COMPILE_CACHE"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def native_cache(tmp_path_factory: pytest.TempPathFactory):
+    """``cross-vendor``'s library (``runtime/native/mkl``) built for the whole session in one temporary folder, never
+    in ~/.cache (a test of where it goes sets its own)."""
+    previous = os.environ.get("OCTLM_NATIVE_CACHE")
+    os.environ["OCTLM_NATIVE_CACHE"] = str(tmp_path_factory.mktemp("native-cache") / "native")
+    yield
+    if previous is None:
+        del os.environ["OCTLM_NATIVE_CACHE"]
+    else:
+        os.environ["OCTLM_NATIVE_CACHE"] = previous
+
+
 def made_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Any]) -> Any:
     """What ``build(folder)`` returns (JSON), made once for the whole run: each worker of pytest-xdist asks, the first
     builds it in a folder all of them share while the others wait on a lock, and every later one reads it. For the

@@ -17,7 +17,8 @@ project's Intel Xeon and AMD EPYC natively; docs/performance.md):
 
 MKL and ATen read the variables when torch loads, so ``pin`` sets them before torch is imported: the commands
 call it after loading the config and before importing anything that imports torch, and every process they start
-(``verify-resume``'s segments, the ranks of ``--nproc``) inherits them. A process that imported torch under
+(``verify-resume``'s segments, the ranks of ``--nproc``) inherits them (not the library: each of those pins its
+tier itself, and loads it then, from the folder it checks). A process that imported torch under
 other settings cannot be pinned any more: ``pin`` refuses (exit 3) rather than train with kernels other than
 the tier's; run the command in a new process (``octlm ...``).
 
@@ -33,8 +34,10 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from octlm.config import Config
 from octlm.config.tiers import TIERS, Tier
@@ -62,7 +65,8 @@ def parse_kernels(text: object) -> dict[str, str]:
 def without_pins(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` without any tier's pins, MKL's Intel path among them: for a process that pins its own."""
     env = {key: value for key, value in environ.items() if key not in VARIABLES}
-    preload = [path for path in env.pop("LD_PRELOAD", "").split() if not path.endswith(mkl.NAME)]
+    entries = re.split(r"[ :]", env.pop("LD_PRELOAD", ""))  # as the loader splits them
+    preload = [path for path in entries if path and not path.endswith(mkl.NAME)]
     return env | ({"LD_PRELOAD": " ".join(preload)} if preload else {})
 
 
@@ -109,17 +113,16 @@ def pin(config: Config) -> None:
 def _load_intel_path(tier: Tier) -> None:
     """MKL's Intel path for ``tier`` (``runtime/native/mkl``), or one line naming the tier's fallback."""
     try:
-        path, preloaded = mkl.load()
+        _INTEL_PATH_HERE.append(mkl.load())
     except mkl.Unavailable as why:
         raise Refused(
             f"training.determinism: {tier.name} cannot run here: {why}; training.determinism: {tier.fallback} "
             "covers the same machines without it, at a higher cost"
         ) from None
-    if preloaded:
-        _PINNED_HERE["LD_PRELOAD"] = str(path)
 
 
 _PINNED_HERE: dict[str, str] = {}  # what ``pin`` set in this process (not what the user exported)
+_INTEL_PATH_HERE: list[Path] = []  # the library ``pin`` loaded in this process (it cannot be unloaded)
 
 
 def pinned_here() -> list[str]:

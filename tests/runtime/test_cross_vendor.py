@@ -81,7 +81,7 @@ def test_without_a_c_compiler_a_run_is_refused_in_one_line_naming_portable(home:
     write_experiment(home, "EXP-001", training=CROSS)
     empty = tmp_path / "no-compilers"
     empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("CC", "LD_PRELOAD")}
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "LD_PRELOAD", "OCTLM_NATIVE_CACHE")}
     env |= {"PATH": str(empty), "XDG_CACHE_HOME": str(tmp_path / "fresh-cache"), "NO_COLOR": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "octlm_cli", "--home", str(home), "train", "EXP-001", "-q"],
