@@ -130,6 +130,17 @@ def pinned_here() -> list[str]:
     return list(_PINNED_HERE)
 
 
+def foreign(config: Config) -> list[str]:
+    """What ``pin`` set or loaded in this process that ``config``'s profile does not hold (a variable it pins
+    otherwise or not at all, MKL's Intel path it does not take): a process holding any cannot train ``config``
+    as its profile says, and no ``pin`` can undo them once torch runs with them (a sweep's worker starts
+    afresh: ``sweeps.worker``). What the user exported is the user's: not counted."""
+    tier = TIERS[config.training.determinism]
+    wanted = settings(tier.name, config.training.micro_batches > 0)
+    found = [key for key, value in _PINNED_HERE.items() if wanted.get(key) != value]
+    return [*found, *(["MKL's Intel path"] if _INTEL_PATH_HERE and not tier.mkl_intel else [])]
+
+
 def covers(determinism: str, path: str = "") -> str:
     """Which machines continue each other's runs under the tier (its ``covers`` line, MKL's ``path`` named)."""
     return TIERS[determinism].covers.format(vendor=f"its {path} path (as here)" if path else "this processor's")

@@ -189,6 +189,7 @@ def check_environment(
     if pieces and _tier_of(current).strict_with_pieces:
         saved, current = {**saved, "threads": None}, {**current, "threads": None}
     _check_kernels(saved, current, name, reporter)
+    _check_intel_path(saved, current, name, reporter)
     for message in environment_warnings(saved, current):
         reporter.warn(message)
 
@@ -212,6 +213,35 @@ def _check_kernels(saved: Mapping[str, object], current: Mapping[str, object], n
     reporter.warn(
         f"resuming under other kernel settings ({shown}) than {name} was written under: the run continues, but not "
         "bit-identically; set them as they were before the run starts"
+    )
+
+
+INTERPOSED = "Intel (interposed)"  # the MKL path of a process where a library tells MKL the processor is Intel
+
+
+def _check_intel_path(
+    saved: Mapping[str, object], current: Mapping[str, object], name: str, reporter: Reporter
+) -> None:
+    """Whether MKL was told that the processor is Intel (``cross-vendor``'s library, or one preloaded) when ``name``
+    was written and now: on any other processor its kernels differ, so a difference is warned of under ``local`` and
+    refused (exit 3) under a tier that pins kernels, as the kernel variables are. A checkpoint that did not record
+    MKL's path is not compared."""
+    if "mkl" not in saved:
+        return
+    there, here = saved.get("mkl") == INTERPOSED, current.get("mkl") == INTERPOSED
+    if there == here:
+        return
+    told = "told" if there else "not told"
+    shown = f"MKL was {told} that the processor is Intel when {name} was written, and is{' not' if there else ''} now"
+    why = "a library tells it so under training.determinism: cross-vendor, or one named in LD_PRELOAD"
+    if "canary" in current:
+        raise Refused(
+            f"{shown} ({why}): under training.determinism {current.get('determinism')} the resume would not be "
+            "bit-identical; start it as the run was started"
+        )
+    reporter.warn(
+        f"{shown} ({why}): its kernels differ on a processor that is not Intel, so the run continues, but not "
+        "bit-identically; start it as the run was started"
     )
 
 

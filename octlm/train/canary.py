@@ -51,6 +51,7 @@ WIDE = {
 }
 PARTS = ((RAW, STEPS), (WIDE, 1))  # (config, steps): the tiny run, then one step at wider shapes
 MKL_PATHS = {"mkl_serv_intel_cpu_true": "Intel", "mkl_serv_cpuiszen": "AMD Zen"}
+INTERPOSED = runtime.INTERPOSED
 
 
 def canary_config(raw: ConfigTree = RAW) -> Config:
@@ -60,8 +61,8 @@ def canary_config(raw: ConfigTree = RAW) -> Config:
 def mkl_path() -> str:
     """Which of MKL's code paths this processor gets (``Intel``, ``AMD Zen``, ``generic``), asked of MKL itself
     (its CPUID vendor checks, exported by torch's CPU library); ``unknown`` where this torch has none."""
-    if mkl.loaded() is not None:
-        return "Intel (interposed)"  # what MKL is told, whatever the processor (``runtime/native/mkl``)
+    if mkl.interposer() is not None:
+        return INTERPOSED  # what MKL is told, whatever the processor (``runtime/native/mkl``, or a preloaded library)
     try:
         library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
         for symbol, name in MKL_PATHS.items():
@@ -184,17 +185,19 @@ def run(config: Config) -> Canary:
 
 
 def environment(state: TrainState) -> Environment:
-    """The environment record of ``state``'s process (``runtime.environment``), with the canary's digest under a
-    profile that pins kernels (computed once per process and thread count)."""
+    """The environment record of ``state``'s process (``runtime.environment``), with the path MKL takes (under every
+    profile: ``local``'s kernels change with it too) and the canary's digest under a profile that pins kernels
+    (computed once per process and thread count)."""
     training = state.config.training
     if training.determinism == "local":
-        return runtime.environment(state.device, training.precision, state.optimizer_impl)
-    record = runtime.environment(
-        state.device,
-        training.precision,
-        state.optimizer_impl,
-        profile=training.determinism,
-        canary=digest(torch.get_num_threads()),
-    )
-    record["mkl"] = mkl_path()
+        record = runtime.environment(state.device, training.precision, state.optimizer_impl)
+    else:
+        record = runtime.environment(
+            state.device,
+            training.precision,
+            state.optimizer_impl,
+            profile=training.determinism,
+            canary=digest(torch.get_num_threads()),
+        )
+    record["mkl"] = mkl_path()  # under every tier: whether MKL is told the processor is Intel changes its kernels
     return record

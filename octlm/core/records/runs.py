@@ -71,4 +71,4 @@ class Environment(TypedDict, total=False):
     kernels: str  # the kernel variables set: "MKL_CBWR=AUTO,STRICT ..." (empty: none)
     determinism: str  # under a tier that pins kernels: "portable (MKL_CBWR=...)"
     canary: str | None  # ... and its canary's digest
-    mkl: str  # ... and the path MKL takes (Intel, AMD Zen)
+    mkl: str  # the path MKL takes (Intel, AMD Zen; "Intel (interposed)": told so by a library); under local too

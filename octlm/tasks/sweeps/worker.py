@@ -11,9 +11,9 @@ ended, and claims the next. Torch is imported when the first trial trains.
 - ``until_empty``: stop once no trial of its sweeps is queued or running (it waits while other workers' trials
   run: halving may promote them; a trial claimed on another host is said once and not waited for); otherwise wait
   for new trials until stopped.
-- A worker takes only trials it can run: once torch is loaded under one determinism tier, a trial of another is left
-  queued (``deferred``), and when nothing else is left the worker starts afresh in its own process (``exec``), where
-  it pins the other tier (``restart``).
+- A worker takes only trials it can run: once torch is loaded under one determinism tier, or a tier's pins or
+  library are in the process, a trial of another (``local`` too) is left queued (``deferred``), and when nothing
+  else is left the worker starts afresh in its own process (``exec``), where it pins the other tier (``restart``).
 - Said as it happens: a trial taken over from a lost worker ("resuming at step N"); on a signal, what became of the
   trial (queued again, for the queue to continue; not ``octlm resume``).
 """
@@ -120,14 +120,18 @@ def work(home: Home, options: Options, say: Say) -> Tally:
 
 
 def runnable(home: Home, trial: ClaimedTrial) -> bool:
-    """Whether this process can train the trial: it holds the trial's determinism tier, or can still pin it (torch
-    not loaded yet). A trial whose config cannot be read is runnable: training it says what is wrong."""
+    """Whether this process can train the trial: it holds the trial's determinism tier and nothing a tier pinned
+    here that the trial's does not (``determinism.foreign``: a ``local`` trial after a ``cross-vendor`` one needs
+    a fresh process, without its pins and its library), or can still pin it (torch not loaded yet). A trial whose
+    config cannot be read is runnable: training it says what is wrong."""
     try:
         config = experiments.load(home, trial["experiment_id"])
     except Interrupted:
         raise
     except OctlmError:
         return True
+    if determinism.foreign(config):
+        return False
     if not determinism.unpinned(config.training.determinism, config.training.micro_batches > 0):
         return True
     if "torch" in sys.modules:
