@@ -31,3 +31,16 @@ def test_threads_that_are_not_positive_whole_numbers_are_one_line(home: Path, gi
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--threads" in lines[0] and "positive whole numbers" in lines[0], lines
+
+
+@pytest.mark.parametrize("given", ["1,100000", "2,4097", "4097", "\u0661", "1,\u0662", "\uff11", "1,2\u00b2"])
+@pytest.mark.parametrize("tier", [[], ["--determinism", "local"]])
+def test_every_count_is_checked_and_the_message_names_threads(home: Path, given: str, tier: list[str]) -> None:
+    """Issue 45 item 18a: only the first count was checked (``1,100000`` ran 100,000 threads: SIGSEGV), digits of
+    other scripts passed (``\u0661``, Arabic-Indic one, ran as 1 thread), and a first count over the limit was blamed
+    on ``--determinism``. Every count: ASCII digits, 1 to training.threads' limit, one line naming --threads."""
+    result = cli(home, "canary", *tier, "--threads", given)
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("octlm: error: --threads") and "--determinism" not in lines[0]
+    assert "positive whole numbers up to 4,096" in lines[0] and "ASCII digits" in lines[0], lines

@@ -6,17 +6,21 @@ bench of several tiers imports no torch at all: it times each tier in processes 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import dataclasses
+import re
+from typing import Annotated
 
 import typer
 
 from octlm.cli import render
 from octlm.cli.common import JsonOption, complete_ids, handled, home_of
+from octlm.config import TrainingConfig
 from octlm.config.schema import DETERMINISMS
 from octlm.config.tiers import TIERS
 from octlm.core.errors import BadInput
 from octlm.runtime import determinism, launch
 
+MAX_THREADS = next(f.metadata["maximum"] for f in dataclasses.fields(TrainingConfig) if f.name == "threads")
 CanaryIdArgument = Annotated[
     str | None,
     typer.Argument(
@@ -109,12 +113,11 @@ def canary(
 
     counts = _counts(threads)
     config = experiments.load(home_of(ctx), experiment_id) if experiment_id else Config()
-    keys: dict[str, Any] = {"training.threads": counts[0]} if counts else {}
     if determinism_ is not None and determinism_ not in DETERMINISMS:
         raise BadInput(f"--determinism {determinism_!r}: choose one of {', '.join(DETERMINISMS)}")
     if determinism_ is not None or not experiment_id:
-        keys["training.determinism"] = determinism_ or "portable"
-    config = config.with_keys(keys, "--determinism" if determinism_ else "--threads") if keys else config
+        config = config.with_keys({"training.determinism": determinism_ or "portable"}, "--determinism")
+    config = config.with_keys({"training.threads": counts[0]}, "--threads") if counts else config
     determinism.pin(config)
     from octlm.train import canary as canaries  # imports torch
 
@@ -145,12 +148,17 @@ def _golden(expected: str, here: str, tier: str) -> str:
 
 
 def _counts(text: str | None) -> list[int]:
-    """``--threads 1,2,4`` as [1, 2, 4] (none given: []); one line (exit 2) for anything but positive whole numbers."""
+    """``--threads 1,2,4`` as [1, 2, 4] (none given: []); one line (exit 2) naming ``--threads`` unless every count
+    is a positive whole number in ASCII digits (``str.isdigit`` takes ``١``, and ``int`` reads it as 1) up to
+    ``training.threads``' limit (each count is run: 100,000 threads ended in SIGSEGV)."""
     if text is None:
         return []
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() and int(part) > 0 for part in parts):
-        raise BadInput(f"--threads {text!r}: expected positive whole numbers, e.g. 1 or 1,2,4")
+    if not all(re.fullmatch(r"[0-9]{1,6}", part) and 0 < int(part) <= MAX_THREADS for part in parts):
+        raise BadInput(
+            f"--threads {text!r}: expected positive whole numbers up to {MAX_THREADS:,} (as training.threads), "
+            "in ASCII digits, e.g. 1 or 1,2,4"
+        )
     return list(dict.fromkeys(int(part) for part in parts))
 
 
