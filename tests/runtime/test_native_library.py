@@ -265,6 +265,8 @@ def test_the_compiler_is_never_found_through_an_empty_or_relative_path_entry(
     assert mkl.compiler({**environ, "CC": "cc"}) == found  # a name in CC is looked up the same way
     with pytest.raises(mkl.Unavailable, match="CC=./cc is a relative path"):
         mkl.compiler({**environ, "CC": "./cc"})
+    with pytest.raises(mkl.Unavailable, match="CC=no-such-cc is not on the PATH"):
+        mkl.compiler({**environ, "CC": "no-such-cc"})
 
 
 def _levels(top: Path, bottom: Path) -> list[Path]:

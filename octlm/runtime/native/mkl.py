@@ -64,15 +64,16 @@ def search_path(environ: Environ = os.environ) -> str:
 
 def compiler(environ: Environ = os.environ) -> str | None:
     """The C compiler to build with, as an absolute path: ``CC`` (a name is looked up on ``search_path``; a relative
-    path is refused), else ``cc`` or ``gcc`` on ``search_path``; None when there is none."""
+    path, or a name not found, is refused), else ``cc`` or ``gcc`` on ``search_path``; None when there is none."""
     path, named = search_path(environ), environ.get("CC")
     if named and os.sep in named:
         if not os.path.isabs(named):
             raise Unavailable(f"CC={named} is a relative path (it would run from wherever octlm stands): give it whole")
         return named
-    if named:
-        return shutil.which(named, path=path)
-    return shutil.which("cc", path=path) or shutil.which("gcc", path=path)
+    found = shutil.which(named, path=path) if named else None
+    if named and not found:
+        raise Unavailable(f"CC={named} is not on the PATH (its absolute folders): give its path, or unset CC")
+    return found or shutil.which("cc", path=path) or shutil.which("gcc", path=path)
 
 
 def build(environ: Environ = os.environ) -> Path:
