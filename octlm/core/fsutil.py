@@ -17,8 +17,12 @@ its folder): ``output_writer`` owns it. The target is looked at with ``lstat`` f
 file is replaced atomically (as above). A file the user named may also be a character device or a FIFO, or a link
 to one (``/dev/stdout``, ``/dev/null``), written in place, as the user means (a FIFO without a reader is refused at
 once rather than waited on). A link to a regular file is refused (anyone who can write the folder could have
-planted it to have octlm overwrite its target), but for the kernel's own links under ``/dev`` and ``/proc``
-(``-o /dev/stdout`` with stdout redirected to a file). A file octlm names itself (``own_name``: a trial's pack in
+planted it to have octlm overwrite its target), but for the links the system makes for a process's own files
+(``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``: ``-o /dev/stdout`` with stdout redirected to a
+file). No link is followed that another user could have planted: one in a folder that others can write (group- or
+world-writable, the sticky ``/tmp`` and ``/dev/shm`` included) or that belongs to someone else, or a link owned by
+another user, is refused whatever it points to (a link to ``/dev/null`` in the user's own folder is written through).
+A file octlm names itself (``own_name``: a trial's pack in
 ``sweep pack``'s folder) is written only as a regular file: any link, device or FIFO there is refused. A folder, a
 socket, a block device or a link to nothing is always refused. Every refusal and every failed write is
 ``Refused``: one line naming the path, what it is and why; nothing is written then.
@@ -30,6 +34,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable, Iterator
@@ -266,7 +271,32 @@ def check_output(path: Path, *, own_name: bool = False) -> None:
     _output_target(path, own_name)
 
 
-KERNEL_LINKS = ("/dev/", "/proc/")  # where only the system makes links (/dev/stdout, /dev/fd/1, /proc/self/fd/1)
+# The links the system makes for a process's own files; the rest of /dev and /proc is not exempt (/dev/shm is
+# world-writable: anyone can plant a link there).
+KERNEL_LINKS = re.compile(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/self/fd/[0-9]+")
+
+
+def _refuse_planted(path: Path, link: os.stat_result) -> None:
+    """Refused: a link another user could have planted at ``path``: its folder can be written by others (group- or
+    world-writable, sticky or not) or is someone else's, or the link itself is (only the user and root count)."""
+    folder = Path(os.path.abspath(path)).parent
+    try:
+        where = os.stat(folder)
+    except OSError as error:
+        raise Refused(f"cannot write to {path}: {folder}: {error.strerror or error}; nothing was written") from None
+    ours = (0, os.geteuid())
+    if where.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"its folder {folder} can be written by others (mode {stat.filemode(where.st_mode)})"
+    elif where.st_uid not in ours:
+        why = f"its folder {folder} belongs to another user (uid {where.st_uid})"
+    elif link.st_uid not in ours:
+        why = f"the link belongs to another user (uid {link.st_uid})"
+    else:
+        return
+    raise Refused(
+        f"{path} is a symbolic link to {os.readlink(path)} and {why}: anyone there could have planted it, so octlm "
+        "does not write through it; give a path in a folder of your own; nothing was written"
+    )
 
 
 def _output_target(path: Path, own_name: bool = False) -> tuple[Path, str]:
@@ -287,13 +317,14 @@ def _output_target(path: Path, own_name: bool = False) -> tuple[Path, str]:
             "their own, never through a link; remove it; nothing was written"
         )
     if linked:
+        _refuse_planted(path, info)
         try:
             info = os.stat(path)
         except OSError:
             raise Refused(f"{path} is a symbolic link to nothing ({os.readlink(path)}): nothing was written") from None
     if stat.S_ISREG(info.st_mode):
         resolved = Path(os.path.realpath(path))
-        if not os.path.abspath(path).startswith(KERNEL_LINKS):
+        if not KERNEL_LINKS.fullmatch(os.path.abspath(path)):
             raise Refused(
                 f"{path} is a symbolic link to the file {resolved}: octlm does not write through a link (anyone who "
                 f"can write its folder could have planted it); give the file itself; nothing was written"

@@ -258,3 +258,91 @@ def test_no_writer_follows_a_planted_link(swept: Path, tmp_path: Path, writer: s
     assert result.exit_code == 3, (result.stdout, result.stderr)
     assert "symbolic link" in one_line(result)
     assert list(victim.iterdir()) == [] if victim.is_dir() else victim.read_bytes() == b"precious"
+
+
+# ---------------------------------------------------------------- issue 45 item 13: links another user could plant
+
+
+def _shared(tmp_path: Path, mode: int) -> Path:
+    folder = tmp_path / f"shared-{mode:o}"
+    folder.mkdir()
+    folder.chmod(mode)
+    return folder
+
+
+SHARED: dict[str, Callable[[Path], Path]] = {  # where another user could plant a link -> a fresh name there
+    "the real /dev/shm": lambda tmp_path: Path("/dev/shm") / f"octlm-test-{os.getpid()}-{tmp_path.name}",
+    "a sticky world-writable folder": lambda tmp_path: _shared(tmp_path, 0o1777) / "out",
+    "a group-writable folder": lambda tmp_path: _shared(tmp_path, 0o770) / "out",
+    "another user's folder": lambda tmp_path: _foreign(tmp_path) / "out",
+}
+
+
+def _foreign(tmp_path: Path) -> Path:
+    folder = tmp_path / "foreign"
+    folder.mkdir(mode=0o755)
+    os.chown(folder, 4242, 4242)
+    return folder
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("where", SHARED)
+@pytest.mark.parametrize("target", ["the victim's file", "a character device"])
+def test_a_link_planted_where_others_write_is_never_followed(
+    registered: Path, tmp_path: Path, writer: str, where: str, target: str
+) -> None:
+    """Issue 45 item 13: a link that another user planted in ``/dev/shm`` (world-writable, under ``/dev`` but none
+    of the kernel's) made ``pack`` and ``report`` overwrite the victim's own file. A link in a folder others can
+    write, or in another user's folder, is refused whatever it points to, and what it points to is left as it was."""
+    if where == "the real /dev/shm" and not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    link = SHARED[where](tmp_path)
+    victim = tmp_path / "victim"
+    if target == "a character device":
+        victim = device(tmp_path, "victim-null", NULL)
+    else:
+        victim.write_bytes(b"precious")
+    before = victim.lstat()
+    link.symlink_to(victim)
+    try:
+        result = cli(registered, *WRITERS[writer](link))
+        line = one_line(result)
+        assert result.exit_code == 3 and str(link) in line and "planted" in line and "nothing was written" in line
+        assert link.is_symlink() and os.readlink(link) == str(victim)
+    finally:
+        link.unlink()
+    after = victim.lstat()
+    assert (after.st_mode, after.st_ino, after.st_mtime_ns) == (before.st_mode, before.st_ino, before.st_mtime_ns)
+    assert target == "a character device" or victim.read_bytes() == b"precious"
+    no_temporaries(link.parent)
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_link_owned_by_another_user_is_never_followed(registered: Path, tmp_path: Path, writer: str) -> None:
+    """Issue 45 item 13, the link's own owner: one of another user's in the user's own folder is refused too."""
+    null, link = device(tmp_path, "null", NULL), tmp_path / "out"
+    link.symlink_to(null)
+    os.lchown(link, 4242, 4242)
+    result = cli(registered, *WRITERS[writer](link))
+    line = one_line(result)
+    assert result.exit_code == 3 and "another user (uid 4242)" in line and "nothing was written" in line
+    link.unlink()
+    link.symlink_to(null)  # the user's own link in the user's own folder is written through, as before
+    assert cli(registered, *WRITERS[writer](link)).exit_code == 0 and null.lstat().st_rdev == NULL
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("name", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_the_kernel_s_links_still_write_to_a_redirected_stdout(
+    registered: Path, tmp_path: Path, writer: str, name: str
+) -> None:
+    """What the kernel makes for a process's own files is still followed (``-o /dev/stdout > FILE``): the only links
+    to a regular file that octlm writes through."""
+    want = expected(registered, tmp_path, writer)
+    redirected = tmp_path / "redirected"
+    command = [sys.executable, "-m", "octlm", "--home", str(registered), *WRITERS[writer](Path(name))]
+    with redirected.open("wb") as stdout:
+        result = subprocess.run(command, stdout=stdout, stderr=subprocess.PIPE, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert redirected.read_bytes() == want
+    no_temporaries(tmp_path)
