@@ -179,6 +179,48 @@ def _refuse_unsafe(path: Path, writing: bool) -> None:
         raise Refused(f"{path} is {kind_of(info.st_mode)}, not a registry: move it aside; nothing was changed")
 
 
+SIDE_FILES = ("-journal", "-wal", "-shm")  # SQLite's files beside a database: rollback journal, WAL, WAL index
+
+
+def _side_owners(real: str) -> set[int]:
+    try:
+        return {os.stat(real).st_uid, os.geteuid()}
+    except OSError:
+        return {os.geteuid()}
+
+
+def _refuse_unsafe_sides(path: Path) -> None:
+    """Refused before SQLite opens anything: a side file of the registry (``registry.db-journal``, ``-wal``,
+    ``-shm``, beside the file SQLite opens: the link's target when ``registry.db`` is a link) that SQLite would open
+    as its own but that is not: a link (written through), a FIFO or device (the opening hangs, every command with
+    it), a folder, or a file of a user other than the registry's owner and this one (planted). The line names the
+    side file and its fix; the registry itself is healthy and is left where it is. A regular side file of the
+    owner's is SQLite's own (a WAL left by a crash holds committed rows) and is let be."""
+    real = os.path.realpath(path)
+    owners = _side_owners(real)
+    for suffix in SIDE_FILES:
+        side = Path(real + suffix)
+        try:
+            info = os.lstat(side)
+        except OSError:
+            continue  # nothing there (or nothing to see): SQLite makes its own, or says what is wrong
+        aside = f"move it aside (mv {side} {side}.aside)"
+        if stat.S_ISLNK(info.st_mode):
+            what, fix = f"a symbolic link to {os.readlink(side)}", f"remove the link (rm {side})"
+        elif stat.S_ISDIR(info.st_mode):
+            what, fix = "a folder", aside
+        elif not stat.S_ISREG(info.st_mode):
+            what, fix = kind_of(info.st_mode), f"remove it (rm {side})"
+        elif info.st_uid not in owners:
+            what, fix = f"a file of another user (uid {info.st_uid})", aside
+        else:
+            continue
+        raise Refused(
+            f"{side} is {what}, not SQLite's own {suffix} file of the registry: {fix}; the registry {path.name} is "
+            "left as it is (do not move it); nothing was changed"
+        )
+
+
 def _unopenable(path: Path, error: sqlite3.DatabaseError) -> Refused:
     """One line for a registry SQLite cannot open or write: a read-only home said so, a damaged file with its fix."""
     text = str(error)
@@ -200,6 +242,7 @@ class RegistryBase:
         self.busy_timeout, self.path, self.read_only = busy_timeout, path, not create
         self.conn: sqlite3.Connection | None = None
         _refuse_unsafe(path, writing=create)
+        _refuse_unsafe_sides(path)
         if not create and not path.exists():
             return  # every read answers empty; nothing is created
         try:

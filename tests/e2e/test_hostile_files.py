@@ -397,3 +397,82 @@ def test_home_discovery_ignores_world_writable_and_foreign_ancestors(tmp_path: P
     assert (mine / "experiments" / "EXP-001.yaml").exists()
     assert not (shared / "experiments" / "EXP-001.yaml").exists()
     shared.chmod(0o755)
+
+
+# ---------------------------------------------------------------- issue 45 item 17: SQLite's side files
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _device(path: Path) -> None:
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+
+
+def _foreign(path: Path) -> None:
+    path.write_bytes(b"\0" * 4096)
+    os.chown(path, 4242, 4242)
+
+
+SIDES: dict[str, tuple[object, str]] = {  # what is planted at a side file -> (how, what the line says and advises)
+    "a FIFO": (_fifo, "is a FIFO"),
+    "a character device": (_device, "is a character device"),
+    "a link to a file elsewhere": (lambda path: path.symlink_to(path.parent.parent / "victim.txt"), "symbolic link"),
+    "a dangling link": (lambda path: path.symlink_to(path.parent.parent / "nowhere"), "symbolic link"),
+    "a folder": (lambda path: path.mkdir(), "is a folder"),
+    "another user's file": (_foreign, "another user (uid 4242)"),
+}
+
+
+@pytest.mark.parametrize("suffix", ["-journal", "-wal", "-shm"])
+@pytest.mark.parametrize("planted", sorted(SIDES))
+def test_a_registry_side_file_that_is_not_sqlite_s_is_named_and_never_hangs(
+    home: Path, victim: Path, suffix: str, planted: str
+) -> None:
+    """Issue 45 item 17: a FIFO at ``registry.db-journal`` hung every command, and a link at ``-wal`` or ``-shm``
+    was refused with the advice to move the healthy registry aside. Each side file is checked as the registry is,
+    before SQLite opens anything: one line naming it, with its own fix, for reading and writing commands alike; the
+    registry and what a link points to are untouched, and once the side file is dealt with every command works."""
+    assert octlm(home, "tag", "EXP-001", "+kept", timeout=60).returncode == 0
+    registry, side = home / "registry.db", home / f"registry.db{suffix}"
+    before = registry.read_bytes()
+    make, said = SIDES[planted]
+    make(side)  # type: ignore[operator]
+    for command in (["show"], ["show", "EXP-001"], ["tag", "EXP-001", "+more"], ["doctor", "--repair"]):
+        result = octlm(home, *command, timeout=30)  # a hang fails here, after 30 s, instead of blocking the suite
+        line = one_line(result.stderr)
+        assert result.returncode == 3, (command, result.stderr)
+        assert str(side) in line and said in line and "registry.db is left as it is" in line, line
+        assert f"mv {registry.name} " not in line and "doctor --repair" not in line
+    assert registry.read_bytes() == before and victim.read_text() == VICTIM_TEXT
+    assert not (home.parent / "nowhere").exists()
+    shutil.rmtree(side) if planted == "a folder" else side.unlink()  # what the line says: that file, not the registry
+    result = octlm(home, "tag", "EXP-001", "+more", timeout=60)
+    assert result.returncode == 0 and "kept" in octlm(home, "show", "EXP-001", timeout=60).stdout
+
+
+def test_a_side_file_beside_a_linked_registry_s_target_is_checked_too(home: Path, tmp_path: Path) -> None:
+    """Reading follows a linked ``registry.db``, and SQLite opens the side files beside its target: those are the
+    ones checked (a FIFO beside the target would hang ``show`` as well)."""
+    elsewhere = tmp_path / "other-home"
+    elsewhere.mkdir()
+    assert octlm(elsewhere, "new", timeout=60).returncode == 0
+    (home / "registry.db").symlink_to(elsewhere / "registry.db")
+    os.mkfifo(elsewhere / "registry.db-journal")
+    result = octlm(home, "show", timeout=30)
+    assert result.returncode == 3 and str(elsewhere / "registry.db-journal") in one_line(result.stderr)
+
+
+def test_sqlite_s_own_side_files_are_read_as_they_are(home: Path) -> None:
+    """What SQLite itself leaves (a writer holding the registry open: its ``-wal`` and ``-shm``, with rows not yet
+    checkpointed into ``registry.db``) is never refused: the rows in the WAL are read."""
+    from octlm.store.registry import Registry
+
+    assert octlm(home, "tag", "EXP-001", "+first", timeout=60).returncode == 0
+    with Registry(home / "registry.db") as registry:
+        registry.conn.execute("PRAGMA wal_autocheckpoint=0")  # type: ignore[union-attr]
+        assert cli(home, "tag", "EXP-001", "+in-the-wal").exit_code == 0
+        assert (home / "registry.db-wal").stat().st_size > 0 and (home / "registry.db-shm").exists()
+        shown = octlm(home, "show", "EXP-001", timeout=60)
+        assert shown.returncode == 0 and "in-the-wal" in shown.stdout, shown.stderr
