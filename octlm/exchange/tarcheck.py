@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, BinaryIO, cast
 
 from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
-from octlm.core.fsutil import check_regular
+from octlm.core.fsutil import open_regular
 from octlm.core.home import validate_id
 from octlm.core.provenance import __version__
 from octlm.exchange.results import Manifest
@@ -29,16 +30,73 @@ RELEASE = re.compile(r"(\d+(?:\.\d+)*)(?:[.+-]?[a-z].*)?\Z")  # a PEP 440 releas
 MAX_SMALL = 1 << 30  # the manifest, the records and the tokenizer are read whole
 
 
+MAX_HEADERS = 1 << 20  # the bytes one member's headers may take; a pack's take one 512-byte block, or a few
+
+
+class HeaderCap:
+    """The pack file as ``tarfile`` reads it, with a budget of ``MAX_HEADERS`` bytes while it reads one member's
+    headers (``_PackTar.next``): ``tarfile`` reads a PAX header, a GNU long name or a sparse map whole, by the size its
+    block declares, before it could be looked at (a 300 MB PAX header took 952 MB before the pack was refused).
+    A read that would pass the budget is refused before it is made."""
+
+    def __init__(self, raw: BinaryIO, path: Path):
+        self.raw, self.path, self.name, self.budget = raw, path, str(path), -1  # -1: reading a member's data
+
+    def read(self, size: int = -1) -> bytes:
+        if self.budget >= 0:
+            if size < 0 or size > self.budget:
+                raise Refused(
+                    f"{self.path}: a member's tar headers (PAX records, a GNU long name or a sparse map) take more "
+                    f"than {MAX_HEADERS:,} bytes ({size:,} more asked for): not an octlm pack's; nothing was read "
+                    "further or written"
+                )
+            self.budget -= size
+        return self.raw.read(size)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self.raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class _PackTar(tarfile.TarFile):
+    """A tar whose every header is read within ``MAX_HEADERS`` (the first one too: ``TarFile`` reads it opening)."""
+
+    def next(self) -> tarfile.TarInfo | None:
+        cap = cast(HeaderCap, self.fileobj)
+        cap.budget = MAX_HEADERS
+        try:
+            return super().next()
+        finally:
+            cap.budget = -1
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            cast(HeaderCap, self.fileobj).close()
+
+
 def open_pack(path: Path) -> tarfile.TarFile:
     try:
-        check_regular(path)  # a FIFO or a device would block or flood the read
-        return tarfile.open(path, mode="r:")
+        raw = os.fdopen(open_regular(path, max_bytes=None), "rb")  # a FIFO or a device would block or flood the read
     except FileNotFoundError:
         raise BadInput(f"{path}: no such file") from None
-    except (tarfile.TarError, EOFError) as error:
-        raise BadInput(f"{path}: not an octlm pack (not a tar file: {error})") from None
     except OSError as error:
         raise BadInput(f"{path}: cannot be read: {error.strerror or error}") from None
+    try:
+        return _PackTar.open(fileobj=cast(IO[bytes], HeaderCap(raw, path)), mode="r:")
+    except BaseException as error:
+        raw.close()
+        if isinstance(error, (tarfile.TarError, EOFError)):
+            raise BadInput(f"{path}: not an octlm pack (not a tar file: {error})") from None
+        if isinstance(error, OSError):
+            raise BadInput(f"{path}: cannot be read: {error.strerror or error}") from None
+        raise
 
 
 MAX_MEMBERS = 3 + 2 * 10_000  # the manifest, the records, the tokenizer, and up to 10,000 checkpoints with sidecars

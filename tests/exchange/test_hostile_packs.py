@@ -164,6 +164,53 @@ def test_a_member_larger_than_its_manifest_entry_is_refused(trained: tuple[Path,
     assert table(home, "select id from experiments") == [] and not list(home.glob(".unpack-*"))
 
 
+HUGE = 32 << 20  # a header's declared bytes: what tarfile would read whole before anything could look at it
+
+
+def _huge_headers(out: Path, how: str, before: Path | None = None) -> Path:
+    """A tar whose member (after ``before``'s members, if given) carries ``HUGE`` bytes of headers, as ``how`` says."""
+    gnu = how == "a GNU long name"
+    header = {"comment": "x" * HUGE} if how == "a global PAX header" else None
+    with tarfile.open(out, "w", format=tarfile.GNU_FORMAT if gnu else tarfile.PAX_FORMAT, pax_headers=header) as tar:
+        if before is not None:
+            with tarfile.open(before) as source:
+                for info in source.getmembers():
+                    tar.addfile(info, source.extractfile(info))
+        info = tarfile.TarInfo("octlm-pack/" + ("a" * HUGE if gnu else "tokenizer.json"))
+        info.size = 2
+        if how.startswith("a PAX header"):
+            info.pax_headers = {"comment": "x" * HUGE}
+        tar.addfile(info, io.BytesIO(b"{}"))
+    return out
+
+
+@pytest.mark.parametrize(
+    "how", ["a PAX header", "a GNU long name", "a global PAX header", "a PAX header after a real pack's members"]
+)
+def test_oversize_tar_headers_are_refused_before_they_are_read(
+    trained: tuple[Path, Path], tmp_path: Path, how: str
+) -> None:
+    """Issue 45 item 18b: ``tarfile`` reads a PAX header or a GNU long name whole, by the size its block declares
+    (a 300 MB PAX header took 952 MB before the pack was refused). A member's headers are read within a budget of a
+    megabyte: past it the pack is refused in one line, having allocated far less than the header declares."""
+    import tracemalloc
+
+    evil = _huge_headers(tmp_path / "evil.tar", how, trained[1] if how.endswith("members") else None)
+    home = tmp_path / "b"
+    home.mkdir()
+    cli(home, "unpack", str(evil))  # once untraced: what importing the modules costs is not the header's
+    tracemalloc.start()
+    try:
+        result = cli(home, "unpack", str(evil))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < HUGE // 8, f"{peak:,} bytes allocated for a pack with {HUGE:,} bytes of headers"
+    line = one_line(result)
+    assert result.exit_code == 3 and "tar headers" in line and "1,048,576 bytes" in line, line
+    assert table(home, "select id from experiments") == [] and not list(home.glob(".unpack-*"))
+
+
 # ---------------------------------------------------------------- item 8: imported running runs
 
 
