@@ -32,7 +32,7 @@ from octlm.exchange import importing, reading, tarcheck
 from octlm.exchange import records as exchange
 from octlm.exchange.records import ExportedExperiment, Record
 from octlm.exchange.results import Checked, Manifest, Packed, Unpacked
-from octlm.store.locking import ExperimentLock
+from octlm.store.locking import held_for_reading
 from octlm.store.merge import ExchangeRegistry
 from octlm.store.runs import evalblocks
 
@@ -67,7 +67,7 @@ def pack(
     if not home.config_path(experiment_id).is_file():
         raise BadInput(f"unknown experiment {experiment_id}: {home.config_path(experiment_id)} does not exist")
     folder = home.checkpoint_dir(experiment_id)
-    with ExperimentLock(home.lock_path(experiment_id), experiment_id):
+    with held_for_reading(home.lock_path(experiment_id), experiment_id):  # no run trains it while it is read
         chosen = _chosen(folder, experiment_id, step, every)
         members: dict[str, Source] = {}
         for _, path in chosen:

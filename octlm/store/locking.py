@@ -8,6 +8,11 @@ refuse). The kernel drops the lock when its holder dies, so a lock left by a dea
 blocks; the file's text (pid and host) only serves the refusal message. The holder re-checks that the path still
 names its inode (``check``: a run does at each evaluation and checkpoint): after ``rm -rf locks`` a second writer
 could lock a new file, so the holder stops instead.
+
+A command that only reads an experiment's files (``pack``) takes the same lock through ``held_for_reading``; where
+this user cannot write the lock file (another user's home, a read-only medium) it takes a shared lock on the lock
+file opened read-only instead, which keeps a run from starting there while it reads and refuses while one trains
+(without a lock file, no run has ever held it: nothing to take, and this user cannot make one).
 """
 
 from __future__ import annotations
@@ -17,11 +22,17 @@ import fcntl
 import os
 import socket
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from octlm.core.errors import Refused
 
 ATTEMPTS = 5
+
+
+class Unwritable(Refused):
+    """The lock file cannot be opened for writing here: the home (or its ``locks``) is read-only to this user."""
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -47,7 +58,8 @@ class ExperimentLock:
             fd = os.open(self.path, _FLAGS, 0o666)
         except OSError as error:
             reason = "it is a symbolic link" if error.errno == errno.ELOOP else error.strerror
-            raise Refused(f"cannot open the lock file {self.path}: {reason}") from None
+            unwritable = error.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+            raise (Unwritable if unwritable else Refused)(f"cannot open the lock file {self.path}: {reason}") from None
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid():
             os.close(fd)
@@ -102,3 +114,45 @@ class ExperimentLock:
 
 def _printable(text: str) -> str:
     return "".join(c for c in text if c.isprintable()).strip()
+
+
+@contextmanager
+def held_for_reading(path: Path, experiment_id: str) -> Iterator[None]:
+    """The experiment held still while its files are only read: its lock as a writer takes it, or, where this user
+    cannot write the lock file, a shared lock on it (see the module)."""
+    writer = ExperimentLock(path, experiment_id)
+    try:
+        writer.__enter__()
+    except Unwritable:
+        with _shared(path, experiment_id):
+            yield
+        return
+    try:
+        yield
+    finally:
+        writer.__exit__()
+
+
+@contextmanager
+def _shared(path: Path, experiment_id: str) -> Iterator[None]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        yield  # no run has held it here, and none of this user's can: there is no lock to take
+        return
+    except OSError as error:
+        raise Refused(
+            f"cannot open the lock file {path} to see whether {experiment_id} is being trained: "
+            f"{'it is a symbolic link' if error.errno == errno.ELOOP else error.strerror}; nothing was written"
+        ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Refused(f"{path} is not octlm's lock file (a regular file): nothing was written")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _printable(os.pread(fd, 200, 0).decode("utf-8", "replace")) or "unknown"
+            raise Refused(f"{experiment_id} is being trained by {holder}: wait for it to finish") from None
+        yield
+    finally:
+        os.close(fd)
