@@ -33,6 +33,8 @@ ATTEMPTS = 5
 
 class Unwritable(Refused):
     """The lock file cannot be opened for writing here: the home (or its ``locks``) is read-only to this user."""
+
+
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 

@@ -82,7 +82,9 @@ def _read_only(home: Path) -> list[Path]:
 
 
 def _state(home: Path) -> dict[str, tuple[int, int, int]]:
-    return {str(p.relative_to(home)): (p.stat().st_mode, p.stat().st_size, p.stat().st_mtime_ns) for p in home.rglob("*")}
+    return {
+        str(p.relative_to(home)): (p.stat().st_mode, p.stat().st_size, p.stat().st_mtime_ns) for p in home.rglob("*")
+    }
 
 
 def _dropped(home: Path, *args: str) -> subprocess.CompletedProcess:

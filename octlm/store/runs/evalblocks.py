@@ -132,7 +132,8 @@ def at_step(path: Path, step: int | None) -> BlockEvaluation | None:
 def _lines_from_end(fd: int) -> Iterator[bytes]:
     """The file's lines, the last first, read backward ``CHUNK`` bytes at a time: a line is read once, and the walk
     ends at one longer than ``MAX_LINE`` (no evaluation is)."""
-    position, pieces, gathered = os.fstat(fd).st_size, [], 0  # pieces: the line being gathered, its last piece first
+    pieces: list[bytes] = []  # the line being gathered, its last piece first
+    position, gathered = os.fstat(fd).st_size, 0
     while position > 0:
         start = max(0, position - CHUNK)
         chunk, position = os.pread(fd, position - start, start), start
