@@ -1,7 +1,7 @@
 """The Typer app: the one place that creates it and registers every command.
 
 Commands are thin: they parse options, call one use case and render the result.
-Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 refused to protect existing state.
+Exit codes: ``core/errors.EXIT_CODES``, which ``octlm -h`` says (and the scripting guide's table holds).
 Torch and tokenizers are imported only inside the commands that train or sample, so
 ``octlm --help``, ``octlm show`` and ``octlm new`` start fast. The command modules import
 ``common`` and never this module, so the CLI has no import cycle.
@@ -27,11 +27,12 @@ from octlm.cli.commands import sweeps as commands_sweeps
 from octlm.cli.commands import tools as commands_tools
 from octlm.cli.commands import training as commands_training
 from octlm.cli.common import OctlmGroup, StrictCommand
+from octlm.core.errors import exit_codes_said
 from octlm.core.provenance import __version__
 
 HELP = (
     "Train miniature decoder-only language models with a loop that resumes exactly, and prove it.\n\n"
-    "Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 refused to protect existing state."
+    f"Exit codes (docs/guide/scripting.md): {exit_codes_said()}."
 )
 HomeOption = Annotated[
     str | None,

@@ -29,6 +29,7 @@ from octlm.config.validation import shown
 from octlm.core.errors import BAD_INPUT, REFUSED, BadInput, OctlmError, Relayed
 from octlm.core.home import Home
 from octlm.core.mounts import unfamiliar
+from octlm.core.signals import SIGNAL_EXIT
 
 F = TypeVar("F", bound=Callable[..., Any])
 OUT_OF_MEMORY = "out of memory{}: lower training.batch_size, model.context_length or the model's size"
@@ -304,7 +305,7 @@ def report(exc: BaseException) -> int | None:
     if isinstance(exc, Relayed):  # a rank other than 0 ends as rank 0 told it: rank 0 says why and gives the code
         return 0
     if isinstance(exc, OctlmError):
-        if exc.exit_code in (129, 130, 143):  # stopped by a signal: a note, not an error
+        if exc.exit_code in SIGNAL_EXIT.values():  # stopped by a signal: a note, not an error
             render.info(f"octlm: {exc}")
         else:
             render.error(str(exc))

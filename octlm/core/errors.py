@@ -6,10 +6,44 @@ on stderr and exits with its code, never with a traceback.
 
 from __future__ import annotations
 
+import signal
+from dataclasses import dataclass
+
+OK = 0
 CHECK_FAILED = 1
 BAD_INPUT = 2
 REFUSED = 3
 DIVERGED = 4
+TRIAL_FAILED = 5  # ``octlm work``: a trial it took in this call failed (recorded; the others went on)
+SIGNALLED = 128  # a process stopped by signal N exits 128 + N (the shell's convention)
+STOPPING = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)  # the signals a command stops for: 129, 130, 143
+KILLED = SIGNALLED + signal.SIGKILL  # ``work --workers``: a worker was SIGKILLed (the out-of-memory killer's signal)
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    """One row of the exit codes: the code(s) as the scripting guide's table shows them, and what they mean in the
+    words ``octlm -h`` uses (each row of the guide's table begins with them and goes on to say when)."""
+
+    codes: str
+    meaning: str
+
+
+EXIT_CODES = (  # the one list: `octlm -h` (and so the command reference) says it, the scripting guide's table holds it
+    ExitCode(str(OK), "ok"),
+    ExitCode(str(CHECK_FAILED), "a check failed"),
+    ExitCode(str(BAD_INPUT), "bad input"),
+    ExitCode(str(REFUSED), "refused to protect existing state"),
+    ExitCode(str(DIVERGED), "diverged"),
+    ExitCode(str(TRIAL_FAILED), "a trial of the queue failed"),
+    ExitCode(" / ".join(str(SIGNALLED + s) for s in STOPPING), "stopped by " + " / ".join(s.name for s in STOPPING)),
+    ExitCode(str(KILLED), "a sweep worker was killed"),
+)
+
+
+def exit_codes_said() -> str:
+    """The exit codes in one sentence, as ``octlm -h`` ends: ``0 ok, 1 a check failed, ...``."""
+    return ", ".join(f"{row.codes.replace(' / ', '/')} {row.meaning.replace(' / ', '/')}" for row in EXIT_CODES)
 
 
 class OctlmError(Exception):

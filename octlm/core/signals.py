@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from octlm.core.errors import Interrupted
+from octlm.core.errors import SIGNALLED, STOPPING, Interrupted
 
-SIGNAL_EXIT = {signal.SIGHUP: 129, signal.SIGINT: 130, signal.SIGTERM: 143}
+SIGNAL_EXIT = {signum: SIGNALLED + signum for signum in STOPPING}  # 129, 130, 143
 
 
 def handled_signals() -> list[signal.Signals]:

@@ -5,7 +5,9 @@ Optuna asking as trials finish. Real processes, real signals, a real registry; t
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -15,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_same_training_state, cli, json_out, octlm, write_corpus, write_experiment
+from conftest import assert_same_training_state, cli, holds, json_out, octlm, write_corpus, write_experiment
 
 from octlm.core import layout
 from octlm.train import checkpoint
@@ -131,8 +133,12 @@ def test_a_failing_trial_is_marked_failed_with_its_log_tail_and_the_others_finis
     shutil.rmtree(home / "missing")  # ... and gone when its trial trains
     good, bad = (t["id"] for t in json_out(made)["trials"])
     done = octlm(home, "work", "bad", "--until-empty")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 5, done.stderr  # issue 45 item 1: a trial failed in this call (it was 0)
     assert f"{bad}: failed" in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"work: 1 trial done, 1 failed: {bad} (why: `octlm sweep status bad`; again: `octlm sweep retry bad`); "
+        "the queue is empty"
+    )
     status = json_out(cli(home, "sweep", "status", "bad", "--json"))
     by_id = {t["id"]: t for t in status["trials"]}
     assert by_id[good]["status"] == "done" and by_id[bad]["status"] == "failed"
@@ -192,14 +198,17 @@ def test_successive_halving_promotes_the_best_and_a_promoted_trial_equals_a_stra
 def test_sigterm_checkpoints_the_running_trial_releases_its_claim_and_exits_143(tmp_path: Path) -> None:
     home = sweep_home(tmp_path, every=100, steps=400, eval_interval=100, log_interval=50)
     assert cli(home, "sweep", "new", "term", "--from", "EXP-001", "--seeds", "2").exit_code == 0
-    worker = start(home, "term", "--threads", "1")
+    worker = start(home, "term", "--threads", "1", "--json")
     deadline = time.monotonic() + 120
     while not rows(home, "select 1 from runs where status = 'running'") and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
     worker.send_signal(signal.SIGTERM)
-    _, err = worker.communicate(timeout=120)
+    out, err = worker.communicate(timeout=120)
     assert worker.returncode == 143, err
+    said = json.loads(out)  # issue 45 item 18e: --json says what was done, a signal's stop too
+    holds(said, "octlm work --json")
+    assert (said["done"], said["failed"], said["status"], said["workers"]) == ([], [], "interrupted", 1)
     assert "its claim is released" in err
     assert "checkpointed and is queued again: the next `octlm work` on its sweep continues it" in err  # issue 33.9
     assert "octlm resume" not in err
@@ -220,14 +229,16 @@ def test_sigterm_checkpoints_the_running_trial_releases_its_claim_and_exits_143(
 def test_sigterm_to_a_pool_reaches_each_worker_once_and_releases_every_claim(tmp_path: Path) -> None:
     home = sweep_home(tmp_path, every=100, steps=400, eval_interval=100, log_interval=50)
     assert cli(home, "sweep", "new", "pool", "--from", "EXP-001", "--seeds", "3").exit_code == 0
-    pool = start(home, "pool", "--workers", "2")
+    pool = start(home, "pool", "--workers", "2", "--json")
     deadline = time.monotonic() + 120
     while len(rows(home, "select 1 from runs where status = 'running'")) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
     pool.send_signal(signal.SIGTERM)
-    _, err = pool.communicate(timeout=120)
+    out, err = pool.communicate(timeout=120)
     assert pool.returncode == 143, err
+    said = json.loads(out)  # issue 45 item 18e: one document for the pool, each worker's tally in it
+    assert (said["done"], said["failed"], said["status"], said["workers"]) == ([], [], "interrupted", 2)
     assert err.count("its claim is released") == 2
     assert rows(home, "select outcome from sweep_claims") == [("released",), ("released",)]
     assert rows(home, "select status from sweep_trials") == [("queued",)] * 3
@@ -274,7 +285,7 @@ def test_a_failed_trial_retried_runs_once_more_and_the_sweep_keeps_why(tmp_path:
     assert made.exit_code == 0, made.stderr
     shutil.rmtree(home / "more")  # ... and gone when its trial trains
     good, bad = (t["id"] for t in json_out(made)["trials"])
-    assert octlm(home, "work", "heal", "--until-empty", "-q").returncode == 0
+    assert octlm(home, "work", "heal", "--until-empty", "-q").returncode == 5  # a trial failed
     shutil.copytree(home / "corpus", home / "more")  # what the failed trial lacked
     retried = cli(home, "sweep", "retry", "heal", "--json")
     assert retried.exit_code == 0, retried.stderr
@@ -342,3 +353,33 @@ def test_a_worker_killed_while_its_sweep_grows_leaves_a_queue_that_finishes_each
     claims = rows(home, "select experiment_id, outcome from sweep_claims order by id")
     assert claims == [("EXP-002", "lost"), ("EXP-002", "done"), ("EXP-003", "done"), ("EXP-004", "done")]
     assert rows(home, "select status from sweep_trials order by position") == [("done",)] * 3
+
+
+def test_work_exits_5_when_a_trial_failed_and_a_pool_says_one_total(tmp_path: Path) -> None:
+    """Issue 45 items 1 and 18e: `work --until-empty` exited 0 when every trial failed; a pool's workers each said
+    their own total ("1 trials done" twice, read as a trial lost) and `--workers N --json` printed nothing. Now a
+    failed trial in this call exits 5, however many workers; the pool says one total line, and with --json writes one
+    document that adds up every worker's tally."""
+    home = sweep_home(tmp_path)
+    made = cli(
+        home, "sweep", "new", "mix", "--from", "EXP-001", "--grid", "data.sources=corpus/*.txt,missing/*.txt",
+        "--seeds", "2", "--json",
+    )  # fmt: skip
+    trials = {t["id"]: t["params"]["data.sources"] for t in json_out(made)["trials"]}
+    good = sorted(i for i, sources in trials.items() if sources == ["corpus/*.txt"])
+    bad = sorted(set(trials) - set(good))
+    pooled = octlm(home, "work", "mix", "--workers", "2", "--until-empty")
+    assert pooled.returncode == 5, pooled.stderr
+    totals = [line for line in pooled.stderr.splitlines() if re.match(r"work: \d+ trials? done", line)]
+    assert len(totals) == 1 and totals[0].startswith("work: 2 trials done by 2 workers, 2 failed: "), totals
+    assert sorted(totals[0].split("failed: ")[1].split(" (why")[0].split(", ")) == bad
+    assert cli(home, "sweep", "retry", "mix").exit_code == 0  # the failed ones, again: they fail again
+    again = octlm(home, "work", "mix", "--workers", "2", "--until-empty", "--json", "-q")
+    assert again.returncode == 5 and again.stderr == "", again.stderr
+    said = json.loads(again.stdout)  # one document, nothing else on stdout
+    holds(said, "octlm work --json")
+    assert (said["done"], sorted(said["failed"]), said["status"], said["workers"]) == ([], bad, "empty", 2)
+    assert cli(home, "sweep", "retry", "mix").exit_code == 0
+    alone = octlm(home, "work", "mix", "--until-empty")  # every trial of this call failed: one worker, exit 5 too
+    assert alone.returncode == 5, alone.stderr
+    assert alone.stderr.splitlines()[-1].startswith(f"work: 0 trials done, 2 failed: {', '.join(bad)} (why: ")

@@ -13,10 +13,11 @@ import typer
 
 if TYPE_CHECKING:
     from octlm.store.sweeps.records import DecisionRow, Extended, Retried
+    from octlm.tasks.sweeps.trial_log import Tally
 
 from octlm.cli import render
 from octlm.cli.common import JsonOption, QuietOption, SetOption, handled, home_of
-from octlm.core.errors import BadInput
+from octlm.core.errors import BadInput, Interrupted
 from octlm.core.home import DEFAULT_PREFIX, Home, validate_prefix
 
 NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The sweep, e.g. lr-2026 (lowercase).")]
@@ -285,8 +286,9 @@ def work(
     quiet: QuietOption = False,
 ) -> None:
     """Train the queue's trials: claim the next one in the registry, train it as resume would, record it, repeat.
-    SIGTERM: the running trial checkpoints, its claim is released, exit 143."""
+    SIGTERM: the running trial checkpoints, its claim is released, exit 143. A trial that failed: exit 5."""
     from octlm.tasks.sweeps import pool
+    from octlm.tasks.sweeps.trial_log import Tally
 
     home, names = home_of(ctx), tuple(sweeps or ())
     if not 1 <= workers <= 256:
@@ -294,17 +296,40 @@ def work(
     if threads is not None and threads < 1:
         raise BadInput(f"--threads {threads}: give 1 or more")
     if workers > 1:
-        raise typer.Exit(pool.run(home.root, names, workers, threads or 0, until_empty, quiet, render.info))
+        code, total = pool.run(home.root, names, workers, threads or 0, until_empty, quiet, render.info)
+        if total is not None:
+            _worked(total, names, as_json, quiet)
+        raise typer.Exit(code)
     _pin(home, names)
     from octlm.tasks.sweeps import worker  # imports torch when the first trial trains
 
     say = (lambda _: None) if quiet else render.info
     options = worker.Options(names, until_empty, pool.share(1, threads or 0), _device(), worker.POLL_S)
-    tally = worker.work(home, options, say)
+    tally = Tally.resumed()
+    try:
+        worker.work(home, options, say, tally)
+    except Interrupted:
+        tally.status = "interrupted"  # --json still says what was done; the signal's own line says the rest
+        _worked(tally, names, as_json, quiet)
+        raise
+    _worked(tally, names, as_json, quiet)
+    raise typer.Exit(tally.exit_code)
+
+
+def _worked(tally: Tally, names: tuple[str, ...], as_json: bool, quiet: bool) -> None:
+    """What ``work`` did, once: its document with ``--json``, else one line when the queue is empty (a worker stopped
+    by a signal has said so), naming the failed trials and where to look."""
     if as_json:
         render.emit_json(tally.as_json())
-    elif not quiet:
-        render.info(f"work: {len(tally.done)} trials done, {len(tally.failed)} failed; the queue is empty")
+        return
+    if quiet or tally.status != "empty":
+        return
+    by = f" by {tally.workers} workers" if tally.workers > 1 else ""
+    failed = f"{len(tally.failed)} failed"
+    if tally.failed:
+        sweep = names[0] if len(names) == 1 else "NAME"
+        failed += f": {', '.join(tally.failed)} (why: `octlm sweep status {sweep}`; again: `octlm sweep retry {sweep}`)"
+    render.info(f"work: {render.counted(len(tally.done), 'trial')} done{by}, {failed}; the queue is empty")
 
 
 def _device() -> str:

@@ -6,26 +6,31 @@ Each worker gets its share of the cores this process may use (``cores // N``, at
 On a box with GPUs (``CUDA_VISIBLE_DEVICES``, else the driver's list) worker i gets GPU i mod G alone. The
 workers run in sessions of their own: a SIGTERM (SIGINT, SIGHUP) to the pool reaches each once, each running
 trial checkpoints and releases its claim, and the pool exits with the signal's code (143, 130, 129); otherwise
-with the highest code a worker ended with (0 when all ended well; 137 for a worker SIGKILLed, whose trial the pool
-queues again and names). A worker dies with its pool: the pool killed, each worker is sent SIGTERM
-(``PR_SET_PDEATHSIG``), checkpoints its trial and releases its claim.
+with the highest code a worker ended with (0 when all ended well; 5 when a trial failed; 137 for a worker SIGKILLed,
+whose trial the pool queues again and names). A worker dies with its pool: the pool killed, each worker is sent SIGTERM
+(``PR_SET_PDEATHSIG``), checkpoints its trial and releases its claim. Each worker writes its tally (``work --json``)
+to a file the pool reads once it has ended, so that the pool says one total for all of them (and ``--json`` writes one
+document), not a line of each worker's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from octlm.core.signals import SIGNAL_EXIT, handled_signals
 from octlm.runtime.load import cores
+from octlm.tasks.sweeps.trial_log import Tally, TallyJson
 
 NVIDIA = Path("/proc/driver/nvidia/gpus")
 PR_SET_PDEATHSIG = 1  # from linux/prctl.h
@@ -53,8 +58,9 @@ def gpus() -> list[str]:
 
 
 def worker_command(home: Path, sweeps: Sequence[str], threads: int, until_empty: bool, quiet: bool) -> list[str]:
+    """A worker's command line: ``--json``, whose document (its tally) the pool reads back and adds up."""
     flags = ["--threads", str(threads), *(["--until-empty"] if until_empty else []), *(["-q"] if quiet else [])]
-    return [sys.executable, "-m", "octlm", "--home", str(home), "work", *sweeps, *flags]
+    return [sys.executable, "-m", "octlm", "--home", str(home), "work", *sweeps, *flags, "--json"]
 
 
 def run(
@@ -65,11 +71,13 @@ def run(
     until_empty: bool,
     quiet: bool = False,
     say: Say = _quiet,
-) -> int:
-    """Start the workers, pass signals on, wait for them all; the exit code as the module says. A signal that arrives
+) -> tuple[int, Tally | None]:
+    """Start the workers, pass signals on, wait for them all; the exit code as the module says, and the workers'
+    tallies added up (None when no worker wrote one: each stopped on an error, said on its own). A signal that arrives
     while the workers start reaches every worker started (and no more start); a worker killed by a signal is said
     (which, and its trial, queued again to resume from its newest checkpoint)."""
-    found, each = gpus(), share(workers, threads)
+    each, found = share(workers, threads), gpus()
+    command = worker_command(home, sweeps, each, until_empty, quiet)
     children: list[subprocess.Popen[bytes]] = []
     received: list[int] = []
 
@@ -80,29 +88,44 @@ def run(
                 child.send_signal(signum)
 
     previous = {signum: signal.signal(signum, forward) for signum in handled_signals()}
-    try:
-        for index in range(workers):
-            if received:
-                break  # stopped while starting: the ones started have the signal, no more start
-            env = {**os.environ, "OMP_NUM_THREADS": str(each)}
-            if found:
-                env["CUDA_VISIBLE_DEVICES"] = found[index % len(found)]
-            command = worker_command(home, sweeps, each, until_empty, quiet)
-            children.append(_start(command, env))
-            if received:  # the signal came while this one started
-                children[-1].send_signal(received[0])
-        codes = [_wait(home, index, child, say, received) for index, child in enumerate(children)]
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    if received:
-        return SIGNAL_EXIT[signal.Signals(received[0])]
-    return max(codes, default=0)
+    with contextlib.ExitStack() as files:  # each worker's stdout: a file, never a pipe a long tally could fill
+        outputs = [files.enter_context(tempfile.TemporaryFile()) for _ in range(workers)]
+        try:
+            for index, output in enumerate(outputs):
+                if received:
+                    break  # stopped while starting: the ones started have the signal, no more start
+                children.append(_start(command, _environment(index, each, found), output))
+                if received:  # the signal came while this one started
+                    children[-1].send_signal(received[0])
+            codes = [_wait(home, index, child, say, received) for index, child in enumerate(children)]
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        tally = _total(outputs[: len(children)])
+    return (SIGNAL_EXIT[signal.Signals(received[0])] if received else max(codes, default=0)), tally
 
 
-def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _environment(index: int, threads: int, found: list[str]) -> dict[str, str]:
+    """Worker ``index``'s environment: its share of the cores, and GPU ``index`` mod G where there are G."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    if found:
+        env["CUDA_VISIBLE_DEVICES"] = found[index % len(found)]
+    return env
+
+
+def _total(outputs: Sequence[IO[bytes]]) -> Tally | None:
+    """The tallies the workers wrote (``work --json``), as one; a worker killed or stopped on an error wrote none."""
+    found: list[TallyJson] = []
+    for output in outputs:
+        output.seek(0)
+        with contextlib.suppress(ValueError):
+            found.append(json.loads(output.read()))
+    return Tally.total(found) if found else None
+
+
+def _start(command: list[str], env: dict[str, str], output: IO[bytes]) -> subprocess.Popen[bytes]:
     """A worker in a session of its own (a signal to the pool reaches it once, passed on), dying with the pool."""
-    return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_dies_with(os.getpid()))
+    return subprocess.Popen(command, env=env, stdout=output, start_new_session=True, preexec_fn=_dies_with(os.getpid()))
 
 
 def _dies_with(parent: int) -> Callable[[], None]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+from octlm.core.errors import OK, TRIAL_FAILED
 from octlm.core.records import RunRecord
 from octlm.core.reporting import RunStart
 
@@ -24,12 +25,16 @@ TALLY_VARIABLE = "OCTLM_WORK_TALLY"  # what a worker did before it started afres
 
 @dataclass
 class Tally:
-    """What a worker did: trials by outcome, and the seconds spent outside training (claim, start, record)."""
+    """What a worker did (or a pool's workers, added up: ``total``): trials by outcome, the seconds spent outside
+    training (claim, start, record) and in it, how the work ended (``empty``: no trial left to take; ``interrupted``:
+    stopped by a signal) and by how many workers."""
 
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     overhead_s: float = 0.0
     trained_s: float = 0.0
+    status: str = "empty"
+    workers: int = 1
 
     @classmethod
     def resumed(cls) -> Tally:
@@ -41,22 +46,48 @@ class Tally:
             found = {}
         return cls(list(found.get("done", [])), list(found.get("failed", [])))
 
+    @classmethod
+    def total(cls, tallies: list[TallyJson]) -> Tally:
+        """The tallies of a pool's workers as one: trials in the workers' order, seconds added up, ``interrupted``
+        when any worker was."""
+        interrupted = any(part["status"] == "interrupted" for part in tallies)
+        return cls(
+            [i for part in tallies for i in part["done"]],
+            [i for part in tallies for i in part["failed"]],
+            sum(part["overhead_s"] for part in tallies),
+            sum(part["trained_s"] for part in tallies),
+            "interrupted" if interrupted else "empty",
+            sum(part["workers"] for part in tallies),
+        )
+
+    @property
+    def exit_code(self) -> int:
+        """``TRIAL_FAILED`` when a trial failed in this call (a script must not read the call as a success), else 0."""
+        return TRIAL_FAILED if self.failed else OK
+
     def as_json(self) -> TallyJson:
         return {
             "done": self.done,
             "failed": self.failed,
             "overhead_s": round(self.overhead_s, 3),
             "trained_s": round(self.trained_s, 3),
+            "status": self.status,
+            "workers": self.workers,
         }
 
 
 class TallyJson(TypedDict):
-    """What ``octlm work --json`` writes: the trials done and failed, the time spent training and around it."""
+    """What ``octlm work --json`` writes (one document, with ``--workers N`` too: every worker's added up): the
+    trials done and failed in this call, the time spent training and around it, how the work ended (``empty``: no
+    trial left to take; ``interrupted``: stopped by a signal, the running trials checkpointed and queued again) and
+    by how many workers. A failed trial makes the exit code 5."""
 
     done: list[str]
     failed: list[str]
     overhead_s: float
     trained_s: float
+    status: str
+    workers: int
 
 
 class TrialLog:

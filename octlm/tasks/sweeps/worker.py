@@ -90,9 +90,11 @@ def hold() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def work(home: Home, options: Options, say: Say) -> Tally:
-    """Claim and train trials until the queue is empty (``until_empty``) or a signal stops the worker."""
-    identity, tally = _identity(options), Tally.resumed()
+def work(home: Home, options: Options, say: Say, tally: Tally | None = None) -> Tally:
+    """Claim and train trials until the queue is empty (``until_empty``) or a signal stops the worker
+    (``Interrupted``); ``tally`` (default: a new one, ``Tally.resumed``) counts them as they end, so that the caller
+    still holds what was done when a signal stops the worker."""
+    identity, tally = _identity(options), Tally.resumed() if tally is None else tally
     busy, deferred, idle = set[int](), set[int](), False
     with stoppable(), releasing(home, identity):
         while True:
