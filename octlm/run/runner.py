@@ -85,8 +85,7 @@ class Outcome:
         if self.done is not None or self.follower:
             return self.done
         assert self.session is not None and self.state is not None
-        split = self.prepared.eval_split if self.prepared is not None else "validation"
-        return dataclasses.replace(self.session.summary(self.state), eval_split=split)
+        return self.session.summary(self.state)
 
 
 def run_experiment(
@@ -225,6 +224,7 @@ def _session(context: Context, start: Start, kind: str, prepared: PreparedData, 
         home_root=context.home.root,
         ranks=context.relay.ranks,
         resharded_from=start.loaded.record.world_size if start.loaded is not None and start.reshard else None,
+        eval_split=prepared.eval_split,
     )
     if start.loaded is not None:
         session.latest = start.loaded.record.metrics

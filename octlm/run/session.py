@@ -38,7 +38,7 @@ from octlm.train.evaluation import PerBlock
 from octlm.train.loop import LoopHooks
 from octlm.train.state import TrainState
 
-__all__ = ["Bookkeeping", "RankSession", "RunSummary", "Session"]
+__all__ = ["Bookkeeping", "RankSession", "RunSummary", "Session", "Stopped"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class RunSummary:
 
     id: str
     kind: str
-    status: str  # completed | stopped (by --until) | complete (nothing to do)
+    status: str  # completed | stopped (by --until) | complete (nothing to do) | interrupted (by a signal)
     start_step: int
     end_step: int
     steps: int  # training.steps
@@ -96,6 +96,16 @@ class RunSummary:
         if self.discarded is not None:
             shown["discarded"] = list(self.discarded)
         return shown
+
+
+class Stopped(Interrupted):
+    """A run stopped by a signal (exit 129, 130, 143), with what ``train --json`` and ``resume --json`` say of it
+    (``summary``: status ``interrupted``, the step of the checkpoint kept, that checkpoint): the stop is said on
+    stderr, and a script reading stdout learns how the run ended as it would of any other end."""
+
+    def __init__(self, message: str, exit_code: int, summary: RunSummary):
+        super().__init__(message, exit_code)
+        self.summary = summary
 
 
 class _Steps:
@@ -183,8 +193,10 @@ class Session(_Steps):
         home_root: Path,
         ranks: Ranks | None = None,
         resharded_from: int | None = None,
+        eval_split: str = "validation",
     ):
         super().__init__(config, ranks or Ranks())
+        self.eval_split = eval_split  # what the evaluations read ("training": no validation documents)
         self.registry, self.kind, self.track, self.resharded_from = registry, kind, track, resharded_from
         self.keeper, self.fingerprints, self.reporter, self.home_root = keeper, fingerprints, reporter, home_root
         self.run_id: int | None = None
@@ -335,6 +347,10 @@ class Session(_Steps):
                 "so a resume diverges again here: change the config (a lower training.learning_rate, or "
                 "training.spike_guard) in a new experiment (`octlm new --from` or `--init-from`)"
             ) from None
+        except Interrupted as error:  # a second signal: stopped at once, the previous checkpoint kept
+            self.fail(error)
+            kept = self.saved_step if self.saved_step is not None else self.start_step
+            raise Stopped(str(error), error.exit_code, self.summary(state, "interrupted", kept)) from None
         except BaseException as error:
             self.fail(error)
             raise
@@ -378,27 +394,31 @@ class Session(_Steps):
         if received is None:
             return
         saved = self.last_checkpoint.name if self.last_checkpoint else "none"
-        raise Interrupted(
+        raise Stopped(
             f"stopped by {name} at step {state.step}; checkpoint {saved} written; "
             f"continue with `octlm resume {self.config.id}`",
             SIGNAL_EXIT[signal.Signals(received)],
+            self.summary(state, "interrupted"),
         )
 
     def status(self, state: TrainState) -> str:
         """``completed`` only at the config's last step; a run that ended by ``--until`` before it is ``stopped``."""
         return "completed" if state.step >= self.config.training.steps else "stopped"
 
-    def summary(self, state: TrainState) -> RunSummary:
+    def summary(self, state: TrainState, status: str | None = None, step: int | None = None) -> RunSummary:
+        """What the run says it did: ``completed`` or ``stopped`` at the state's step, or (a signal) ``status``
+        ``interrupted`` at ``step``, that of the checkpoint kept."""
         seconds = time.perf_counter() - self.started
-        trained = (state.step - self.start_step) * state.tokens_per_step
+        end = state.step if step is None else step
+        trained = (end - self.start_step) * state.tokens_per_step
         return RunSummary(
             id=self.config.id,
             kind=self.kind,
-            status=self.status(state),
+            status=status or self.status(state),
             start_step=self.start_step,
-            end_step=state.step,
+            end_step=end,
             steps=self.config.training.steps,
-            tokens=state.tokens,
+            tokens=end * state.tokens_per_step,
             seconds=seconds,
             tokens_per_second=round(trained / max(seconds, 1e-9), 1),
             checkpoint=self.last_checkpoint,
@@ -406,4 +426,5 @@ class Session(_Steps):
             fingerprints=self.fingerprints,
             run_id=self.run_id,
             eval_seconds=self.eval_seconds,
+            eval_split=self.eval_split,
         )

@@ -5,6 +5,7 @@ locked registry, verify-resume stopped.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pty
 import select
@@ -16,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import cli, default_signals, json_out, write_experiment
+import pytest
+from conftest import cli, default_signals, holds, json_out, write_experiment
 
 from octlm.core import layout
 
@@ -109,6 +111,33 @@ def test_sighup_checkpoints_and_exits_129(home: Path) -> None:
     assert steps(home) and steps(home)[-1] < 1200
     run = last_run(home)
     assert run["status"] == "interrupted" and run["end_step"] == steps(home)[-1]
+
+
+@pytest.mark.parametrize(
+    ("command", "signum"), [("train", signal.SIGTERM), ("resume", signal.SIGINT), ("train", signal.SIGHUP)]
+)
+def test_a_signal_to_train_or_resume_json_still_writes_how_the_run_ended(
+    home: Path, command: str, signum: signal.Signals
+) -> None:
+    """Issue 45 item 2: `train --json` (and `resume --json`) stopped by SIGTERM wrote nothing (exit 143, 0 bytes),
+    though the JSON reference promises how the run ended. Now the document says it: status `interrupted`, the step and
+    the checkpoint the stderr line names, and the exit code is the signal's (SIGINT and SIGHUP take the same path)."""
+    write_experiment(home, **STEADY)
+    if command == "resume":
+        assert cli(home, "train", "EXP-001", "--until", "100", "-q").exit_code == 0
+    process = start(home, command, "EXP-001", "--json")
+    wait_for(lambda: bool(steps(home)) and steps(home)[-1] >= 100 + (command == "resume") * 100, process)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum, err
+    said = json.loads(out)
+    holds(said, "octlm train ID --json, octlm resume ID --json")
+    step = steps(home)[-1]
+    assert (said["status"], said["kind"], said["step"], said["end_step"]) == ("interrupted", command, step, step)
+    assert said["checkpoint"] == str(layout.checkpoint_path(home / "checkpoints" / "EXP-001", step))
+    assert said["start_step"] == (100 if command == "resume" else 0) and said["id"] == "EXP-001"
+    assert f"stopped by {signum.name} at step {step}; checkpoint step-{step:06d}.pt written" in err
+    assert last_run(home)["status"] == "interrupted" and last_run(home)["end_step"] == step
 
 
 def test_nohup_keeps_a_run_going_past_a_hang_up() -> None:

@@ -19,7 +19,7 @@ from octlm.cli.live.segments import REPEATED, SegmentsView
 from octlm.cli.profile import pin_experiment
 from octlm.cli.ranks import EndpointOption, NnodesOption, NodeRankOption, NprocOption, start_ranks
 from octlm.config import Config
-from octlm.core.errors import Refused
+from octlm.core.errors import Interrupted, Refused
 from octlm.runtime import launch
 
 if TYPE_CHECKING:
@@ -224,6 +224,12 @@ def _train(
             options["confirm"] = _asker(reporter) if interactive else None
         try:
             result = use_case(home, experiment_id, reporter=reporter, config=config, **options)
+        except Interrupted as stop:  # a signal: the run is recorded, and --json says how it ended all the same
+            from octlm.run.session import Stopped  # loaded already: the use case imported it
+
+            if leader and as_json and isinstance(stop, Stopped):
+                _finish(stop.summary, as_json)
+            raise
         finally:
             reporter.close()
         if not leader or result is None:

@@ -23,11 +23,12 @@ class Figures(TypedDict):
 
 
 class TrainResult(Figures):
-    """``octlm train --json`` and ``resume --json``: how the run ended, its newest figures, where it is kept."""
+    """``octlm train --json`` and ``resume --json``: how the run ended, its newest figures, where it is kept. Written
+    when a signal stops the run too (status ``interrupted``, at the step of the checkpoint kept; exit 129, 130, 143)."""
 
     id: str
     kind: str  # train | resume
-    status: str  # completed | stopped (by --until) | complete (nothing to do)
+    status: str  # completed | stopped (by --until) | complete (nothing to do) | interrupted (by a signal)
     run_id: int | None
     start_step: int
     step: int  # the step it ended at
