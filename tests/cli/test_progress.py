@@ -91,6 +91,32 @@ def test_a_training_start_shows_its_phases(home: Path) -> None:
 
 
 @pytest.mark.slow
+def test_step_lines_in_a_pipe_are_timestamped_as_the_phases_are(home: Path) -> None:
+    """Issue 45 item 3: in a pipe the phases' lines carried the time and the step lines did not, though the README
+    promises plain timestamped lines. Every line of the run's own is stamped now (the start, each evaluation, each
+    checkpoint); the summary at the end is the command's answer, and stays as it was."""
+    done = octlm(home, "train", "EXP-001")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    steps = [line for line in lines if re.search(r"step \d+: (loss|checkpoint) ", line)]
+    assert len(steps) == 6, lines  # evaluations at 4, 8 and 12, checkpoints at 4, 8 and 12
+    assert all(re.fullmatch(STAMP + r"step \d+: (loss|checkpoint) .+", line) for line in steps), steps
+    assert any(re.fullmatch(STAMP + r"train EXP-001: steps 0 -> 12, .+", line) for line in lines), lines
+    assert lines[-1].startswith("EXP-001: completed at step 12/12; ")
+
+
+def test_a_segment_follows_its_childs_timestamped_step_lines() -> None:
+    """verify-resume's bars follow the steps its children say in their pipe: stamped now, still read."""
+    from octlm.cli.live.progress import stamped
+    from octlm.cli.live.segments import STEP
+
+    for line, step in ((stamped("step 12: loss 5.1234"), "12"), (stamped("step 8: checkpoint step-000008.pt"), "8")):
+        found = STEP.match(line)
+        assert found is not None and found.group(1) == step, line
+    assert STEP.match(stamped("reading corpus: 0.0 MB, 10 documents")) is None
+
+
+@pytest.mark.slow
 def test_restart_says_what_it_discarded(home: Path) -> None:
     assert cli(home, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
     result = cli(home, "train", "EXP-001", "--restart", "--until", "4")
@@ -154,7 +180,7 @@ def test_verify_resume_takes_its_threads_from_the_free_cores(home: Path) -> None
     assert "cores busy with other work" in first
     for label, steps in (("(a)", "0 -> 12"), ("(b1)", "0 -> 4"), ("(b2)", "4 -> 12")):  # each segment streamed
         assert re.search(r"^" + STAMP + re.escape(f"{label} steps {steps}") + "$", result.stderr, re.M)
-    assert re.search(r"^\(b2\) step 12: loss", result.stderr, re.M), result.stderr
+    assert re.search(r"^\(b2\) " + STAMP + "step 12: loss", result.stderr, re.M), result.stderr
     assert re.search(r"^\(a\) " + STAMP + "reading corpus", result.stderr, re.M)
 
 

@@ -14,8 +14,9 @@ import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, QuietOption, UntilOption, handled, home_of
-from octlm.cli.live.progress import ConsoleReporter, hangup_safe, output_may_vanish
+from octlm.cli.live.progress import ConsoleReporter
 from octlm.cli.live.segments import REPEATED, SegmentsView
+from octlm.cli.live.streams import hangup_safe, output_may_vanish
 from octlm.cli.profile import pin_experiment
 from octlm.cli.ranks import EndpointOption, NnodesOption, NodeRankOption, NprocOption, start_ranks
 from octlm.config import Config

@@ -1,17 +1,14 @@
-"""The training reporter: a rich progress bar on an interactive stderr, plain lines otherwise.
+"""The training reporter: a rich progress bar on an interactive stderr, plain timestamped lines otherwise.
 
 Output must never stop training: when stderr stops taking writes (a pipe whose reader left, as in
 ``octlm train ID 2>&1 | head``, or a terminal that hung up), the reporter falls silent, and the
-standard streams nobody reads any more are pointed at /dev/null, so that later writes by anyone
+standard streams nobody reads any more are pointed at /dev/null (``streams``), so that later writes by anyone
 (and Python's flush at exit) succeed instead of failing the command.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
-import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,11 +18,11 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 
 from octlm.cli import render
 from octlm.cli.live import bars
+from octlm.cli.live.streams import release_vanished, to_devnull
 from octlm.core.records import RunRecord
 from octlm.core.reporting import RunStart
 
 REFRESH_S = 0.1  # the bar is redrawn by the training thread at most this often (no refresh thread)
-VANISHED = (errno.EPIPE, errno.EIO)  # the reader left; the terminal hung up
 
 
 class _Console(render.PlainConsole):
@@ -33,61 +30,16 @@ class _Console(render.PlainConsole):
     answer is to exit the process, and to point stdout at /dev/null even when stderr broke)."""
 
 
-def _gone(fd: int) -> bool:
-    """Nobody can read ``fd`` any more: a pipe without a reader (POLLERR), a hung-up terminal (POLLHUP)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-    try:
-        events = poller.poll(0)
-    except OSError:
-        return True
-    return any(mask & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, mask in events)
-
-
-def _to_devnull(fd: int) -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
-
-
-def release_vanished(fds: tuple[int, ...] = (1, 2)) -> bool:
-    """Point each standard stream that nobody reads any more at /dev/null; True when one was."""
-    gone = [fd for fd in fds if _gone(fd)]
-    for fd in gone:
-        _to_devnull(fd)
-    return bool(gone)
-
-
-@contextlib.contextmanager
-def hangup_safe() -> Iterator[None]:
-    """Around a command that trains: however it ends, a vanished stream goes to /dev/null first, so the
-    closing line (a summary, an error, "stopped by SIGTERM") cannot turn into a failure of its own."""
-    try:
-        yield
-    finally:
-        release_vanished()
-
-
-@contextlib.contextmanager
-def output_may_vanish() -> Iterator[None]:
-    """For what a command prints once its work is done and recorded: if the reader left or the terminal
-    hung up, the output is dropped and the command still succeeds."""
-    try:
-        yield
-    except (OSError, SystemExit) as error:  # SystemExit: rich's answer to a broken pipe
-        if isinstance(error, OSError) and error.errno not in VANISHED:
-            raise
-        if not release_vanished():
-            _to_devnull(1)
-            _to_devnull(2)
-
-
 def interactive_stderr(console: render.PlainConsole) -> bool:
     """A terminal that can draw (``TERM=dumb`` gets plain lines, like a pipe)."""
     return console.is_terminal and not console.is_dumb_terminal
 
 
+STAMP = r"\d\d:\d\d:\d\d "  # what ``stamped`` puts before a line, as a pattern (``segments`` reads children's lines)
+
+
 def stamped(message: str) -> str:
+    """A line as a log keeps it: the wall-clock time first (``HH:MM:SS``)."""
     return f"{time.strftime('%H:%M:%S')} {message}"
 
 
@@ -132,13 +84,18 @@ class ConsoleReporter:
             with contextlib.suppress(OSError):
                 self.progress.stop()  # gives back sys.stdout and sys.stderr
             self.progress = None
-        _to_devnull(2)  # the reporter writes only to stderr, so stderr is what failed
+        to_devnull(2)  # the reporter writes only to stderr, so stderr is what failed
         release_vanished((1,))
 
     def _print(self, message: str, style: str | None = None) -> None:
         live = self.progress or self.phases
         console = live.console if live else self.console
         console.print(message, markup=False, highlight=False, soft_wrap=True, style=style)
+
+    def _line(self, message: str) -> None:
+        """A line of the run's own (a note, an evaluation, a checkpoint): off a terminal timestamped, as the phases'
+        lines are, so that a log says when each step was reached; on one, above the bar that shows the time."""
+        self._print(message if self.interactive else stamped(message))
 
     # ------------------------------------------------------------ phases
 
@@ -314,7 +271,7 @@ class ConsoleReporter:
             f"lr {record['lr']:.2e} {record['tokens_per_second']:,.0f} tok/s"
         )
         if not self.quiet:
-            self._print(
+            self._line(
                 f"step {record['step']}: {text} ppl {record['perplexity']:.2f} bpb {record['bits_per_byte']:.4f}"
             )
 
@@ -327,11 +284,11 @@ class ConsoleReporter:
 
     def checkpoint(self, step: int, path: Path) -> None:
         if self.progress is None and not self.quiet:
-            self._safely(lambda: self._print(f"step {step}: checkpoint {path.name}"))
+            self._safely(lambda: self._line(f"step {step}: checkpoint {path.name}"))
 
     def note(self, message: str) -> None:
         if not self.quiet:
-            self._safely(lambda: self._print(message))
+            self._safely(lambda: self._line(message))
 
     def warn(self, message: str, again: bool = False) -> None:
         if again and message not in self.repeated:

@@ -1,7 +1,7 @@
 """``verify-resume``'s children as they run: a bar per segment on a terminal, prefixed lines elsewhere.
 
 Each child is an ``octlm train`` or ``resume`` whose stderr is a pipe, so it speaks in plain lines
-(timestamped phases, ``step N: ...`` at each evaluation); the bar follows those steps and shows the
+(timestamped lines: phases, ``HH:MM:SS step N: ...`` at each evaluation); the bar follows those steps and shows the
 newest line beside it.
 """
 
@@ -14,9 +14,9 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from octlm.cli import render
 from octlm.cli.live import bars
-from octlm.cli.live.progress import interactive_stderr, stamped
+from octlm.cli.live.progress import STAMP, interactive_stderr, stamped
 
-STEP = re.compile(r"step (\d+)[: ]")
+STEP = re.compile(f"(?:{STAMP})?" + r"step (\d+)[: ]")  # a child's step line, timestamped (it writes to a pipe)
 WARNING = "octlm: warning: "
 REPEATED = " (said at the start, and again here: it slowed this run)"  # how a segment's summary repeats a warning
 
