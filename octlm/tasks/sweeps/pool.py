@@ -123,8 +123,9 @@ def _total(outputs: Sequence[IO[bytes]]) -> Tally | None:
     return Tally.total(found) if found else None
 
 
-def _start(command: list[str], env: dict[str, str], output: IO[bytes]) -> subprocess.Popen[bytes]:
-    """A worker in a session of its own (a signal to the pool reaches it once, passed on), dying with the pool."""
+def _start(command: list[str], env: dict[str, str], output: IO[bytes] | None = None) -> subprocess.Popen[bytes]:
+    """A worker in a session of its own (a signal to the pool reaches it once, passed on), dying with the pool;
+    ``output``: where its stdout goes (its tally; default: the pool's)."""
     return subprocess.Popen(command, env=env, stdout=output, start_new_session=True, preexec_fn=_dies_with(os.getpid()))
 
 
