@@ -222,3 +222,75 @@ def test_a_signal_between_a_claim_and_its_trial_releases_only_that_workers_claim
     with Registry(path) as registry:
         assert [(c["pid"], c["outcome"]) for c in registry.claims(sweep_id)] == [(1, None), (me["pid"], "released")]
         assert [t["status"] for t in registry.trials(sweep_id)] == ["running", "queued"]
+
+
+def grouped(path: Path, name: str = "g") -> int:
+    """Two configurations (a, b) of two replicates each, halving at steps 4, 8 and 12."""
+    spec = {"halving": [4, 8, 12], "keep": 0.5, "metric": "eval_loss"}
+    members = [
+        (
+            {"id": f"EXP-{n:03d}", "description": f"trial {n}"},
+            {"params": {"g": group}, "group_key": group, "replicate": n % 2, "seed": n, "target_step": 4},
+        )
+        for n, group in ((1, "a"), (2, "a"), (3, "b"), (4, "b"))
+    ]
+    with Registry(path) as registry:
+        return registry.add_sweep({"name": name, "base": "EXP-000", "spec": spec}, members)
+
+
+def decided_with_a_failed_replicate(path: Path) -> int:
+    """b's second replicate fails, so rung 0 is decided without b: a promoted, b's done replicate stopped."""
+    sweep_id = grouped(path)
+    ends = {"EXP-001": ("done", 5.0), "EXP-002": ("done", 5.2), "EXP-003": ("done", 4.0), "EXP-004": ("failed", None)}
+    with Registry(path) as registry:
+        for _ in range(4):
+            claim = registry.claim([sweep_id], worker())
+            assert claim is not None
+            status, value = ends[claim["experiment_id"]]
+            registry.settle_claim(claim["claim_id"], status, halving.decide, value=value, error=None)
+        (decision,) = registry.decisions(sweep_id)
+        assert decision["promoted"] == ["EXP-001", "EXP-002"]
+        retried = registry.requeue("g", ("failed",), lambda t: (t["target_step"], t["rung"]))
+        assert list(retried["trials"]) == ["EXP-004"]
+    return sweep_id
+
+
+def state(path: Path, sweep_id: int) -> dict[str, tuple[str, int, int]]:
+    with Registry(path) as registry:
+        return {t["experiment_id"]: (t["status"], t["rung"], t["target_step"]) for t in registry.trials(sweep_id)}
+
+
+@pytest.mark.parametrize(("value", "promoted"), [(4.2, True), (7.0, False)])
+def test_a_retried_trial_ending_at_a_decided_rung_is_placed_where_the_decision_would_have_put_it(
+    tmp_path: Path, value: float, promoted: bool
+) -> None:
+    """Issue 45 item 11: the retried replicate ends at rung 0, decided before it. The rung is not decided again (the
+    decisions' unique index refused that, and the claim stayed open for every worker to die on): its configuration,
+    b, is ranked among the decision's by its replicates' mean. A mean of 4.1 beats a's 5.1: b continues to the next
+    rung with both replicates (the stopped one too); 5.5 is past the best half: b's replicates stay stopped. The
+    claim is released, the decision's row amended, and the next rung decided once, over whoever reached it."""
+    path = tmp_path / "registry.db"
+    sweep_id = decided_with_a_failed_replicate(path)
+    with Registry(path) as registry:
+        claim = registry.claim([sweep_id], worker(), skip={1, 2})  # before a's replicates end the next rung
+        assert claim is not None and claim["experiment_id"] == "EXP-004"
+        taken = registry.settle_claim(claim["claim_id"], "done", halving.decide, value=value)
+        assert [(d.rung, d.late) for d in taken] == [(0, True)]
+        (decision,) = registry.decisions(sweep_id)  # amended, not made again
+        assert registry.claims_held() == []
+    b = [g for g in decision["ranking"] if g["group"] == "b"][0]
+    assert b["late"] and b["promoted"] is promoted and b["value"] == pytest.approx((4.0 + value) / 2)
+    assert decision["promoted"] == ["EXP-001", "EXP-002", *(["EXP-003", "EXP-004"] if promoted else [])]
+    going = ("queued", 1, 8) if promoted else ("stopped", 0, 4)
+    assert state(path, sweep_id) == {
+        "EXP-001": ("queued", 1, 8),
+        "EXP-002": ("queued", 1, 8),
+        "EXP-003": going,
+        "EXP-004": going,
+    }
+    with Registry(path) as registry:
+        while claim := registry.claim([sweep_id], worker()):
+            registry.settle_claim(claim["claim_id"], "done", halving.decide, value=1.0)
+        first, second = registry.decisions(sweep_id)  # the last rung is never decided
+    assert [g["group"] for g in second["ranking"]] == (["a", "b"] if promoted else ["a"])
+    assert {status for status, _, _ in state(path, sweep_id).values()} == {"done", "stopped"}  # none left waiting

@@ -361,10 +361,12 @@ def test_work_exits_5_when_a_trial_failed_and_a_pool_says_one_total(tmp_path: Pa
     failed trial in this call exits 5, however many workers; the pool says one total line, and with --json writes one
     document that adds up every worker's tally."""
     home = sweep_home(tmp_path)
+    shutil.copytree(home / "corpus", home / "missing")  # readable when the sweep is made (new checks it) ...
     made = cli(
         home, "sweep", "new", "mix", "--from", "EXP-001", "--grid", "data.sources=corpus/*.txt,missing/*.txt",
         "--seeds", "2", "--json",
     )  # fmt: skip
+    shutil.rmtree(home / "missing")  # ... and gone when its trials train
     trials = {t["id"]: t["params"]["data.sources"] for t in json_out(made)["trials"]}
     good = sorted(i for i, sources in trials.items() if sources == ["corpus/*.txt"])
     bad = sorted(set(trials) - set(good))
@@ -383,3 +385,70 @@ def test_work_exits_5_when_a_trial_failed_and_a_pool_says_one_total(tmp_path: Pa
     alone = octlm(home, "work", "mix", "--until-empty")  # every trial of this call failed: one worker, exit 5 too
     assert alone.returncode == 5, alone.stderr
     assert alone.stderr.splitlines()[-1].startswith(f"work: 0 trials done, 2 failed: {', '.join(bad)} (why: ")
+
+
+def test_a_retried_halving_trial_of_a_decided_rung_is_placed_and_no_worker_dies_on_it(tmp_path: Path) -> None:
+    """Issue 45 item 11, with real workers: a configuration whose two replicates fail (their data is missing) is
+    ranked last when rung 0 is decided; `sweep retry` queues both once the data is there. Each ends at the rung that
+    was decided without it: before, the worker decided the rung again, hit the decisions' unique index, left the
+    claim open and exited 3, as did every worker that took it over and every `doctor --repair`. Now the rung keeps
+    its one decision, the configuration goes where that decision would have put it (on to the next rung when its
+    mean beats the promoted one's, else stopped), and a later worker and doctor find nothing to do."""
+    home = sweep_home(tmp_path)
+    grid = ("--grid", "data.sources=corpus/*.txt,more/*.txt", "--seeds", "2", "--halving", "2,4", "--keep", "0.5")
+    shutil.copytree(home / "corpus", home / "more")  # readable when the sweep is made (new checks it) ...
+    made = cli(home, "sweep", "new", "late", "--from", "EXP-001", *grid, "--json")
+    assert made.exit_code == 0, made.stderr
+    shutil.rmtree(home / "more")  # ... and gone when its trials train
+    ids = [t["id"] for t in json_out(made)["trials"]]
+    first = octlm(home, "work", "late", "--threads", "1", "--until-empty", "-q")
+    assert first.returncode == 5, first.stderr  # two trials failed in this call
+    (decision,) = json_out(cli(home, "sweep", "status", "late", "--json"))["decisions"]
+    assert decision["promoted"] == ids[:2]  # the replicates of corpus/*.txt; more/*.txt failed
+    shutil.copytree(home / "corpus", home / "more")
+    assert list(json_out(cli(home, "sweep", "retry", "late", "--json"))["trials"]) == ids[2:]
+    again = octlm(home, "work", "late", "--threads", "1", "--until-empty")
+    assert again.returncode == 0, again.stderr
+    status = json_out(cli(home, "sweep", "status", "late", "--json"))
+    (decision,) = status["decisions"]  # amended, not made twice
+    late = [g for g in decision["ranking"] if g["trials"] == ids[2:]][0]
+    beaten = late["value"] < [g for g in decision["ranking"] if g["trials"] == ids[:2]][0]["value"]
+    assert late["late"] and late["promoted"] is beaten
+    by_id = {t["id"]: t for t in status["trials"]}
+    assert all(by_id[e]["status"] == "done" and by_id[e]["target_step"] == 4 for e in ids[:2])
+    going = ("done", 1, 4) if beaten else ("stopped", 0, 2)
+    assert [(by_id[e]["status"], by_id[e]["rung"], by_id[e]["target_step"]) for e in ids[2:]] == [going, going]
+    assert rows(home, "select count(*) from sweep_claims where released is null") == [(0,)]
+    assert octlm(home, "work", "late", "--until-empty", "-q").returncode == 0
+    repaired = octlm(home, "doctor", "--repair", "--json")
+    assert repaired.returncode == 0 and "claim" not in repaired.stdout, repaired.stdout
+    assert rows(home, "select count(*) from sweep_decisions") == [(1,)]
+
+
+def test_a_settle_the_registry_refuses_fails_that_trial_releases_its_claim_and_the_worker_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Issue 45 item 11: whatever refuses a trial's settle (here a trigger planted in the registry refuses every
+    decision), the trial is marked failed with why, its claim released, and the worker goes on to the next trial
+    and ends with the queue (before: exit 3, the claim left open for the next worker to die on). Once the registry
+    takes decisions again, `sweep retry` finishes the sweep."""
+    home = sweep_home(tmp_path)
+    grid = ("--grid", "training.learning_rate=1e-3,3e-3", "--halving", "2,4", "--keep", "0.5")
+    made = cli(home, "sweep", "new", "refused", "--from", "EXP-001", *grid, "--json")
+    assert made.exit_code == 0, made.stderr
+    first, second = (t["id"] for t in json_out(made)["trials"])
+    planted = "create trigger planted before insert on sweep_decisions begin select raise(abort, 'planted'); end"
+    rows(home, planted)
+    done = octlm(home, "work", "refused", "--threads", "1", "--until-empty")
+    assert done.returncode == 5, done.stderr  # a trial failed in this call
+    assert f"{second}: failed: its end (done) could not be recorded: planted" in done.stderr
+    assert rows(home, "select status from sweep_trials order by position") == [("done",), ("failed",)]
+    assert rows(home, "select experiment_id, outcome from sweep_claims order by id") == [
+        (first, "done"),
+        (second, "failed"),
+    ]
+    rows(home, "drop trigger planted")
+    assert list(json_out(cli(home, "sweep", "retry", "refused", "--json"))["trials"]) == [second]
+    assert octlm(home, "work", "refused", "--threads", "1", "--until-empty", "-q").returncode == 0
+    status = json_out(cli(home, "sweep", "status", "refused", "--json"))
+    assert len(status["decisions"]) == 1 and status["complete"] and status["counts"]["done"] == 1

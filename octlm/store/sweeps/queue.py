@@ -11,10 +11,11 @@ from collections.abc import Callable, Collection
 from typing import Any, cast
 
 from octlm.core.errors import BadInput
-from octlm.store.base import RegistryBase, checked, decoded, now, writable
+from octlm.store.base import RegistryBase, checked, decoded, encode, now, writable
 from octlm.store.sweeps.records import (
     ClaimedTrial,
     ClaimRow,
+    DecisionRow,
     Retried,
     RetriedTrial,
     SweepRow,
@@ -23,6 +24,25 @@ from octlm.store.sweeps.records import (
     Worker,
 )
 from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead, set_spec
+
+
+def _record(conn: sqlite3.Connection, sweep_id: int, decision: Decision) -> None:
+    """A decision's row (a ``late`` one amends the rung's row: a rung is decided once, by its unique index), its
+    stopped trials stopped and its promoted ones queued for the next rung."""
+    if decision.late:
+        sql = "update sweep_decisions set ranking = ?, promoted = ? where sweep_id = ? and rung = ?"
+        conn.execute(sql, (encode(decision.ranking), encode(decision.promoted), sweep_id, decision.rung))
+    else:
+        fields = {"sweep_id": sweep_id, "rung": decision.rung, "step": decision.step, "created": now()}
+        _insert(conn, "sweep_decisions", {**fields, "ranking": decision.ranking, "promoted": decision.promoted})
+    stop = "update sweep_trials set status = 'stopped', updated = ? where sweep_id = ? and experiment_id = ?"
+    for experiment_id in decision.stopped:
+        conn.execute(stop, (now(), sweep_id, experiment_id))
+    promote = "update sweep_trials set status = 'queued', rung = ?, target_step = ?, updated = ?"
+    at_rung = "where sweep_id = ? and experiment_id = ? and rung = ?"  # those promoted before moved on already
+    for experiment_id in decision.promoted:
+        values = (decision.rung + 1, decision.next_step, now(), sweep_id, experiment_id, decision.rung)
+        conn.execute(f"{promote} {at_rung}", values)
 
 
 class QueueRows(RegistryBase):
@@ -108,21 +128,17 @@ class QueueRows(RegistryBase):
             return self._decide(conn, claim["sweep_id"], decide) if decide is not None else []
 
     def _decide(self, conn: sqlite3.Connection, sweep_id: int, decide: Decide) -> list[Decision]:
+        """``decide`` asked again as long as it finds something due (each answer changes the trials it read)."""
         taken: list[Decision] = []
         sweep = cast(SweepRow, decoded(dict(conn.execute("select * from sweeps where id = ?", (sweep_id,)).fetchone())))
         while True:
             rows = conn.execute("select * from sweep_trials where sweep_id = ? order by position", (sweep_id,))
-            decision = decide(sweep, [cast(TrialRow, decoded(dict(r))) for r in rows.fetchall()])
+            trials = [cast(TrialRow, decoded(dict(r))) for r in rows.fetchall()]
+            rows = conn.execute("select * from sweep_decisions where sweep_id = ? order by rung", (sweep_id,))
+            decision = decide(sweep, trials, [cast(DecisionRow, decoded(dict(r))) for r in rows.fetchall()])
             if decision is None:
                 return taken
-            fields = {"sweep_id": sweep_id, "rung": decision.rung, "step": decision.step, "created": now()}
-            _insert(conn, "sweep_decisions", {**fields, "ranking": decision.ranking, "promoted": decision.promoted})
-            at_rung = "sweep_id = ? and rung = ? and status = 'done'"
-            conn.execute(f"update sweep_trials set status = 'stopped' where {at_rung}", (sweep_id, decision.rung))
-            promote = "update sweep_trials set status = 'queued', rung = ?, target_step = ?, updated = ?"
-            for experiment_id in decision.promoted:
-                values = (decision.rung + 1, decision.next_step, now(), sweep_id, experiment_id)
-                conn.execute(f"{promote} where sweep_id = ? and experiment_id = ?", values)
+            _record(conn, sweep_id, decision)
             taken.append(decision)
 
     def requeue(

@@ -234,3 +234,4 @@ class RankedGroup(TypedDict):
     value: float | None  # their mean; none when one failed
     sd: float | None
     promoted: NotRequired[bool]  # set by the decision
+    late: NotRequired[bool]  # placed after the decision: a replicate that had failed ended there since (``retry``)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from octlm.core.errors import BadInput, Refused
@@ -19,16 +19,21 @@ from octlm.store.sweeps.records import DecisionRow, QueuedTrial, RankedGroup, Sw
 
 @dataclass(frozen=True)
 class Decision:
-    """What ``decide`` concludes once a rung is complete: the ranking, and who trains on to ``step``."""
+    """What ``decide`` concludes once a rung is complete: the ranking, who trains on to ``next_step`` and who stops
+    at ``step``. ``late``: the rung was decided before, and this places the trials that ended there since (a failed
+    one retried): the decision's row is amended (its ranking, its promoted), never made a second time."""
 
     rung: int
     step: int  # the rung's step
     ranking: list[RankedGroup]
     promoted: list[str]  # experiment IDs
     next_step: int  # the step the promoted train to
+    stopped: list[str] = field(default_factory=list)  # experiment IDs that end at this rung
+    late: bool = False
 
 
-Decide = Callable[[SweepRow, list[TrialRow]], Decision | None]  # (sweep, its trials) -> a decision
+# (sweep, its trials, the decisions taken so far) -> the next decision, or None
+Decide = Callable[[SweepRow, list[TrialRow], list[DecisionRow]], Decision | None]
 # What moves with a sweep between homes (``sweep pack``) and what its record beside the registry keeps (``kept``).
 SWEEP_FIELDS = ("name", "uuid", "base", "description", "spec", "created")
 TRIAL_FIELDS = (

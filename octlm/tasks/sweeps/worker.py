@@ -234,12 +234,22 @@ def _run(home: Home, trial: ClaimedTrial, say: Say, tally: Tally, busy: set[int]
         if "already being trained" not in str(error):
             return _failed(home, trial, error, log, say, tally)
         busy.add(trial["id"])
-        _settle(home, trial, "busy")
+        if reason := _settle(home, trial, "busy"):
+            _unrecorded(trial, reason, log, say, tally)
         return None
     except Exception as error:  # any failure of one trial: recorded, and the sweep goes on
         return _failed(home, trial, error, log, say, tally)
     tally.trained_s += (settled := time.perf_counter()) - began
-    _settle(home, trial, "done", value=value)
+    _done(home, trial, value, log, say, tally)
+    tally.overhead_s += time.perf_counter() - settled
+    return None
+
+
+def _done(home: Home, trial: ClaimedTrial, value: float | None, log: TrialLog, say: Say, tally: Tally) -> None:
+    """A trial trained to its target: recorded done (with halving's decisions), then its sweep topped up."""
+    experiment_id = trial["experiment_id"]
+    if reason := _settle(home, trial, "done", value=value):
+        return _unrecorded(trial, reason, log, say, tally)
     tally.done.append(experiment_id)
     say(
         f"{experiment_id}: done at step {trial['target_step']}"
@@ -247,7 +257,6 @@ def _run(home: Home, trial: ClaimedTrial, say: Say, tally: Tally, busy: set[int]
     )
     if sweep := _sweep_of(home, trial):
         plan.top_up(home, sweep)
-    tally.overhead_s += time.perf_counter() - settled
     return None
 
 
@@ -304,12 +313,33 @@ def _sweep_of(home: Home, trial: ClaimedTrial) -> SweepRow | None:
 def _failed(home: Home, trial: ClaimedTrial, error: BaseException, log: TrialLog, say: Say, tally: Tally) -> None:
     message = str(error) or type(error).__name__
     log.line(f"failed: {message}")
-    _settle(home, trial, "failed", error="\n".join(log.tail))
+    reason = _settle(home, trial, "failed", error="\n".join(log.tail))
     tally.failed.append(trial["experiment_id"])
-    say(f"{trial['experiment_id']}: failed: {message} (its log: {log.path})")
+    say(f"{trial['experiment_id']}: failed: {reason or message} (its log: {log.path})")
 
 
-def _settle(home: Home, trial: ClaimedTrial, status: str, **fields: Any) -> None:
+def _unrecorded(trial: ClaimedTrial, reason: str, log: TrialLog, say: Say, tally: Tally) -> None:
+    """A trial whose end could not be recorded: marked failed by ``_settle``, said so, and the worker goes on."""
+    log.line(f"failed: {reason}")
+    tally.failed.append(trial["experiment_id"])
+    say(f"{trial['experiment_id']}: failed: {reason} (its log: {log.path})")
+
+
+def _settle(home: Home, trial: ClaimedTrial, status: str, **fields: Any) -> str | None:
+    """Close the trial's claim as ``status`` (with halving's decisions) and keep its sweep's record. A settle that
+    fails (anything the registry or a decision refused) marks the trial failed with why, and releases its claim:
+    a claim left open would be taken over, trained to the same end and refused again by every worker that took it
+    (issue 45). Why it failed, or None."""
     with Registry(home.registry) as registry:
-        registry.settle_claim(trial["claim_id"], status, decide=halving.decide, **fields)
+        try:
+            registry.settle_claim(trial["claim_id"], status, decide=halving.decide, **fields)
+            reason = None
+        except Interrupted:
+            raise
+        except Exception as error:  # the trial fails, not the worker
+            reason = f"its end ({status}) could not be recorded: {str(error) or type(error).__name__}"
+            said = [str(fields["error"])] if fields.get("error") else []
+            stamp = time.strftime("%H:%M:%S")
+            registry.settle_claim(trial["claim_id"], "failed", error="\n".join([*said, f"{stamp} failed: {reason}"]))
         kept.keep_sweep_by_id(home, registry, trial["sweep_id"])  # what survives the registry's loss
+    return reason
