@@ -44,3 +44,31 @@ def test_new_seeds_makes_replicates_that_differ_only_in_the_seed(home: Path) -> 
     bad = cli(home, "new", "--from", "EXP-001", "--seeds", "0")
     assert bad.exit_code == 2 and bad.stderr.count("\n") == 1 and "--seeds 0" in bad.stderr
     assert not (home / "experiments" / "EXP-005.yaml").exists()
+
+
+def test_an_extended_sweep_is_described_as_it_is_now_and_its_history_in_the_commands_words(home: Path) -> None:
+    """Issue 45 item 6: after `sweep extend`, `sweep status` (its first line and `--json`'s description) says the
+    configurations and seeds the sweep has now, not those it was made with, and its history says each extension
+    as its options were given (the values it added), not as a Python dict."""
+    grid = ("--grid", "training.learning_rate=1e-3,3e-3", "--grid", "model.n_layers=1,2")
+    assert cli(home, "sweep", "new", "g", "--from", "EXP-001", *grid).exit_code == 0
+    first = cli(home, "sweep", "extend", "g", "--seeds", "3", "--grid", "training.learning_rate=3e-4,1e-3")
+    assert first.exit_code == 0, first.stderr
+    second = cli(home, "sweep", "extend", "g", "--grid", "model.n_layers=3", "--json")
+    assert second.exit_code == 0 and json_out(second)["asked"] == {
+        "seeds": None,
+        "grid": {"model.n_layers": [3]},
+        "random": 0,
+    }
+    status = json_out(cli(home, "sweep", "status", "g", "--json"))
+    assert status["description"] == "9 configurations x 3 seeds, grid" and len(status["trials"]) == 27
+    shown = cli(home, "sweep", "status", "g").stdout.splitlines()
+    assert shown[0].startswith("sweep g (from EXP-001): 9 configurations x 3 seeds, grid; queued 27,")
+    history = [
+        line.split(": ", 1)[1] for line in shown if line.startswith(tuple(e["at"] for e in status["spec"]["history"]))
+    ]
+    assert history == [
+        "extend --seeds 3 --grid training.learning_rate=0.0003 (14 new trials)",  # 1e-3 it had: 3 x 2 x 3 less 4
+        "extend --grid model.n_layers=3 (9 new trials)",
+    ]
+    assert not any("{" in line for line in shown)

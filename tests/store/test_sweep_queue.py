@@ -294,3 +294,23 @@ def test_a_retried_trial_ending_at_a_decided_rung_is_placed_where_the_decision_w
         first, second = registry.decisions(sweep_id)  # the last rung is never decided
     assert [g["group"] for g in second["ranking"]] == (["a", "b"] if promoted else ["a"])
     assert {status for status, _, _ in state(path, sweep_id).values()} == {"done", "stopped"}  # none left waiting
+
+
+def test_a_retried_trial_keeps_why_it_failed_on_one_short_line(tmp_path: Path) -> None:
+    """Issue 45 item 6: the reason `sweep retry` keeps (and says) is the worker's `failed:` message of the log tail
+    the trial's row holds: its first line, without the time, shortened; not the tail's last line (a message of
+    several lines ends elsewhere) nor all of it."""
+    path = tmp_path / "registry.db"
+    sweep_id = queue(path, 2)
+    message = "CUDA error: device-side assert triggered " + "x" * 400
+    tail = f"12:00:00 resume EXP-001: steps 0 -> 4 on cpu\n12:00:01 failed: {message}\nCompile with TORCH_USE_CUDA_DSA"
+    with Registry(path) as registry:
+        for error in (tail, None):
+            claim = registry.claim([sweep_id], worker())
+            assert claim is not None
+            registry.settle_claim(claim["claim_id"], "failed", error=error)
+        event = registry.requeue("q", ("failed",), lambda t: (t["target_step"], t["rung"]))
+    first, second = event["trials"]["EXP-001"]["reason"], event["trials"]["EXP-002"]["reason"]
+    assert first.startswith("CUDA error: device-side assert triggered xxx") and first.endswith("...")
+    assert len(first) == 160 and "\n" not in first and "12:00" not in first
+    assert second == "failed"  # no error kept: its status

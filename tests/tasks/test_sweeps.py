@@ -275,34 +275,45 @@ def test_tpe_asks_for_new_trials_as_earlier_ones_finish(tmp_path: Path) -> None:
 
 
 def test_a_failed_trial_retried_runs_once_more_and_the_sweep_keeps_why(tmp_path: Path) -> None:
-    """Issue 36 item 5: `sweep retry` queues a failed trial again (its reason kept in the sweep's history), a worker
-    runs it once, and a second retry finds nothing to do."""
+    """Issue 36 item 5: `sweep retry` queues failed trials again (their reason kept in the sweep's history), a worker
+    runs each once, and a second retry finds nothing to do. Issue 45 item 6: retry says one line a trial, its ID
+    then why it failed, once (its log's `failed:` message, not the whole line with its time, nor every trial's on
+    one line), and `sweep status` gives the history in the command's words (`retry --failed`, a trial a line)."""
     home = sweep_home(tmp_path)
+    grid = ("--grid", "data.sources=corpus/*.txt,more/*.txt", "--grid", "training.learning_rate=1e-3,3e-3")
     shutil.copytree(home / "corpus", home / "more")  # there when the sweep is made (issue 45 item 4) ...
-    made = cli(
-        home, "sweep", "new", "heal", "--from", "EXP-001", "--grid", "data.sources=corpus/*.txt,more/*.txt", "--json"
-    )
+    made = cli(home, "sweep", "new", "heal", "--from", "EXP-001", *grid, "--json")
     assert made.exit_code == 0, made.stderr
-    shutil.rmtree(home / "more")  # ... and gone when its trial trains
-    good, bad = (t["id"] for t in json_out(made)["trials"])
-    assert octlm(home, "work", "heal", "--until-empty", "-q").returncode == 5  # a trial failed
-    shutil.copytree(home / "corpus", home / "more")  # what the failed trial lacked
-    retried = cli(home, "sweep", "retry", "heal", "--json")
-    assert retried.exit_code == 0, retried.stderr
-    event = json_out(retried)
-    assert list(event["trials"]) == [bad] and event["trials"][bad]["was"] == "failed"
-    assert "more/*.txt" in event["trials"][bad]["reason"]
-    assert rows(home, "select status from sweep_trials where experiment_id = ?", bad) == [("queued",)]
+    shutil.rmtree(home / "more")  # ... and gone when its trials train
+    ids = [t["id"] for t in json_out(made)["trials"]]
+    good, bad = ids[:2], ids[2:]
+    assert octlm(home, "work", "heal", "--until-empty", "-q").returncode == 5  # trials failed
+    shutil.copytree(home / "corpus", home / "more")  # what the failed trials lacked
+    said = cli(home, "sweep", "retry", "heal")
+    assert said.exit_code == 0, said.stderr
+    lines = said.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == bad and all(line.count("more/*.txt") == 1 for line in lines)
+    message = "data.sources: 'more/*.txt' matches no .txt, .md or .jsonl file"
+    assert lines == [f"{e} (failed): experiments/{e}.yaml: {message}" for e in bad]
+    assert said.stderr == "sweep heal: 2 trials queued again; train them with `octlm work heal`\n"
+    status = json_out(cli(home, "sweep", "status", "heal", "--json"))
+    (event,) = status["spec"]["history"]
+    assert event["asked"] == ["failed"] and event["trials"][bad[0]] == {
+        "was": "failed",
+        "reason": f"experiments/{bad[0]}.yaml: {message}",
+        "target_step": 4,
+    }
+    assert rows(home, "select status from sweep_trials where experiment_id = ?", bad[0]) == [("queued",)]
     done = octlm(home, "work", "heal", "--until-empty", "-q")
     assert done.returncode == 0, done.stderr
     status = json_out(cli(home, "sweep", "status", "heal", "--json"))
-    assert {t["id"]: t["status"] for t in status["trials"]} == {good: "done", bad: "done"}
-    assert [e["event"] for e in status["spec"]["history"]] == ["retried"]
-    shown = cli(home, "sweep", "status", "heal").stdout
-    assert "retried " in shown and f"{bad} (failed: " in shown
+    assert {t["id"]: t["status"] for t in status["trials"]} == dict.fromkeys(ids, "done")
+    shown = cli(home, "sweep", "status", "heal").stdout.splitlines()
+    at = shown.index(f"{event['at']}: retry --failed")
+    assert shown[at + 1 : at + 3] == [f"  {line}" for line in lines]
     again = cli(home, "sweep", "retry", "heal")
     assert again.exit_code == 0 and again.stdout == "" and "no failed trial to retry" in again.stderr
-    assert len(rows(home, "select id from sweep_claims where experiment_id = ?", bad)) == 2  # ran twice, no more
+    assert len(rows(home, "select id from sweep_claims where experiment_id = ?", bad[0])) == 2  # ran twice, no more
 
 
 def test_an_extended_sweep_adds_trials_and_leaves_the_done_ones_as_they_were(tmp_path: Path) -> None:

@@ -180,7 +180,7 @@ def sweep_status(ctx: typer.Context, name: NameArgument, as_json: JsonOption = F
     for decision in found["decisions"]:
         print(render.plain(_decision(decision)))
     for event in found["spec"].get("history", []):
-        print(render.plain(_event(event)))
+        print(render.plain(_event(event), multiline=True))
     for trial in found["trials"]:
         if trial["status"] == "failed" and trial["error"]:
             tail = "\n".join(f"  {line}" for line in trial["error"].splitlines()[-5:])
@@ -239,22 +239,54 @@ def sweep_retry(
     if as_json:
         render.emit_json(event)
         return
-    for experiment_id in event["trials"]:
-        print(experiment_id)
+    for line in _retried(event):  # one line a trial: its ID first, then why it had stopped
+        print(render.plain(line))
     if not event["trials"]:
         render.info(f"sweep {name}: no {' or '.join(chosen)} trial to retry (nothing was changed)")
         return
-    said = ", ".join(f"{i} ({t['was']}: {t['reason']})" for i, t in event["trials"].items())
-    render.info(f"sweep {name}: queued again {said}; train them with `octlm work {name}`")
+    count = len(event["trials"])
+    render.info(f"sweep {name}: {count} trial{'s' * (count != 1)} queued again; train them with `octlm work {name}`")
+
+
+def _retried(event: Retried) -> list[str]:
+    """Each trial ``sweep retry`` queued again, on one line: ``EXP-003 (failed): why``, the reason once and short
+    (an older octlm's event kept its log's whole last line)."""
+    from octlm.store.sweeps.queue import reason_of
+
+    return [
+        f"{i} (failed): {reason_of(t['reason'])}"
+        if t["was"] == "failed"
+        else f"{i} ({t['was']}): on to step {t['target_step']}"
+        for i, t in event["trials"].items()
+    ]
 
 
 def _event(event: Retried | Extended) -> str:
-    """One line of a sweep's history: what was retried (and why it had stopped), or what an extension added."""
-    if event["event"] == "retried":
-        said = ", ".join(f"{i} ({t['was']}: {t['reason']})" for i, t in event["trials"].items())
-    else:
-        said = f"{event['added']} trials, {event['seeds']} seeds, grid {event['grid']}"
-    return f"{event['event']} {event['at']}: {said}"
+    """A sweep's history in its commands' own words: ``extend --seeds 3 --grid KEY=V1,V2 (4 new trials)``, or
+    ``retry --failed`` and each trial it queued again, on a line of its own."""
+    if event["event"] == "extended":
+        return f"{event['at']}: {_extended(event)}"
+    asked = event.get("asked") or sorted({t["was"] for t in event["trials"].values()})
+    head = f"{event['at']}: retry {' '.join(f'--{status}' for status in asked)}"
+    return "\n".join([head, *(f"  {line}" for line in _retried(event))])
+
+
+def _extended(event: Extended) -> str:
+    """``extend --seeds 3 --grid training.learning_rate=0.0003,0.001 (4 new trials)``, as the options were given
+    (an older octlm's event says what the sweep had grown to)."""
+    added = f"{event['added']} new trial{'s' * (event['added'] != 1)}"
+    asked = event.get("asked")
+    if asked is None:
+        grid = "".join(f", {key}={_values(values)}" for key, values in event["grid"].items())
+        return f"extend ({added}; now {event['seeds']} seed{'s' * (event['seeds'] != 1)}{grid})"
+    options = [f"--seeds {asked['seeds']}"] if asked["seeds"] is not None else []
+    options += [f"--grid {key}={_values(values)}" for key, values in asked["grid"].items()]
+    options += [f"--random {asked['random']}"] if asked["random"] else []
+    return f"extend {' '.join(options)} ({added})"
+
+
+def _values(values: list[Any]) -> str:
+    return ",".join(render.shown_value(value) for value in values)
 
 
 def _decision(decision: DecisionRow) -> str:
@@ -262,7 +294,8 @@ def _decision(decision: DecisionRow) -> str:
     said: dict[bool, list[str]] = {True: [], False: []}
     for group in decision["ranking"]:
         value = "-" if group["value"] is None else f"{group['value']:.4f}"
-        said[bool(group["promoted"])].append(f"{', '.join(group['trials'])} ({value})")
+        late = ", placed after a retry" if group.get("late") else ""
+        said[bool(group.get("promoted"))].append(f"{', '.join(group['trials'])} ({value}{late})")
     promoted, stopped = ("; ".join(said[flag]) or "none" for flag in (True, False))
     return f"rung {decision['rung']} (step {decision['step']}): promoted {promoted}; stopped {stopped}"
 

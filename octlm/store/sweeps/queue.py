@@ -6,6 +6,7 @@ caller's ``decide``, so a rung is decided exactly once. Claims stay as rows once
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Collection
 from typing import Any, cast
@@ -24,6 +25,18 @@ from octlm.store.sweeps.records import (
     Worker,
 )
 from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead, set_spec
+
+FAILED_LINE = re.compile(r"\d\d:\d\d:\d\d failed: (.+)")  # a worker's last word on a trial in its log
+REASON_CHARS = 160
+
+
+def reason_of(error: str | None) -> str:
+    """Why a trial failed, on one line: the message of the last ``HH:MM:SS failed: ...`` line of the log tail its
+    row keeps (the first line of that message), else its last line, shortened to ``REASON_CHARS``; "" for none."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    found = [m.group(1) for m in map(FAILED_LINE.fullmatch, lines) if m]
+    reason = (found or lines or [""])[-1]
+    return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3].rstrip() + "..."
 
 
 def _record(conn: sqlite3.Connection, sweep_id: int, decision: Decision) -> None:
@@ -168,9 +181,9 @@ class QueueRows(RegistryBase):
                     " rung = ?, updated = ? where id = ?",
                     (target, rung, now(), trial["id"]),
                 )
-                reason = (trial["error"] or "").strip().splitlines()[-1:] or [trial["status"]]
-                taken[trial["experiment_id"]] = {"was": trial["status"], "reason": reason[0], "target_step": target}
-            event: Retried = {"event": "retried", "at": now(), "trials": taken}
+                reason = reason_of(trial["error"]) or trial["status"]
+                taken[trial["experiment_id"]] = {"was": trial["status"], "reason": reason, "target_step": target}
+            event: Retried = {"event": "retried", "at": now(), "trials": taken, "asked": list(statuses)}
             if taken:
                 spec = dict(sweep["spec"] or {})
                 spec["history"] = [*spec.get("history", []), event]

@@ -150,26 +150,39 @@ class DecisionRow(TypedDict):
 
 class RetriedTrial(TypedDict):
     was: str  # failed | stopped
-    reason: str  # the last line of its error, else its status
+    reason: str  # why it failed, on one line (its log's ``failed:`` line, shortened), else its status
     target_step: int  # where it trains to now
 
 
 class Retried(TypedDict):
-    """``sweep retry``'s event in the sweep's history: each trial queued again and why it had stopped."""
+    """``sweep retry``'s event in the sweep's history: what was asked, each trial queued again and why it had
+    stopped."""
 
     event: Literal["retried"]
     at: str
     trials: dict[str, RetriedTrial]
+    asked: NotRequired[list[str]]  # the statuses retried (failed, stopped): ``--failed``, ``--stopped``
+
+
+class ExtendAsked(TypedDict):
+    """What ``sweep extend`` added, as its options say it: the seeds in all (None: not asked), each grid key's new
+    values (as the config holds them), the more random draws."""
+
+    seeds: int | None
+    grid: dict[str, list[Any]]
+    random: int
 
 
 class Extended(TypedDict):
-    """``sweep extend``'s event in the sweep's history: how many trials it added and the grown seeds and grid."""
+    """``sweep extend``'s event in the sweep's history: what was asked, how many trials it added and the grown seeds
+    and grid."""
 
     event: Literal["extended"]
     at: str
     added: int
     seeds: int
     grid: dict[str, list[Any]]  # KEY: its values, as the config holds them
+    asked: NotRequired[ExtendAsked]  # an event of an older octlm has none
 
 
 class SweepRetried(Retried):
@@ -188,6 +201,7 @@ class SweepExtended(TypedDict):
     at: NotRequired[str]
     seeds: NotRequired[int]
     grid: NotRequired[dict[str, list[Any]]]
+    asked: NotRequired[ExtendAsked]
 
 
 class Made(TypedDict):

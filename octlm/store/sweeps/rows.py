@@ -15,6 +15,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.liveness import effective_status
 from octlm.store.base import EXPERIMENT_COLUMNS, Fields, RegistryBase, checked, encode, now, writable
 from octlm.store.sweeps.records import DecisionRow, QueuedTrial, RankedGroup, SweepRow, TrialRow
+from octlm.store.sweeps.specs import describe
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,10 @@ def picked(row: Mapping[str, object], keys: Sequence[str]) -> dict[str, object]:
 
 
 def set_spec(conn: sqlite3.Connection, sweep_id: int, spec: Any) -> None:
-    """A sweep's spec replaced, inside the caller's transaction (extend, retry, the shipped mark)."""
-    conn.execute("update sweeps set spec = ?, updated = ? where id = ?", (encode(spec), now(), sweep_id))
+    """A sweep's spec replaced, and its description with it, inside the caller's transaction (extend, retry, the
+    shipped mark)."""
+    sql = "update sweeps set spec = ?, description = ?, updated = ? where id = ?"
+    conn.execute(sql, (encode(spec), describe(spec), now(), sweep_id))
 
 
 def claim_is_dead(row: Fields) -> bool:

@@ -14,7 +14,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.home import DEFAULT_PREFIX, Home
 from octlm.store import kept
 from octlm.store.registry import Registry, now
-from octlm.store.sweeps.records import Extended, SweepExtended, SweepRetried, SweepSpec, TrialRow
+from octlm.store.sweeps.records import ExtendAsked, Extended, SweepExtended, SweepRetried, SweepSpec, TrialRow
 from octlm.tasks.sweeps import samplers, shipping
 
 RETRYABLE = ("failed", "stopped")
@@ -74,6 +74,7 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
         "added": len(new),
         "seeds": grown["seeds"],
         "grid": grown["grid"],
+        "asked": _asked(spec, grown, draws),
     }
     grown["history"] = [*spec.get("history", []), event]
     groups = len({t["group_key"] for t in trials})
@@ -82,6 +83,13 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
             raise Refused(f"sweep {name} changed while it was being extended: nothing was changed; try again")
         kept.keep_sweep(home, registry, name)
     return {"name": name, **event, "trials": [t.config.id for t in new]}
+
+
+def _asked(spec: SweepSpec, grown: SweepSpec, draws: int) -> ExtendAsked:
+    """What an extension added, as its options would say it (the history's words: ``extend --seeds 3 ...``)."""
+    more = {key: [x for x in values if x not in spec["grid"][key]] for key, values in grown["grid"].items()}
+    seeds = grown["seeds"] if grown["seeds"] != spec["seeds"] else None
+    return {"seeds": seeds, "grid": {key: values for key, values in more.items() if values}, "random": draws}
 
 
 def _grown(name: str, spec: SweepSpec, base: Any, seeds: int | None, grid: tuple[str, ...], draws: int) -> SweepSpec:

@@ -25,6 +25,7 @@ from octlm.data import sources
 from octlm.store import experiments, kept
 from octlm.store.base import Fields
 from octlm.store.registry import Registry
+from octlm.store.sweeps import specs
 from octlm.store.sweeps.records import Made, SweepCreated, SweepRow, SweepSpec
 from octlm.tasks.sweeps import asking, samplers
 from octlm.tasks.sweeps.spec import (
@@ -170,17 +171,11 @@ def check_sources(home: Home, trials: list[Trial]) -> list[Trial]:
 def create(home: Home, request: Request) -> SweepCreated:
     """``octlm sweep new``: the sweep and its trials, written as the module says; what was made."""
     made = plan(home, request)
-    sweep = {"name": request.name, "base": request.base, "description": _summary(made), "spec": made.spec}
+    sweep = {"name": request.name, "base": request.base, "description": specs.describe(made.spec), "spec": made.spec}
     with write_trials(home, made.trials, request.prefix, request.name) as (registry, members):
         sweep_id = registry.add_sweep(sweep, members)
         kept.keep_sweep(home, registry, request.name)  # beside the registry: doctor --repair rebuilds it from there
     return {"sweep": request.name, "id": sweep_id, "spec": made.spec, "trials": [_shown(t) for t in made.trials]}
-
-
-def _summary(made: Plan) -> str:
-    groups = len({trial.group_key for trial in made.trials})
-    seeds = made.spec["seeds"]
-    return f"{groups} configurations x {seeds} seed{'s' * (seeds != 1)}, {made.spec['sampler']}"
 
 
 def _shown(trial: Trial) -> Made:

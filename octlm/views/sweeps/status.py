@@ -16,6 +16,7 @@ from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.store.registry import Registry, SummaryRow
 from octlm.store.sweeps.records import ClaimRow, DecisionRow, QueuedTrial, SweepRow, SweepSpec
+from octlm.store.sweeps.specs import describe
 from octlm.views import noise, side_by_side
 from octlm.views.details import run_records
 from octlm.views.paired import Paired, pair
@@ -107,7 +108,7 @@ def status(home: Home, name: str) -> SweepStatus:
         "schema_version": SCHEMA_VERSION,
         "name": sweep["name"],
         "base": sweep["base"],
-        "description": sweep["description"],
+        "description": describe(sweep["spec"] or {}),  # what it holds now (extended: grown)
         "spec": sweep["spec"] or {},
         "counts": counts,
         "claims": len(claims),
