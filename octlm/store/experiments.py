@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,12 @@ def register(home: Home, registry: Registry, config: cfg.Config) -> None:
     """Insert or update the experiment's row from its config; a new row takes the UUID kept for its ID (when one is
     kept), and the row's UUID is kept (see the module)."""
     found = kept.identity(home, config.id)
-    registry.sync_experiment(config.id, **row_fields(home, config), **({"uuid": found} if found else {}))
+    try:
+        registry.sync_experiment(config.id, **row_fields(home, config), **({"uuid": found} if found else {}))
+    except sqlite3.IntegrityError:  # the UUID kept for it is another experiment's (copied by hand): its own, new
+        if not found:
+            raise
+        registry.sync_experiment(config.id, **row_fields(home, config))
     row = registry.experiment(config.id)
     if row and isinstance(row["uuid"], str) and (row["uuid"] != found or not kept.kept_identity(home, config.id)):
         kept.keep_identity(home, config.id, row["uuid"])

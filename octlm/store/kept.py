@@ -17,11 +17,13 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
+from uuid import uuid4 as new_uuid
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.home import Home, split_id, validate_id, validate_prefix
 from octlm.store.registry import Registry
+from octlm.store.sweeps import specs
 from octlm.store.sweeps.rows import DECISION_FIELDS, SWEEP_FIELDS, TRIAL_FIELDS, picked
 
 FOLDER = ".octlm"
@@ -85,6 +87,31 @@ def kept_identity(home: Home, experiment_id: str) -> bool:
     return (folder(home) / "identities" / validate_id(experiment_id)).is_file()
 
 
+def shared_identities(home: Home, registry: Registry, repair: bool) -> list[tuple[str, str]]:
+    """IDs whose kept identity (``identities/<ID>``) is another's UUID too (a file copied by hand): the first keeps
+    it (the ID whose registry row holds it, else the first ID in order), and with ``repair`` each other one gets its
+    own (its row's UUID when it has one, else a new one). [(the other ID, the one keeping the UUID)]."""
+    holders: dict[str, list[str]] = {}
+    place = folder(home) / "identities"
+    for path in sorted(place.iterdir()) if place.is_dir() else []:
+        try:
+            found = identity(home, path.name)
+        except BadInput:  # not an ID: never read as one
+            continue
+        if found is not None:
+            holders.setdefault(found, []).append(path.name)
+    shared = []
+    for uuid, ids in holders.items():
+        rows = {i: row["uuid"] if (row := registry.experiment(i)) else None for i in ids}
+        keeper = next((i for i in ids if rows[i] == uuid), ids[0])
+        for other in (i for i in ids if i != keeper):
+            own = rows[other]
+            if repair:
+                keep_identity(home, other, own if isinstance(own, str) and own != uuid else str(new_uuid()))
+            shared.append((other, keeper))
+    return shared
+
+
 def forget(home: Home, experiment_id: str) -> None:
     """The identity of a removed experiment (``rm``, a repair that removes its rows) goes with it."""
     (folder(home) / "identities" / validate_id(experiment_id)).unlink(missing_ok=True)
@@ -101,17 +128,18 @@ def keep_record(home: Home, kind: str, name: str, record: Mapping[str, object]) 
     return True
 
 
-def records(home: Home, kind: str) -> dict[str, object]:
-    """Every record of ``kind`` kept, by name, as JSON reads it (an unreadable one is left out: it reads as not
-    kept)."""
+def records(home: Home, kind: str) -> tuple[dict[str, object], dict[str, str]]:
+    """Every record of ``kind`` kept, by name, as JSON reads it; and those that cannot be read, by their path in the
+    home, with why."""
     found: dict[str, object] = {}
+    unreadable: dict[str, str] = {}
     place = folder(home) / kind
     for path in sorted(place.glob("*.json")) if place.is_dir() else []:
         try:
             found[path.stem] = json.loads(read_regular(path, max_bytes=MAX_RECORD_BYTES, follow=False))
-        except (OSError, ValueError):
-            continue
-    return found
+        except (OSError, ValueError, RecursionError) as error:
+            unreadable[f"{FOLDER}/{kind}/{path.name}"] = f"cannot be read as JSON ({error})"
+    return found, unreadable
 
 
 SWEEPS = "sweeps"
@@ -119,20 +147,23 @@ SWEEP_RECORD = "octlm-sweep-record"
 
 
 class KeptSweep(TypedDict):
-    """A sweep's record beside the registry as ``kept_sweeps`` reads it back: its sweep and trials checked to be a
-    mapping and a list; what they hold is checked where it is used (it was written by octlm, but may be damaged)."""
+    """A sweep's record beside the registry as ``kept_sweeps`` reads it back: checked field by field, as every
+    reader checks a sweep (``store/sweeps/specs``: it was written by octlm, but may be damaged or made by hand)."""
 
     format: str
     version: int
     sweep: dict[str, object]  # SWEEP_FIELDS
-    trials: list[object]  # TRIAL_FIELDS each
-    decisions: NotRequired[list[object]]  # DECISION_FIELDS each
+    trials: list[dict[str, object]]  # TRIAL_FIELDS each
+    decisions: NotRequired[list[dict[str, object]]]  # DECISION_FIELDS each
 
 
 def keep_sweep(home: Home, registry: Registry, name: str) -> bool:
     """The sweep's record beside the registry, as it now stands there: its row, its trials, halving's decisions
     (``doctor --repair`` rebuilds the sweep from it when the registry is lost); False where it cannot be kept."""
-    sweep = registry.sweep(name)
+    try:
+        sweep = registry.sweep(name)
+    except BadInput:  # its row is damaged: the record kept before it stays
+        return False
     if sweep is None:
         return False
     record = {
@@ -151,16 +182,47 @@ def keep_sweep_by_id(home: Home, registry: Registry, sweep_id: int) -> bool:
     return keep_sweep(home, registry, name) if name is not None else False
 
 
-def kept_sweeps(home: Home) -> dict[str, KeptSweep]:
-    """Every sweep record kept here that reads as one (``keep_sweep``), by name."""
-    return {
-        name: cast(KeptSweep, record)
-        for name, record in records(home, SWEEPS).items()
-        if isinstance(record, dict)
-        and record.get("format") == SWEEP_RECORD
-        and isinstance(record.get("sweep"), dict)
-        and isinstance(record.get("trials"), list)
-    }
+def kept_sweeps(home: Home) -> tuple[dict[str, KeptSweep], dict[str, str]]:
+    """Every sweep record kept here that reads as one (``keep_sweep``), by name; and those that do not, by their
+    path in the home, with why in one line naming the key (``specs``)."""
+    found, damaged = records(home, SWEEPS)
+    good: dict[str, KeptSweep] = {}
+    for name, record in found.items():
+        where = f"{FOLDER}/{SWEEPS}/{name}.json"
+        try:
+            good[name] = _checked(record, where)
+        except BadInput as error:
+            damaged[where] = str(error).removeprefix(f"{where}: ")
+    return good, damaged
+
+
+def _checked(record: object, where: str) -> KeptSweep:
+    if not isinstance(record, dict) or record.get("format") != SWEEP_RECORD:
+        raise BadInput(f"{where}: not a sweep record (format {SWEEP_RECORD!r} expected)")
+    if not isinstance(record.get("version"), int) or record["version"] > 1:
+        raise BadInput(f"{where}: version must be 1 (not {record.get('version')!r}: a newer octlm's?)")
+    trials, decisions = record.get("trials"), record.get("decisions", [])
+    if not isinstance(trials, list) or not isinstance(decisions, list):
+        raise BadInput(f"{where}: trials and decisions must be lists")
+    specs.check_sweep(record.get("sweep"), where)
+    for index, trial in enumerate(trials):
+        specs.check_trial(trial, where, index)
+    for index, decision in enumerate(decisions):
+        specs.check_decision(decision, where, index)
+    return cast(KeptSweep, record)
+
+
+def rebuild_sweep(registry: Registry, record: KeptSweep, trials: list[dict[str, object]]) -> None:
+    """A sweep the registry lost, from its record (``doctor --repair``): its row, ``trials`` (those of its trials
+    whose experiments are here), halving's decisions and the trials' ``sweep:`` tags (a trial running then is
+    queued again)."""
+    name = str(record["sweep"]["name"])
+    registry.merge_sweep(record["sweep"], trials)
+    sweep = registry.sweep(name)
+    if sweep is not None:
+        registry.restore_decisions(sweep["id"], record.get("decisions") or [])
+    for trial in trials:
+        registry.retag(str(trial["experiment_id"]), [f"sweep:{name}"], [])
 
 
 MARKS = "ids.json"

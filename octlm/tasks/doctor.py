@@ -36,14 +36,13 @@ from octlm.core.home import Home
 from octlm.core.liveness import alive, is_other_host
 from octlm.core.records import Checkup, Problem
 from octlm.store import experiments, kept
-from octlm.store.kept import KeptSweep
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import CheckpointRow, Registry, now
 from octlm.store.sweeps.rows import claim_is_dead
 from octlm.train import checkpoint
 
 # What --repair cannot fix: the files themselves are wrong, and only a person can tell how.
-UNREPAIRABLE = frozenset({"invalid config", "invalid checkpoint", "foreign checkpoint"})
+UNREPAIRABLE = frozenset({"invalid config", "invalid checkpoint", "foreign checkpoint", "invalid sweep record"})
 OTHER_HOSTS = ("run on another host", "claim on another host")  # repaired with --other-hosts only
 
 
@@ -61,7 +60,7 @@ def run(home: Home, repair: bool = False, other_hosts: bool = False) -> Checkup:
     """The report; its ``advice`` is the closing line, which recommends ``--repair`` only when it would fix something
     still listed."""
     with Registry(home.registry, create=repair) as registry:  # checking never creates or writes a registry
-        problems = _damaged_cells(home, registry, repair)
+        problems = _damaged_cells(home, registry, repair) + _shared_identities(home, registry, repair)
         problems += _experiments(home, registry, repair) + _stuck_runs(registry, repair, other_hosts)
         problems += _open_claims(registry, repair, other_hosts) + _lost_sweeps(home, registry, repair)
         if repair:  # the IDs given before, from .octlm/ids.json (a rebuilt registry), and back: never given again
@@ -111,6 +110,21 @@ def _repair_cell(home: Home, registry: Registry, table: str, row_id: Any, column
         except OctlmError:
             pass
     registry.clear_cell(table, row_id, column)
+
+
+def _shared_identities(home: Home, registry: Registry, repair: bool) -> list[Problem]:
+    """Two experiments' identities kept with one UUID (``.octlm/identities/`` copied by hand): the first keeps it,
+    and ``--repair`` gives each other one its own (before, registering it broke the registry's unique UUIDs)."""
+    return [
+        _problem(
+            "shared identity",
+            f".octlm/identities/{other}",
+            f"{keeper}'s UUID too; {keeper} keeps it, "
+            + (f"{other} was given its own" if repair else f"--repair gives {other} its own"),
+            repair,
+        )
+        for other, keeper in kept.shared_identities(home, registry, repair)
+    ]
 
 
 def _experiments(home: Home, registry: Registry, repair: bool) -> list[Problem]:
@@ -209,31 +223,26 @@ def _open_claims(registry: Registry, repair: bool, other_hosts: bool) -> list[Pr
 def _lost_sweeps(home: Home, registry: Registry, repair: bool) -> list[Problem]:
     """Sweeps the registry lost (``registry.db`` gone or replaced) but their records beside it keep
     (``.octlm/sweeps/<name>.json``): ``--repair`` rebuilds each, its queue, halving's decisions and its trials'
-    ``sweep:`` tags (a trial running then is queued again)."""
-    problems, here = [], {row["uuid"] for row in registry.sweeps()}
-    for name, record in kept.kept_sweeps(home).items():
-        if record["sweep"].get("uuid") in here:
+    ``sweep:`` tags (a trial running then is queued again). A record checked and found not to be one (damaged, or
+    made by hand: ``kept.kept_sweeps``) is said in one line naming its key, and nothing is rebuilt from it."""
+    records, damaged = kept.kept_sweeps(home)
+    problems = [_problem("invalid sweep record", where, f"{why}; not rebuilt from") for where, why in damaged.items()]
+    here = {row["uuid"] for row in registry.sweeps()}
+    for name, record in records.items():
+        if record["sweep"]["uuid"] in here:
             continue
-        trials = [
-            t for t in record["trials"] if isinstance(t, dict) and registry.experiment(str(t.get("experiment_id")))
-        ]
-        if repair:
-            _rebuild_sweep(registry, name, record, trials)
+        trials = [t for t in record["trials"] if registry.experiment(str(t["experiment_id"])) is not None]
         gone = len(record["trials"]) - len(trials)
         detail = f"kept in .octlm/sweeps/{name}.json with {len(trials)} trials, not in the registry"
-        detail += (f" ({gone} of its trials' experiments are gone)" if gone else "") + ("; rebuilt" if repair else "")
-        problems.append(_problem("sweep without rows", f"sweep {name}", detail, repair))
+        detail += f" ({gone} of its trials' experiments are gone)" if gone else ""
+        fixed = repair
+        try:
+            if repair:
+                kept.rebuild_sweep(registry, record, trials)
+        except OctlmError as error:  # its name is another sweep's here: said, and the rest repaired
+            detail, fixed = f"{detail}; not rebuilt: {error}", False
+        problems.append(_problem("sweep without rows", f"sweep {name}", detail + "; rebuilt" * fixed, fixed))
     return problems
-
-
-def _rebuild_sweep(registry: Registry, name: str, record: KeptSweep, trials: list[dict[str, object]]) -> None:
-    registry.merge_sweep(record["sweep"], trials)
-    sweep = registry.sweep(name)
-    if sweep is not None:
-        decisions = [d for d in record.get("decisions") or [] if isinstance(d, dict)]
-        registry.restore_decisions(sweep["id"], decisions)
-    for trial in trials:
-        registry.retag(str(trial["experiment_id"]), [f"sweep:{name}"], [])
 
 
 def _checkpoints(home: Home, registry: Registry, experiment_id: str, repair: bool) -> list[Problem]:

@@ -99,3 +99,49 @@ def test_a_damaged_or_linked_id_mark_file_never_stops_new_nor_lowers_a_mark(home
     (home / ".octlm").symlink_to(elsewhere / ".octlm")
     assert cli(home, "new").stdout.strip() == "EXP-005"  # from the registry's mark, not the other home's 500
     assert json.loads((elsewhere / ".octlm" / "ids.json").read_text())["highest"] == {"EXP-": 500}  # never written
+
+
+def test_two_identities_kept_with_one_uuid_are_parted_by_doctor(home: Path) -> None:
+    """Issue 45 item 15: identity files copied by hand (EXP-002's and EXP-003's hold EXP-001's UUID). Before, every
+    `doctor --repair` of the home failed on the registry's unique UUIDs once the registry was gone. Now `doctor`
+    says so, the first keeps the UUID, --repair gives each other one its own, and a second repair finds nothing."""
+    from conftest import write_experiment
+
+    for experiment_id in ("EXP-002", "EXP-003"):
+        write_experiment(home, experiment_id)
+    assert cli(home, "doctor", "--repair").exit_code == 0
+    identities = home / ".octlm" / "identities"
+    first = uuid_of(home, "EXP-001")
+    for experiment_id in ("EXP-002", "EXP-003"):
+        (identities / experiment_id).write_text(f"{experiment_id} {first}\n")
+    forget_registry(home)
+    checked = json_out(cli(home, "doctor", "--json"))
+    shared = [(p["where"], p["detail"]) for p in checked["problems"] if p["kind"] == "shared identity"]
+    assert shared == [
+        (f".octlm/identities/{e}", f"EXP-001's UUID too; EXP-001 keeps it, --repair gives {e} its own")
+        for e in ("EXP-002", "EXP-003")
+    ]
+    repaired = cli(home, "doctor", "--repair", "--json")
+    assert repaired.exit_code == 0, repaired.stderr
+    uuids = {e: uuid_of(home, e) for e in ("EXP-001", "EXP-002", "EXP-003")}
+    assert uuids["EXP-001"] == first and len(set(uuids.values())) == 3
+    assert all(kept.identity(Home(home), e) == uuids[e] for e in uuids)
+    assert json_out(cli(home, "doctor", "--repair", "--json"))["problems"] == []
+
+
+def test_an_identity_copied_over_a_registered_one_gives_it_back_its_rows_uuid(home: Path) -> None:
+    """The variant with the registry still there: EXP-001's identity file overwritten with EXP-002's UUID. The row
+    holding the UUID decides who keeps it (EXP-002), and EXP-001 gets back the UUID its row holds, not a new one."""
+    from conftest import write_experiment
+
+    write_experiment(home, "EXP-002")
+    assert cli(home, "doctor", "--repair").exit_code == 0
+    own, other = uuid_of(home, "EXP-001"), uuid_of(home, "EXP-002")
+    (home / ".octlm" / "identities" / "EXP-001").write_text(f"EXP-001 {other}\n")
+    repaired = json_out(cli(home, "doctor", "--repair", "--json"))
+    (shared,) = [p for p in repaired["problems"] if p["kind"] == "shared identity"]
+    assert shared["where"] == ".octlm/identities/EXP-001" and shared["detail"].startswith("EXP-002's UUID too")
+    assert kept.identity(Home(home), "EXP-001") == own and uuid_of(home, "EXP-001") == own
+    forget_registry(home)
+    assert cli(home, "doctor", "--repair").exit_code == 0
+    assert (uuid_of(home, "EXP-001"), uuid_of(home, "EXP-002")) == (own, other)

@@ -314,3 +314,13 @@ def test_a_retried_trial_keeps_why_it_failed_on_one_short_line(tmp_path: Path) -
     assert first.startswith("CUDA error: device-side assert triggered xxx") and first.endswith("...")
     assert len(first) == 160 and "\n" not in first and "12:00" not in first
     assert second == "failed"  # no error kept: its status
+
+
+def test_the_checks_of_a_sweeps_rows_cover_every_field_that_moves_with_it() -> None:
+    """Issue 45 item 15: what a pack or a kept record carries (``rows.*_FIELDS``) is what ``specs`` checks."""
+    from octlm.store.sweeps import rows, specs
+
+    assert set(specs.SWEEP_ROW) == set(rows.SWEEP_FIELDS)
+    assert set(specs.TRIAL_ROW) == set(rows.TRIAL_FIELDS)
+    assert set(specs.DECISION_ROW) == set(rows.DECISION_FIELDS)
+    assert set(specs.SPEC) == set(sweeps.SweepSpec.__annotations__)  # every key of a spec, checked

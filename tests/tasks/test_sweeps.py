@@ -286,7 +286,7 @@ def test_a_failed_trial_retried_runs_once_more_and_the_sweep_keeps_why(tmp_path:
     assert made.exit_code == 0, made.stderr
     shutil.rmtree(home / "more")  # ... and gone when its trials train
     ids = [t["id"] for t in json_out(made)["trials"]]
-    good, bad = ids[:2], ids[2:]
+    bad = ids[2:]
     assert octlm(home, "work", "heal", "--until-empty", "-q").returncode == 5  # trials failed
     shutil.copytree(home / "corpus", home / "more")  # what the failed trials lacked
     said = cli(home, "sweep", "retry", "heal")

@@ -25,6 +25,7 @@ from octlm.store.sweeps.records import (
     Worker,
 )
 from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead, set_spec
+from octlm.store.sweeps.specs import check_spec
 
 FAILED_LINE = re.compile(r"\d\d:\d\d:\d\d failed: (.+)")  # a worker's last word on a trial in its log
 REASON_CHARS = 160
@@ -144,6 +145,7 @@ class QueueRows(RegistryBase):
         """``decide`` asked again as long as it finds something due (each answer changes the trials it read)."""
         taken: list[Decision] = []
         sweep = cast(SweepRow, decoded(dict(conn.execute("select * from sweeps where id = ?", (sweep_id,)).fetchone())))
+        sweep["spec"] = check_spec(sweep["spec"], f"{self.path}: sweep {sweep['name']}")  # what decides is checked
         while True:
             rows = conn.execute("select * from sweep_trials where sweep_id = ? order by position", (sweep_id,))
             trials = [cast(TrialRow, decoded(dict(r))) for r in rows.fetchall()]

@@ -15,7 +15,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.liveness import effective_status
 from octlm.store.base import EXPERIMENT_COLUMNS, Fields, RegistryBase, checked, encode, now, writable
 from octlm.store.sweeps.records import DecisionRow, QueuedTrial, RankedGroup, SweepRow, TrialRow
-from octlm.store.sweeps.specs import describe
+from octlm.store.sweeps.specs import check_spec, describe
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class Decision:
 
 # (sweep, its trials, the decisions taken so far) -> the next decision, or None
 Decide = Callable[[SweepRow, list[TrialRow], list[DecisionRow]], Decision | None]
-# What moves with a sweep between homes (``sweep pack``) and what its record beside the registry keeps (``kept``).
+# What moves with a sweep between homes (``sweep pack``) and what its record beside the registry keeps (``kept``):
+# ``specs.SWEEP_ROW``, ``TRIAL_ROW`` and ``DECISION_ROW`` check each (a test holds them to these).
 SWEEP_FIELDS = ("name", "uuid", "base", "description", "spec", "created")
 TRIAL_FIELDS = (
     *("experiment_id", "position", "params", "group_key", "replicate", "seed"),
@@ -193,9 +194,12 @@ class SweepRows(RegistryBase):
     # ------------------------------------------------------------------ reads
 
     def sweep(self, name: str) -> SweepRow | None:
-        """The sweep named ``name`` (``spec`` decoded), or None."""
+        """The sweep named ``name``, its spec decoded and checked (``specs.check_spec``: BadInput naming the
+        registry, the sweep and the key), or None. Every command that reads one sweep reads it here."""
         rows = self._rows("select * from sweeps where name = ?", (name,)) if self._has_sweeps() else []
-        return cast("SweepRow", rows[0]) if rows else None
+        if not rows:
+            return None
+        return cast("SweepRow", {**rows[0], "spec": check_spec(rows[0]["spec"], f"{self.path}: sweep {name}")})
 
     def sweeps(self) -> list[SweepRow]:
         return cast("list[SweepRow]", self._rows("select * from sweeps order by id") if self._has_sweeps() else [])

@@ -14,22 +14,20 @@ Successive halving and Optuna decide across all of a sweep's trials, so they shi
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import check_output, read_regular, write_output
-from octlm.core.home import Home, validate_id
+from octlm.core.home import Home
 from octlm.exchange import packing
 from octlm.store import kept
 from octlm.store.registry import Registry, now
+from octlm.store.sweeps import specs
 from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepPacked, SweepSpec, SweepUnpacked
 from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, picked
 from octlm.tasks.sweeps import samplers
-from octlm.tasks.sweeps.spec import validate_name
 
 FORMAT, VERSION, MANIFEST = "octlm-sweep", 1, "sweep.json"
 MAX_MANIFEST = 64 << 20
@@ -41,8 +39,8 @@ class ShippedSweep(TypedDict):
 
     format: str
     version: int
-    sweep: dict[str, Any]  # a sweep row's columns, spec included (checked by _check_sweep)
-    trials: list[dict[str, Any]]  # trial rows' columns (checked by _check_trial)
+    sweep: dict[str, Any]  # a sweep row's columns, spec included (specs.check_sweep)
+    trials: list[dict[str, Any]]  # trial rows' columns (specs.check_trial)
 
 
 def pack(home: Home, name: str, output: Path, shards: int = 1) -> SweepPacked:
@@ -149,65 +147,13 @@ def read_manifest(folder: Path) -> ShippedSweep:
     sweep, trials = manifest.get("sweep"), manifest.get("trials")
     if not isinstance(sweep, dict) or not isinstance(trials, list) or not all(isinstance(t, dict) for t in trials):
         raise BadInput(f"{path}: malformed: expected a sweep and a list of trials")
-    if any(key not in sweep for key in SWEEP_FIELDS) or any(key not in t for t in trials for key in TRIAL_FIELDS):
-        raise BadInput(f"{path}: malformed: a sweep or a trial lacks one of its fields")
-    _check_sweep(path, sweep)
-    for index, trial in enumerate(trials):
-        _check_trial(path, index, trial)
-    return cast(ShippedSweep, manifest)  # its sweep and trials checked above
-
-
-STATUSES = ("queued", "running", "done", "failed", "stopped")
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def _is_id(value: Any) -> bool:
-    try:
-        validate_id(value)
-    except BadInput:
-        return False
-    return True
-
-
-def _bad(path: Path, where: str, key: str, wanted: str) -> BadInput:
-    return BadInput(f"{path}: {where}: {key} must be {wanted}; nothing was changed")
-
-
-def _check_sweep(path: Path, sweep: dict[str, Any]) -> None:
-    """The sweep's row as ``sweep new`` makes one (its name, UUID, base, spec), else one line naming the field."""
-    try:
-        validate_name(str(sweep["name"]) if isinstance(sweep["name"], str) else "")
+    try:  # field by field, as every reader of a sweep checks one (``store/sweeps/specs``)
+        specs.check_sweep(sweep, str(path))
+        for index, trial in enumerate(trials):
+            specs.check_trial(trial, str(path), index)
     except BadInput as error:
-        raise BadInput(f"{path}: sweep: name: {error}; nothing was changed") from None
-    if not isinstance(sweep["uuid"], str) or not UUID.fullmatch(sweep["uuid"]):
-        raise _bad(path, "sweep", "uuid", "a UUID")
-    if sweep["base"] is not None:
-        validate_id(sweep["base"]) if isinstance(sweep["base"], str) else None
-    if not isinstance(sweep["spec"], dict) or not all(
-        isinstance(sweep[k], str | None) for k in ("description", "created")
-    ):
-        raise _bad(path, "sweep", "spec, description or created", "a mapping and texts")
-
-
-def _check_trial(path: Path, index: int, trial: dict[str, Any]) -> None:
-    """A trial's row as octlm writes one, else one line naming the trial and the field."""
-    where = f"trial {index + 1}"
-    if not _is_id(trial["experiment_id"]):
-        raise _bad(path, where, "experiment_id", "an experiment ID")
-    for key in ("position", "replicate", "seed", "rung", "target_step"):
-        if not isinstance(trial[key], int) or isinstance(trial[key], bool) or trial[key] < 0 and key != "seed":
-            raise _bad(path, where, key, "a whole number, not negative")
-    if trial["status"] not in STATUSES:
-        raise _bad(path, where, "status", "one of " + ", ".join(STATUSES))
-    value = trial["value"]
-    if value is not None and (
-        not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
-    ):
-        raise _bad(path, where, "value", "a finite number or null")
-    if not isinstance(trial["params"], dict) or not isinstance(trial["group_key"], str):
-        raise _bad(path, where, "params and group_key", "a mapping and a text")
-    if trial["error"] is not None and not isinstance(trial["error"], str):
-        raise _bad(path, where, "error", "a text or null")
+        raise BadInput(f"{error}; nothing was changed") from None
+    return cast(ShippedSweep, manifest)  # its sweep and trials checked above
 
 
 def unpack(home: Home, folder: Path) -> SweepUnpacked:

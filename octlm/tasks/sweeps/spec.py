@@ -7,7 +7,6 @@ from them (``MAX_TRIALS`` at most), never by making them. One line each, naming 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,17 +15,10 @@ from octlm import config as cfg
 from octlm.config import flatten
 from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
-from octlm.core.home import DEFAULT_PREFIX, validate_id
+from octlm.core.home import DEFAULT_PREFIX
 from octlm.store.sweeps.records import Range
-
-NAME = re.compile(r"[a-z][a-z0-9_.]*(-[a-z0-9_.]+)*")
-
-
-NAME_HELP = "a sweep's name is lowercase letters, digits, '_', '.' and '-', starting with a letter (e.g. lr-2026)"
-
-
-MAX_TRIALS = 10_000
-
+from octlm.store.sweeps.specs import MAX_SEEDS, MAX_TRIALS, METRICS
+from octlm.store.sweeps.specs import validate_name as validate_name  # the check is the store's: every reader's
 
 SEED = "training.seed"
 
@@ -50,16 +42,6 @@ class Request:
     seed: int = 0  # of the random draws and of Optuna's sampler
     overrides: Sequence[str] = ()  # --set, for every trial
     prefix: str = DEFAULT_PREFIX
-
-
-def validate_name(name: str) -> str:
-    if len(name) > 64 or NAME.fullmatch(name) is None:
-        raise BadInput(f"sweep name {name!r}: {NAME_HELP}")
-    try:
-        validate_id(name.upper())
-    except BadInput:
-        return name
-    raise BadInput(f"sweep name {name!r} reads as an experiment ID: choose one that does not end in '-' and digits")
 
 
 def parse_grid(items: Sequence[str], base: cfg.Config) -> dict[str, list[Any]]:
@@ -150,9 +132,6 @@ def parse_rungs(text: str | None, config: cfg.Config) -> list[int]:
     return rungs
 
 
-METRICS = ("eval_loss", "perplexity", "bits_per_byte", "train_loss")  # what a sweep minimises
-
-
 def check_metric(metric: str) -> None:
     """``--metric``: one of the figures every trial records and a sweep minimises; BadInput naming them."""
     if metric not in METRICS:
@@ -168,8 +147,8 @@ def check_size(count: int) -> None:
 
 def check_options(request: Request, grid: dict[str, list[Any]], ranges: dict[str, Range]) -> None:
     """The options every sampler takes (each sampler checks its own: ``samplers``)."""
-    if not 1 <= request.seeds <= 1000:
-        raise BadInput(f"--seeds {request.seeds}: give 1 to 1000 replicates")
+    if not 1 <= request.seeds <= MAX_SEEDS:
+        raise BadInput(f"--seeds {request.seeds}: give 1 to {MAX_SEEDS} replicates")
     if not 0 < request.keep < 1:
         raise BadInput(f"--keep {request.keep}: the fraction promoted at each rung, above 0 and below 1")
     if not grid and not ranges and request.seeds < 2:

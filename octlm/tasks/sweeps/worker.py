@@ -286,13 +286,13 @@ def train_trial(home: Home, trial: ClaimedTrial, log: TrialLog, threads: int = 0
         torch.set_num_threads(threads)
 
     experiment_id, target = trial["experiment_id"], trial["target_step"]
+    metric = _metric(home, trial)  # its sweep's spec read (and checked) before anything trains
     config = experiments.load(home, experiment_id)
     newest = layout.checkpoints(home.checkpoint_dir(experiment_id))
     summary = None
     if not newest or newest[-1][0] < target:
         until = None if target >= config.training.steps else target
         summary = runner.resume(home, experiment_id, until=until, reporter=log, config=config)
-    metric = _metric(home, trial)
     if summary is not None and summary.end_step == target and summary.metrics.get(metric) is not None:
         return float(summary.metrics[metric])  # type: ignore[literal-required]
     with Registry(home.registry, create=False) as registry:
@@ -306,8 +306,10 @@ def _metric(home: Home, trial: ClaimedTrial) -> str:
 
 
 def _sweep_of(home: Home, trial: ClaimedTrial) -> SweepRow | None:
+    """The trial's sweep, its spec checked (``Registry.sweep``: a damaged one fails the trial in one line)."""
     with Registry(home.registry, create=False) as registry:
-        return next((row for row in registry.sweeps() if row["id"] == trial["sweep_id"]), None)
+        name = next((row["name"] for row in registry.sweeps() if row["id"] == trial["sweep_id"]), None)
+        return registry.sweep(name) if name is not None else None
 
 
 def _failed(home: Home, trial: ClaimedTrial, error: BaseException, log: TrialLog, say: Say, tally: Tally) -> None:
