@@ -430,6 +430,8 @@ def test_a_retried_halving_trial_of_a_decided_rung_is_placed_and_no_worker_dies_
     going = ("done", 1, 4) if beaten else ("stopped", 0, 2)
     assert [(by_id[e]["status"], by_id[e]["rung"], by_id[e]["target_step"]) for e in ids[2:]] == [going, going]
     assert rows(home, "select count(*) from sweep_claims where released is null") == [(0,)]
+    shown = cli(home, "sweep", "status", "late").stdout
+    assert f"{', '.join(ids[2:])} ({late['value']:.4f}, placed after a retry)" in shown
     assert octlm(home, "work", "late", "--until-empty", "-q").returncode == 0
     repaired = octlm(home, "doctor", "--repair", "--json")
     assert repaired.returncode == 0 and "claim" not in repaired.stdout, repaired.stdout

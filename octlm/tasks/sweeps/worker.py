@@ -103,7 +103,8 @@ def work(home: Home, options: Options, say: Say, tally: Tally | None = None) -> 
             trial = _claim(home, options, identity, busy | deferred)
             if trial is not None and not runnable(home, trial):
                 deferred.add(trial["id"])
-                _settle(home, trial, "deferred")
+                if reason := _settle(home, trial, "deferred"):
+                    say(f"{trial['experiment_id']}: failed: {reason}")
                 continue
             if trial is None:
                 if deferred:  # trials of another determinism tier: a fresh process of this worker pins theirs
