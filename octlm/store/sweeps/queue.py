@@ -19,6 +19,7 @@ from octlm.store.sweeps.records import (
     DecisionRow,
     Retried,
     RetriedTrial,
+    Shipped,
     SweepRow,
     SweepSpec,
     TrialRow,
@@ -202,3 +203,17 @@ class QueueRows(RegistryBase):
             spec = change(cast("SweepSpec", dict(decoded(dict(row))["spec"] or {})))
             set_spec(conn, row["id"], spec)
             return spec
+
+    def ship(self, name: str, was: SweepSpec, claims: int, shipped: Shipped) -> bool:
+        """``sweep pack``'s mark: the spec of sweep ``name`` gains ``shipped``, in one transaction, only while it is
+        still ``was`` and its trials have had ``claims`` claims, as when they were packed (no ``extend`` or ``retry``
+        changed it and no worker here took a trial since): False otherwise, nothing marked."""
+        with self._transaction() as conn:
+            row = conn.execute("select id, spec from sweeps where name = ?", (name,)).fetchone()
+            if row is None or (decoded(dict(row))["spec"] or {}) != was:
+                return False
+            taken = conn.execute("select count(*) from sweep_claims where sweep_id = ?", (row["id"],)).fetchone()[0]
+            if taken != claims:
+                return False
+            set_spec(conn, row["id"], {**was, "shipped": shipped})
+            return True

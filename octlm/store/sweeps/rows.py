@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.liveness import effective_status
-from octlm.store.base import EXPERIMENT_COLUMNS, Fields, RegistryBase, checked, encode, now, writable
+from octlm.store.base import EXPERIMENT_COLUMNS, Fields, RegistryBase, checked, decoded, encode, now, writable
 from octlm.store.sweeps.records import DecisionRow, QueuedTrial, RankedGroup, SweepRow, TrialRow
 from octlm.store.sweeps.specs import check_spec, describe
 
@@ -73,6 +73,20 @@ def _progress(trial: dict[str, Any]) -> tuple[int, bool]:
     return int(trial.get("rung") or 0), trial.get("status") in ("done", "failed", "stopped")
 
 
+def _unchanged(
+    conn: sqlite3.Connection, sweep_id: int, members: Sequence[tuple[Fields, Fields]], groups: int | None, was: Any
+) -> bool:
+    """Whether the sweep is still as the ``members`` to add were made from it (see ``SweepRows.add_trials``)."""
+    found = conn.execute("select group_key, replicate from sweep_trials where sweep_id = ?", (sweep_id,))
+    have = {(row["group_key"], row["replicate"]) for row in found.fetchall()}
+    if any((trial["group_key"], trial.get("replicate", 0)) in have for _, trial in members):
+        return False
+    if groups is not None and len({key for key, _ in have}) != groups:
+        return False
+    row = conn.execute("select spec from sweeps where id = ?", (sweep_id,)).fetchone()
+    return was is None or (row is not None and (decoded(dict(row))["spec"] or {}) == was)
+
+
 def _insert(conn: sqlite3.Connection, table: str, fields: dict[str, Any]) -> int:
     row = checked(table, fields, writable(table))
     columns, marks = ", ".join(row), ", ".join("?" for _ in row)
@@ -100,15 +114,18 @@ class SweepRows(RegistryBase):
         self,
         sweep_id: int,
         members: Sequence[tuple[Fields, Fields]],
-        expect_groups: int,
+        expect_groups: int | None = None,
         spec: Any = None,
+        was: Any = None,
     ) -> bool:
         """More trials for a sweep (one that asks as it goes, or ``sweep extend`` with the grown ``spec``), in one
-        transaction, only while the sweep still holds the ``expect_groups`` configurations they were made from:
-        False when another process added some first (nothing is written then)."""
+        transaction, only while none of their (configuration, replicate) pairs is there yet, the sweep still holds the
+        ``expect_groups`` configurations they were made from (an ask) and, given ``was``, its spec is still ``was``
+        (``extend``: no other extend grew it and no ``sweep pack`` marked it since it was read): False when another
+        process got there first (nothing is written then). Checked inside the transaction, under the write lock: two
+        processes that read the same sweep never both add to it."""
         with self._transaction() as conn:
-            groups = conn.execute("select count(distinct group_key) from sweep_trials where sweep_id = ?", (sweep_id,))
-            if groups.fetchone()[0] != expect_groups:
+            if not _unchanged(conn, sweep_id, members, expect_groups, was):
                 return False
             start = conn.execute(
                 "select coalesce(max(position), -1) + 1 from sweep_trials where sweep_id = ?", (sweep_id,)

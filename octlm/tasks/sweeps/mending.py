@@ -77,10 +77,9 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
         "asked": _asked(spec, grown, draws),
     }
     grown["history"] = [*spec.get("history", []), event]
-    groups = len({t["group_key"] for t in trials})
     with plan.write_trials(home, new, spec.get("prefix") or DEFAULT_PREFIX, name) as (registry, members):
-        if not registry.add_trials(sweep["id"], members, groups, grown):
-            raise Refused(f"sweep {name} changed while it was being extended: nothing was changed; try again")
+        if not registry.add_trials(sweep["id"], members, spec=grown, was=spec):
+            _raced(registry, name)
         kept.keep_sweep(home, registry, name)
     return {"name": name, **event, "trials": [t.config.id for t in new]}
 
@@ -90,6 +89,16 @@ def _asked(spec: SweepSpec, grown: SweepSpec, draws: int) -> ExtendAsked:
     more = {key: [x for x in values if x not in spec["grid"][key]] for key, values in grown["grid"].items()}
     seeds = grown["seeds"] if grown["seeds"] != spec["seeds"] else None
     return {"seeds": seeds, "grid": {key: values for key, values in more.items() if values}, "random": draws}
+
+
+def _raced(registry: Registry, name: str) -> None:
+    """Another process changed the sweep since ``extend`` read it (another ``extend``, ``retry``, ``sweep pack``):
+    Refused, saying which when it was shipped meanwhile; the trials' files go again (``plan.write_trials``)."""
+    sweep = registry.sweep(name)
+    shipping.refuse_shipped((sweep["spec"] if sweep else None) or {}, name, "extended")
+    raise Refused(
+        f"sweep {name} changed while it was being extended (another extend or retry): nothing was changed; try again"
+    )
 
 
 def _grown(name: str, spec: SweepSpec, base: Any, seeds: int | None, grid: tuple[str, ...], draws: int) -> SweepSpec:
@@ -105,6 +114,8 @@ def _grown(name: str, spec: SweepSpec, base: Any, seeds: int | None, grid: tuple
         raise BadInput(f"--grid {unknown[0]}: not a key of sweep {name} (its keys: {keys})")
     if seeds is not None and seeds < spec["seeds"]:
         raise BadInput(f"--seeds {seeds}: sweep {name} has {spec['seeds']} already; give more")
+    if draws < 0:
+        raise BadInput(f"--random {draws}: give the number of draws to add (1 or more)")
     if draws and not spec.get("ranges"):
         raise BadInput(f"--random {draws}: sweep {name} draws no --range keys")
     grown: SweepSpec = {**spec, "seeds": seeds or spec["seeds"], "random": spec["random"] + draws}

@@ -25,7 +25,7 @@ from octlm.exchange import packing
 from octlm.store import kept
 from octlm.store.registry import Registry, now
 from octlm.store.sweeps import specs
-from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepPacked, SweepSpec, SweepUnpacked
+from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepPacked, SweepRow, SweepSpec, SweepUnpacked
 from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, picked
 from octlm.tasks.sweeps import samplers
 
@@ -44,12 +44,14 @@ class ShippedSweep(TypedDict):
 
 
 def pack(home: Home, name: str, output: Path, shards: int = 1) -> SweepPacked:
-    """Write the sweep ``name`` to the folder ``output`` (in ``shards`` shard folders); what went where."""
+    """Write the sweep ``name`` to the folder ``output`` (in ``shards`` shard folders), then mark it shipped here,
+    only if nothing changed it meanwhile (``Registry.ship``); what went where."""
+    _outside_home(home, output)
     with Registry(home.registry, create=False) as registry:
         sweep = registry.sweep(name)
         if sweep is None:
             raise BadInput(f"unknown sweep {name}")
-        trials = registry.trials(sweep["id"])
+        trials, claims = registry.trials(sweep["id"]), len(registry.claims(sweep["id"]))
     spec = sweep["spec"] or {}
     if shards != 1 and (spec.get("halving") or samplers.of(spec).asks):
         raise BadInput(
@@ -60,23 +62,48 @@ def pack(home: Home, name: str, output: Path, shards: int = 1) -> SweepPacked:
     folders = [output] if shards == 1 else [output / f"shard-{index}" for index in range(shards)]
     _check_places(folders, trials, output)
     for index, folder in enumerate(folders):
-        _make_folder(folder, own_name=folder != output)
-        mine = trials[index::shards]
-        for trial in mine:
-            packing.pack(home, trial["experiment_id"], folder / f"{trial['experiment_id']}.tar", own_name=True)
-        manifest = {
-            "format": FORMAT,
-            "version": VERSION,
-            "sweep": picked(sweep, SWEEP_FIELDS) | {"spec": _unmarked(spec)},  # the mark is this home's
-            "trials": [picked(trial, TRIAL_FIELDS) for trial in mine],
-        }
-        write_output(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode(), MANIFEST, own_name=True)
+        _write_shard(home, sweep, trials[index::shards], folder, own_name=folder != output)
     ids = [t["experiment_id"] for t in trials]
     shipped: Shipped = {"to": str(output), "at": now(), "trials": ids}  # this home's, never in what it ships
     with Registry(home.registry) as registry:
-        registry.change_spec(name, lambda spec: {**spec, "shipped": shipped})
+        if not registry.ship(name, spec, claims, shipped):
+            raise Refused(
+                f"sweep {name} changed while it was being packed (extended or retried, or a worker here took a "
+                f"trial): it was not marked shipped; pack it again (its folders are written again)"
+            )
         kept.keep_sweep(home, registry, name)
     return {"sweep": name, "folders": [str(f) for f in folders], "trials": ids}
+
+
+def _write_shard(home: Home, sweep: SweepRow, mine: list[QueuedTrial], folder: Path, own_name: bool) -> None:
+    """One folder of a shipped sweep: each of its trials' packs, then ``sweep.json`` (last: a folder with it is
+    whole)."""
+    _make_folder(folder, own_name=own_name)
+    for trial in mine:
+        packing.pack(home, trial["experiment_id"], folder / f"{trial['experiment_id']}.tar", own_name=True)
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "sweep": picked(sweep, SWEEP_FIELDS) | {"spec": _unmarked(sweep["spec"] or {})},  # the mark is this home's
+        "trials": [picked(trial, TRIAL_FIELDS) for trial in mine],
+    }
+    write_output(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode(), MANIFEST, own_name=True)
+
+
+def _outside_home(home: Home, output: Path) -> None:
+    """BadInput when ``-o`` is the home itself or inside one of the folders octlm keeps there: the packs would land
+    among its own files, and the sweep would be marked shipped to itself."""
+    resolved, root = output.resolve(), home.root.resolve()
+    kept_here = [*home.own_folders(), home.root / "checkpoints", home.root / kept.FOLDER]
+    where = "its root" if resolved == root else None
+    for folder in kept_here:
+        if where is None and resolved.is_relative_to(folder.resolve()):
+            where = f"its {folder.name}/"
+    if where is not None:
+        raise BadInput(
+            f"-o {output}: inside the home {home.root} ({where}), which octlm keeps: give a folder outside the home's "
+            "own folders, where other homes can read it; nothing was written"
+        )
 
 
 def refuse_shipped(spec: SweepSpec, name: str, doing: str) -> None:
