@@ -18,6 +18,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Literal, cast, overload
 
@@ -46,6 +47,7 @@ FORMAT, VERSION, ROOT, MANIFEST, RECORDS, TOKENIZER = (
 )
 
 Source = Path | bytes
+Same = Callable[[Path, Path], bool]  # (a checkpoint here, the pack's of its step, staged): the same training state?
 
 
 # ---------------------------------------------------------------- pack
@@ -179,6 +181,7 @@ def unpack(
     allow_outside_sources: bool = False,
     hint: str = ...,
     check_only: Literal[False] = False,
+    same: Same | None = None,
 ) -> Unpacked: ...
 
 
@@ -191,6 +194,7 @@ def unpack(
     allow_outside_sources: bool = False,
     hint: str = ...,
     check_only: Literal[True],
+    same: Same | None = None,
 ) -> Checked: ...
 
 
@@ -202,10 +206,13 @@ def unpack(
     allow_outside_sources: bool = False,
     hint: str = "unpack it under another ID with --as NEW-ID",
     check_only: bool = False,
+    same: Same | None = None,
 ) -> Checked | Unpacked:
     """Verify the pack at ``path``, then place its files and merge its rows into ``home`` (see the module).
     ``hint``: the way out of an ID taken here; ``check_only``: verify everything (members, checksums, what merging
-    would do) and write nothing (``sweep unpack`` checks every trial's pack before it unpacks one)."""
+    would do) and write nothing (``sweep unpack`` checks every trial's pack before it unpacks one); ``same``: whether
+    a checkpoint here and the pack's of its step hold the same training state, so that one here with other bytes is
+    kept rather than refused (``_kept``)."""
     if as_id is not None:
         validate_id(as_id)
     with stopping_at_once("unpack"), tarcheck.open_pack(path) as tar:
@@ -224,23 +231,11 @@ def unpack(
                 outside=allow_outside_sources,
             )
             target = chosen.targets[source["uuid"]]
+            kept = _kept(home, (tar, members, manifest, path), home.checkpoint_dir(target), same)
             if check_only:
-                _verify_members(tar, members, manifest, path)
+                tarcheck.verify_members(tar, members, manifest, path)
                 return {"experiment": target, "from": source["id"], "uuid": source["uuid"], "checked": True}
-            prefix = layout.staging_prefix(os.getpid(), start_time(os.getpid()))
-            staging = Path(tempfile.mkdtemp(prefix=prefix, dir=home.root))  # doctor tells a live one by its name
-            try:
-                staged = _extract(tar, members, manifest, staging, path)
-                blocks = [p for p in staged if p.name == tarcheck.BLOCKS]
-                moves = _moves(home.checkpoint_dir(target), [p for p in staged if p not in blocks])
-                moves += _blocks_move(home, target, blocks)
-                rows = (
-                    importing.apply(home, registry, chosen, before=lambda placed: _place(moves, placed))
-                    if chosen.changed or moves
-                    else {}
-                )
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
+            moves, rows = _place_all(home, registry, chosen, target, kept, (tar, members, manifest, path))
     steps = sorted(step for _, place in moves if (step := layout.step_of(place.name)) is not None)
     return {
         "schema_version": exchange.SCHEMA_VERSION,
@@ -252,6 +247,66 @@ def unpack(
         "checkpoints": steps,
         "rows": rows,
     }
+
+
+Opened = tuple[tarfile.TarFile, dict[str, tarfile.TarInfo], Manifest, Path]  # the pack, its members and manifest
+
+
+def _place_all(
+    home: Home, registry: ExchangeRegistry, chosen: importing.Plan, target: str, kept: set[str], pack: Opened
+) -> tuple[list[tuple[Path, Path]], dict[str, int]]:
+    """Every file of the pack staged and verified in a folder inside the home, then placed (but those ``kept`` here,
+    whose rows stay as they are too) and the rows merged; (what moved where, {table: rows written})."""
+    tar, members, manifest, path = pack
+    chosen.merge.checkpoints = [
+        row
+        for row in chosen.merge.checkpoints
+        if row["experiment_id"] != target or layout.checkpoint_name(row["step"]) not in kept
+    ]
+    staging = _staging(home)  # doctor tells a live one by its name
+    try:
+        staged = _extract(tar, members, manifest, staging, path)
+        blocks = [p for p in staged if p.name == tarcheck.BLOCKS]
+        moves = _moves(home.checkpoint_dir(target), [p for p in staged if p not in blocks and p.name not in kept])
+        moves += _blocks_move(home, target, blocks)
+        if not (chosen.changed or moves):
+            return moves, {}
+        return moves, importing.apply(home, registry, chosen, before=lambda placed: _place(moves, placed))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _staging(home: Home) -> Path:
+    """A staging folder at the home's root, named for this process (``layout.staging_prefix``)."""
+    prefix = layout.staging_prefix(os.getpid(), start_time(os.getpid()))
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=home.root))
+
+
+def _kept(home: Home, pack: Opened, folder: Path, same: Same | None) -> set[str]:
+    """The names of the checkpoint files here, at a step the pack holds too but with other bytes, that ``same`` says
+    hold the training state of the pack's (a trial shipped to another home and trained here too, exactly as there):
+    kept as they are, with their sidecars and rows. One that does not is refused here, before anything is written.
+    Without ``same``, nothing (``_moves`` refuses any file here with other bytes)."""
+    tar, members, manifest, path = pack
+    places = {n: folder / Path(n).name for n in manifest["files"] if layout.step_of(Path(n).name) is not None}
+    clashes = [
+        name
+        for name, here in sorted(places.items())
+        if same is not None and here.is_file() and file_sha256(here)[0] != manifest["files"][name]["sha256"]
+    ]
+    if same is None or not clashes:
+        return set()
+    kept, staging = set(), _staging(home)
+    try:
+        for name in clashes:
+            here, sidecar = places[name], str(layout.sidecar(Path(name)))
+            _extract(tar, {k: members[k] for k in (name, sidecar) if k in members}, manifest, staging, path)
+            if not same(here, staging / here.name):
+                raise Refused(f"{here} is here with another training state than the pack's: nothing was changed")
+            kept |= {here.name, Path(sidecar).name}
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return kept
 
 
 def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], Manifest, list[Record]]:
@@ -300,24 +355,6 @@ def _extract(
         if target.suffix == ".pt" and not _matches_sidecar(target, digests[target.name]):
             raise Refused(f"{path}: {target.name} does not match its .sha256 file: nothing was registered")
     return staged
-
-
-def _verify_members(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], manifest: Manifest, path: Path) -> None:
-    """Every file member's checksum against the manifest, read and hashed, never written anywhere."""
-    for name, info in sorted(members.items()):
-        if name in (MANIFEST, RECORDS):
-            continue
-        digest, size, declared = hashlib.sha256(), 0, manifest["files"][name]["size"]
-        try:
-            source = tar.extractfile(info)
-            while source is not None and (chunk := source.read(min(1 << 20, declared - size + 1))):
-                size += len(chunk)
-                if size > declared:
-                    raise Refused(f"{path}: {info.name} holds more than its manifest's {declared} bytes: altered")
-                digest.update(chunk)
-        except (tarfile.TarError, EOFError) as error:
-            raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
-        tarcheck.verify(name, digest.hexdigest(), size, manifest, path)
 
 
 def _copy(tar: tarfile.TarFile, info: tarfile.TarInfo, target: Path, path: Path, declared: int) -> tuple[str, int]:

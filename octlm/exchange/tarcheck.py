@@ -6,6 +6,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -226,3 +227,21 @@ def verify(name: str, digest: str, size: int, manifest: Manifest, path: Path) ->
     entry = manifest["files"][name]
     if (digest, size) != (entry["sha256"], entry["size"]):
         raise Refused(f"{path}: {name} does not match its checksum (corrupted?): nothing was registered")
+
+
+def verify_members(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], manifest: Manifest, path: Path) -> None:
+    """Every file member's checksum against the manifest, read and hashed, never written anywhere."""
+    for name, info in sorted(members.items()):
+        if name in (MANIFEST, RECORDS):
+            continue
+        digest, size, declared = hashlib.sha256(), 0, manifest["files"][name]["size"]
+        try:
+            source = tar.extractfile(info)
+            while source is not None and (chunk := source.read(min(1 << 20, declared - size + 1))):
+                size += len(chunk)
+                if size > declared:
+                    raise Refused(f"{path}: {info.name} holds more than its manifest's {declared} bytes: altered")
+                digest.update(chunk)
+        except (tarfile.TarError, EOFError) as error:
+            raise BadInput(f"{path}: truncated or damaged tar ({error})") from None
+        verify(name, digest.hexdigest(), size, manifest, path)

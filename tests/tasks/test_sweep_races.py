@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import cli, json_out, octlm, write_corpus, write_experiment
+from conftest import assert_same_training_state, cli, json_out, octlm, write_corpus, write_experiment
+
+from octlm.core import layout
+from octlm.train import checkpoint
 
 TINY = {"steps": 4, "eval_interval": 2, "log_interval": 2, "warmup_steps": 1}
 GRID = ("--grid", "training.learning_rate=1e-3,3e-3")
@@ -173,3 +175,74 @@ def test_pack_refuses_a_folder_of_the_home_itself(home: Path, inside: str, monke
     assert refused.exit_code == 2 and "inside the home" in one_line(refused.stderr), refused.stderr
     assert "shipped" not in spec(home, "lr")
     assert written(home) == before  # nothing written
+
+
+@pytest.mark.slow
+def test_a_worker_here_racing_pack_trains_no_shipped_trial(home: Path, tmp_path: Path) -> None:
+    """A variant: a worker here claims while `sweep pack` has packed the trials but not marked them yet. Either the
+    worker claims first (the pack is not marked: the trial it trains is no longer the packed one) or the pack marks
+    first (the worker takes no shipped trial); never a shipped trial trained here."""
+    assert cli(home, "sweep", "new", "lr", "--from", "EXP-001", *GRID).exit_code == 0
+    ship = tmp_path / "ship"
+    with registry_held(home):
+        pack = launch(home, "sweep", "pack", "lr", "-o", str(ship))
+        until(lambda: (ship / "sweep.json").exists())
+        worker = launch(home, "work", "lr", "--until-empty", "-q")
+        time.sleep(3)  # the worker started and waits for the lock to claim (either order is checked below)
+    (packed, pack_err), (worked, work_err) = ended(pack), ended(worker)
+    assert worked == 0, work_err
+    trained = [r[0] for r in rows(home, "select experiment_id from sweep_claims")]
+    if packed == 0:
+        assert trained == [] and spec(home, "lr")["shipped"]["trials"] == ["EXP-002", "EXP-003"]
+    else:
+        assert packed == 3 and "was not marked shipped" in one_line(pack_err)
+        assert "shipped" not in spec(home, "lr") and trained == ["EXP-002", "EXP-003"]
+
+
+# ---------------------------------------------------------------- work at home on a shipped sweep
+
+
+def final(home: Path, experiment_id: str) -> checkpoint.Record:
+    return checkpoint.read(layout.checkpoints(home / "checkpoints" / experiment_id)[-1][1])
+
+
+@pytest.mark.slow
+def test_work_leaves_a_shipped_sweep_alone_and_a_trial_trained_here_too_merges_back(tmp_path: Path) -> None:
+    """The attack: `work` at home trained a shipped sweep's trials, and its shards could never be merged back (each
+    checkpoint here with other bytes). Now `work` leaves them alone and says so once; a trial trained here anyway
+    (`octlm train`, outside the queue) merges back when its training state is the pack's, bit for bit, and one whose
+    state differs is refused (exit 3, one line) before anything is unpacked."""
+    home, ship = small_home(tmp_path), tmp_path / "ship"
+    assert cli(home, "sweep", "new", "lr", "--from", "EXP-001", *GRID).exit_code == 0
+    assert cli(home, "sweep", "pack", "lr", "-o", str(ship)).exit_code == 0
+    idle = octlm(home, "work", "lr", "--until-empty")
+    assert idle.returncode == 0 and idle.stderr.count(f"sweep lr is shipped to {ship}") == 1, idle.stderr
+    assert "0 trials done" in idle.stderr and not (home / "checkpoints").exists()
+    assert rows(home, "select status from sweep_trials") == [("queued",), ("queued",)]
+    node = write_corpus(tmp_path / "node")
+    assert octlm(node, "sweep", "unpack", str(ship)).returncode == 0
+    assert octlm(node, "work", "lr", "--until-empty", "-q").returncode == 0
+    assert octlm(node, "sweep", "pack", "lr", "-o", str(ship)).returncode == 0
+    for trial in ("EXP-002", "EXP-003"):  # here too, outside the queue: the same bits, other files
+        assert octlm(home, "train", trial, "-q").returncode == 0
+    assert (home / "checkpoints/EXP-002/step-000004.pt").read_bytes() != (
+        node / "checkpoints/EXP-002/step-000004.pt"
+    ).read_bytes()
+    path = home / "checkpoints" / "EXP-003" / "step-000004.pt"
+    mine = {p: p.read_bytes() for p in (path, layout.sidecar(path))}
+    changed = checkpoint.read(path)
+    weight = next(iter(changed.model))
+    changed.model[weight] = changed.model[weight] + 1e-3
+    checkpoint.save(path, changed)  # another training state at that step
+    refused = octlm(home, "sweep", "unpack", str(ship))
+    assert refused.returncode == 3 and "another training state than the pack's" in one_line(refused.stderr)
+    assert spec(home, "lr")["shipped"]["trials"] == ["EXP-002", "EXP-003"]  # nothing merged, not even EXP-002
+    for file, data in mine.items():
+        file.write_bytes(data)
+    merged = octlm(home, "sweep", "unpack", str(ship), "--json")
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads(merged.stdout)["trials"] == {"EXP-002": "further", "EXP-003": "further"}
+    problems = json_out(cli(home, "doctor", "--json"))["problems"]
+    assert "shipped" not in spec(home, "lr") and [p["where"] for p in problems] == ["EXP-001"]  # the base: unused
+    for trial in ("EXP-002", "EXP-003"):
+        assert_same_training_state(final(home, trial), final(node, trial))

@@ -25,7 +25,7 @@ from octlm.store.sweeps.records import (
     TrialRow,
     Worker,
 )
-from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead, set_spec
+from octlm.store.sweeps.rows import TRIALS, Decide, Decision, _insert, claim_is_dead, set_spec, shipped_trials
 from octlm.store.sweeps.specs import check_spec
 
 FAILED_LINE = re.compile(r"\d\d:\d\d:\d\d failed: (.+)")  # a worker's last word on a trial in its log
@@ -87,14 +87,18 @@ class QueueRows(RegistryBase):
     ) -> ClaimedTrial | None:
         """Take the first trial (of ``sweep_ids``, else of every sweep) that is queued or whose claim's process is
         gone, for ``worker`` (``host``, ``pid``, ``pid_start``, ``threads``, ``device``); the trial's row with
-        its ``claim_id``, or None when there is none. ``skip``: trial ids not to take now."""
+        its ``claim_id``, or None when there is none. ``skip``: trial ids not to take now. A trial its sweep marks
+        shipped (``sweep pack``: it runs in another home until ``sweep unpack`` brings it back) is never taken."""
         where = "t.status in ('queued', 'running')"
         if sweep_ids is not None:
             where += f" and t.sweep_id in ({', '.join(str(int(i)) for i in sweep_ids) or 'null'})"
         with self._transaction() as conn:
+            away = shipped_trials(conn)
             for found in conn.execute(f"{TRIALS} where {where} order by t.sweep_id, t.position").fetchall():
                 row = decoded(dict(found))
-                if row["id"] in skip or (row["status"] == "running" and not self._lost(conn, row)):
+                if row["id"] in skip or row["experiment_id"] in away:
+                    continue
+                if row["status"] == "running" and not self._lost(conn, row):
                     continue
                 fields = {"trial_id": row["id"], "sweep_id": row["sweep_id"], "experiment_id": row["experiment_id"]}
                 fields = {**fields, "target_step": row["target_step"], "claimed": now(), **worker}

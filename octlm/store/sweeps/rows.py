@@ -62,6 +62,17 @@ def set_spec(conn: sqlite3.Connection, sweep_id: int, spec: Any) -> None:
     conn.execute(sql, (encode(spec), describe(spec), now(), sweep_id))
 
 
+def shipped_trials(conn: sqlite3.Connection) -> set[str]:
+    """The experiment IDs of the trials every sweep marks shipped (``sweep pack``), not merged back yet."""
+    away: set[str] = set()
+    for row in conn.execute("select spec from sweeps").fetchall():
+        spec = decoded(dict(row))["spec"]
+        shipped = spec.get("shipped") if isinstance(spec, dict) else None
+        if isinstance(shipped, dict) and isinstance(shipped.get("trials"), list):
+            away.update(str(trial) for trial in shipped["trials"])
+    return away
+
+
 def claim_is_dead(row: Fields) -> bool:
     """A claim whose process is gone (on this host, by pid and start time): its trial may be taken over."""
     probe = {"status": "running", "host": row.get("host"), "pid": row.get("pid"), "pid_start": row.get("pid_start")}

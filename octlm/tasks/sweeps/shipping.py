@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import check_output, read_regular, write_output
@@ -28,6 +29,9 @@ from octlm.store.sweeps import specs
 from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepPacked, SweepRow, SweepSpec, SweepUnpacked
 from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, picked
 from octlm.tasks.sweeps import samplers
+
+if TYPE_CHECKING:
+    from octlm.train.checkpoint import Record
 
 FORMAT, VERSION, MANIFEST = "octlm-sweep", 1, "sweep.json"
 MAX_MANIFEST = 64 << 20
@@ -117,6 +121,29 @@ def refuse_shipped(spec: SweepSpec, name: str, doing: str) -> None:
         )
 
 
+def left_alone(sweeps: list[SweepRow], say: Callable[[str], None]) -> set[str]:
+    """The trials of ``sweeps`` shipped to other homes, which a worker here leaves alone (the queue never hands them
+    out: ``Registry.claim``), each sweep said once in this process: trained here too, a trial would come back as
+    two histories of one experiment."""
+    away: set[str] = set()
+    for sweep in sweeps:
+        shipped = (sweep["spec"] or {}).get("shipped")
+        if not isinstance(shipped, dict) or not shipped.get("trials"):
+            continue
+        away.update(shipped["trials"])
+        if sweep["name"] not in _SAID:
+            _SAID.add(sweep["name"])
+            say(
+                f"work: sweep {sweep['name']} is shipped to {shipped.get('to')} (sweep pack, {shipped.get('at')}): its "
+                f"{len(shipped['trials'])} trials there run in other homes and are left alone here until `octlm sweep "
+                "unpack` merges them back"
+            )
+    return away
+
+
+_SAID: set[str] = set()
+
+
 def _unshipped(spec: SweepSpec, merged: list[str]) -> SweepSpec:
     """The spec with the trials merged back taken off its ``shipped`` mark (the mark gone when none is left)."""
     shipped = spec.get("shipped")
@@ -189,8 +216,8 @@ def unpack(home: Home, folder: Path) -> SweepUnpacked:
     packs = [folder / f"{t['experiment_id']}.tar" for t in manifest["trials"]]
     hint = "sweep unpack keeps the trials' IDs: free this ID here, or unpack the sweep into another home"
     for pack in packs:  # every trial's pack checked (members, checksums, what it merges) before any is unpacked
-        packing.unpack(home, pack, hint=hint, check_only=True)
-    unpacked = [packing.unpack(home, pack, hint=hint) for pack in packs]
+        packing.unpack(home, pack, hint=hint, check_only=True, same=same_state)
+    unpacked = [packing.unpack(home, pack, hint=hint, same=same_state) for pack in packs]
     with Registry(home.registry) as registry:
         merged = registry.merge_sweep(manifest["sweep"], manifest["trials"])
         registry.change_spec(manifest["sweep"]["name"], lambda spec: _unshipped(spec, list(merged)))
@@ -200,3 +227,34 @@ def unpack(home: Home, folder: Path) -> SweepUnpacked:
         "trials": merged,
         "changed": any(u["changed"] for u in unpacked) or any(v != "kept" for v in merged.values()),
     }
+
+
+def same_state(here: Path, packed: Path) -> bool:
+    """Whether two checkpoints of a step hold the same training state, bit for bit: weights, optimizer state and
+    the sampler's position (a shipped trial trained here too, from the same config, as exactly as training is: its
+    files differ only in timings and the box's record, and the trial merges back). Torch is loaded here only."""
+    import torch
+
+    from octlm.train import checkpoint
+
+    try:
+        mine, theirs = checkpoint.read(here), checkpoint.read(packed)
+    except checkpoint.InvalidCheckpoint:
+        return False
+    a, b = _state(mine), _state(theirs)
+    return (
+        mine.step == theirs.step
+        and mine.model.keys() == theirs.model.keys()
+        and len(a) == len(b)
+        and all(
+            torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else x == y
+            for x, y in zip(a, b, strict=True)
+        )
+    )
+
+
+def _state(record: Record) -> list[Any]:
+    """A checkpoint's training state as one list: its weights, its optimizer's state, its sampler's position."""
+    optimizer = record.optimizer.get("state", {})
+    moments = [value for _, values in sorted(optimizer.items()) for _, value in sorted(values.items())]
+    return [*record.model.values(), *moments, record.sampler]

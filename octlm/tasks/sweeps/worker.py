@@ -40,7 +40,7 @@ from octlm.runtime import determinism
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
 from octlm.store.sweeps.records import ClaimedTrial, Lost, SweepRow, Worker
-from octlm.tasks.sweeps import halving, plan
+from octlm.tasks.sweeps import halving, plan, shipping
 from octlm.tasks.sweeps.trial_log import TALLY_VARIABLE, Tally, TrialLog
 
 POLL_S = 0.5
@@ -109,7 +109,7 @@ def work(home: Home, options: Options, say: Say, tally: Tally | None = None) -> 
             if trial is None:
                 if deferred:  # trials of another determinism tier: a fresh process of this worker pins theirs
                     restart(tally, say, deferred)
-                if options.until_empty and not _waiting(home, options, say):
+                if not _waiting(home, options, say) and options.until_empty:
                     return tally
                 if not idle:
                     say("work: no trial to claim now; waiting for one (SIGTERM or Ctrl-C stops)")
@@ -196,10 +196,17 @@ def _claim(home: Home, options: Options, identity: Worker, busy: set[int]) -> Cl
 
 def _waiting(home: Home, options: Options, say: Say) -> bool:
     """Whether a trial of the worker's sweeps is queued or running on this host; a trial claimed on another host (a
-    copied home, a container restarted under another name) is said once and not waited for."""
+    copied home, a container restarted under another name) is said once and not waited for, and so is a sweep
+    shipped to other homes (``shipping.left_alone``: the queue never hands out its trials)."""
     with Registry(home.registry, create=False) as registry:
         ids = sweep_ids(registry, options.sweeps) or [row["id"] for row in registry.sweeps()]
-        trials = [t for i in ids for t in registry.trials(i) if t["status"] in ("queued", "running")]
+        away = shipping.left_alone([row for row in registry.sweeps() if row["id"] in ids], say)
+        trials = [
+            t
+            for i in ids
+            for t in registry.trials(i)
+            if t["status"] in ("queued", "running") and t["experiment_id"] not in away
+        ]
     here = socket.gethostname()
     foreign = [t for t in trials if t["status"] == "running" and t["host"] not in (None, here)]
     for trial in foreign:
