@@ -4,8 +4,10 @@ A checkpoint of step N is ``step-NNNNNN.pt`` (the step in at least six digits) i
 it ``step-NNNNNN.sha256``, the sidecar: one line ``<sha256>  <file name>``, written before the checkpoint is
 renamed into place. A crash can leave a ``.tmp`` file or a sidecar without its checkpoint behind (leftovers).
 
-``unpack`` stages a pack in ``.unpack-<pid>-<start time>-<random>/`` at the home's root (``staging_prefix``), so
-``doctor`` can tell the folder of a live unpack from one a killed unpack left behind (``staging_folders``).
+``unpack`` stages a pack in ``.unpack-<pid>-<start time>-<random>/`` at the home's root (``staging_prefix``), and a
+command that makes many experiments at once (``sweep new``, ``sweep extend``, ``new --seeds``) their files in
+``.new-<pid>-<start time>-<random>/``, so ``doctor`` can tell the folder of a live process from one a killed process
+left behind (``staging_folders``).
 """
 
 from __future__ import annotations
@@ -21,22 +23,24 @@ SIDECAR_SUFFIX = ".sha256"
 MAX_SIDECAR_BYTES = 4096
 
 
-STAGING = re.compile(r"\.unpack-(?:(\d+)-(\d+)-)?.*")  # older octlm: .unpack-<random>, no pid
+STAGING = re.compile(r"\.(?:unpack-(?:(\d+)-(\d+)-)?|new-(\d+)-(\d+)-).+")  # an older unpack's: .unpack-<random>
+NEW = "new"  # the staging of experiments made many at once
 
 
-def staging_prefix(pid: int, start: int | None) -> str:
-    """The name an unpack's staging folder starts with: its process's pid and start time (0: unknown)."""
-    return f".unpack-{pid}-{start or 0}-"
+def staging_prefix(pid: int, start: int | None, kind: str = "unpack") -> str:
+    """The name a staging folder starts with: what stages (``unpack``, ``NEW``), its process's pid and start time (0:
+    unknown)."""
+    return f".{kind}-{pid}-{start or 0}-"
 
 
 def staging_folders(root: Path) -> list[tuple[Path, int | None, int | None]]:
-    """Every staging folder at the home's root, with the pid and start time of the unpack that made it (None,
-    None for an older octlm's)."""
+    """Every staging folder at the home's root, with the pid and start time of the process that made it (None,
+    None for an older octlm's unpack); ``path.name`` says which kind."""
     found = []
-    for path in sorted(root.glob(".unpack-*")) if root.is_dir() else []:
+    for path in sorted(root.glob(".*-*")) if root.is_dir() else []:
         match = STAGING.fullmatch(path.name)
         if match and path.is_dir() and not path.is_symlink():
-            pid, start = match.groups()
+            pid, start = match.group(1) or match.group(3), match.group(2) or match.group(4)
             found.append((path, int(pid) if pid else None, int(start) or None if start else None))
     return found
 

@@ -9,10 +9,11 @@ YAML copied under another ID gets a new UUID), and never in the YAML itself: a c
 
 from __future__ import annotations
 
+import contextlib
 import os
-import re
 import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,29 +21,25 @@ from typing import Any
 from octlm import config as cfg
 from octlm.config.presets import preset as preset_raw
 from octlm.core import layout
-from octlm.core.errors import BadInput, OctlmError, Refused
+from octlm.core.errors import BadInput, OctlmError
 from octlm.core.fsutil import (
-    atomic_writer,
     check_regular,
     create_temporary,
-    file_sha256,
-    open_regular,
 )
 from octlm.core.home import (
     DEFAULT_PREFIX,
-    ID_PATTERN,
     Home,
     id_sort_key,
     split_id,
     validate_id,
     validate_prefix,
 )
+from octlm.core.liveness import start_time
 from octlm.core.records.freeform import ConfigTree
 from octlm.store import kept
 from octlm.store.registry import Registry
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes of YAML
-FORK_POINT = re.compile(rf"(?P<parent>{ID_PATTERN.pattern})@(?P<step>[0-9]{{1,12}})")
 
 
 def load(home: Home, experiment_id: str) -> cfg.Config:
@@ -134,102 +131,6 @@ def _new_defaults() -> dict[str, Any]:
     return raw
 
 
-def fork_init(home: Home, spec: str, *, optimizer: bool = False) -> ConfigTree:
-    """The ``init`` section of a fork from ``ID@STEP`` (``new --init-from``): the path relative to the home of the
-    fork's own reference to the checkpoint (``keep_fork_parent`` makes it, once every check passed) and its sha256,
-    read from its ``.sha256`` file and checked against its bytes (torch-free). BadInput for a malformed spec, an
-    unknown experiment or a step without a checkpoint; Refused for a checkpoint whose bytes do not match its
-    checksum."""
-    match = FORK_POINT.fullmatch(spec.strip())
-    if match is None:
-        raise BadInput(f"--init-from {spec!r}: expected ID@STEP, e.g. EXP-008@200")
-    parent, step = validate_id(match["parent"]), int(match["step"])
-    folder = home.checkpoint_dir(parent)
-    if not home.config_path(parent).exists() and not folder.is_dir():
-        raise BadInput(f"--init-from {spec}: unknown experiment {parent}")
-    path = layout.checkpoint_path(folder, step)
-    if not path.is_file():
-        steps = [number for number, _ in layout.checkpoints(folder)]
-        have = f"its checkpoints are at steps {', '.join(map(str, steps))}" if steps else "it has no checkpoints"
-        raise BadInput(f"--init-from {spec}: {parent} has no checkpoint at step {step}; {have}")
-    digest = _verified_digest(path)
-    return {
-        "parent": f"{parent}@{step}",
-        "checkpoint": str(_kept_parent(home, digest).relative_to(home.root)),
-        "sha256": digest,
-        "optimizer": optimizer,
-        "step": step if optimizer else 0,  # with the optimizer, the fork continues the parent's run at its step
-    }
-
-
-SHAPE_KEYS = ("model.d_model", "model.n_layers", "model.n_heads", "model.mlp_hidden", "tokenizer.vocab_size")
-CONTINUED_KEYS = ("data.sampling", "training.batch_size", "training.micro_batches")  # what a continued run needs alike
-
-
-def check_fork(home: Home, config: cfg.Config) -> None:
-    """A fork that could not train refused at ``new`` (BadInput naming the key): its parent's weights must fit its
-    model (shape, vocabulary); one continuing the parent's run (``--with-optimizer``) must also sample as the parent
-    did and have steps left to train after ``init.step``."""
-    init = config.init
-    if init.step and init.step >= config.training.steps:
-        raise BadInput(
-            f"--with-optimizer continues {init.parent} at step {init.step}: training.steps must be above it, "
-            f"got {config.training.steps}"
-        )
-    parent_id = init.parent.partition("@")[0]
-    try:
-        parent = cfg.flatten(load(home, parent_id).to_dict())
-    except OctlmError:
-        return  # its YAML is gone: the checkpoint's own config is checked when the fork trains
-    mine = cfg.flatten(config.to_dict())
-    for key in (*SHAPE_KEYS, *(CONTINUED_KEYS if init.step else ())):
-        if parent.get(key) != mine.get(key):
-            what = "its weights have another shape" if key in SHAPE_KEYS else "a continued run keeps it"
-            raise BadInput(
-                f"--init-from {init.parent}: {key} is {parent.get(key)!r} there and {mine.get(key)!r} here, and "
-                f"{what}; leave {key} as the parent has it"
-            )
-
-
-def _kept_parent(home: Home, digest: str) -> Path:
-    return home.root / "checkpoints" / "forks" / f"{digest}.pt"
-
-
-def keep_fork_parent(home: Home, config: cfg.Config) -> None:
-    """A fork's own reference to its parent checkpoint, ``checkpoints/forks/<sha256>.pt`` (a hard link, else a
-    copy), so the parent's retention, ``--restart`` or ``rm`` never takes a fork's step 0 away; made by ``new`` only
-    once every check passed, so a refused fork leaves nothing behind."""
-    kept = _kept_parent(home, config.init.sha256)
-    if kept.is_file():
-        return
-    parent, _, step = config.init.parent.partition("@")
-    path = layout.checkpoint_path(home.checkpoint_dir(parent), int(step))
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(path, kept)
-    except FileNotFoundError:
-        raise BadInput(
-            f"--init-from {config.init.parent}: its checkpoint was removed meanwhile; nothing was written"
-        ) from None
-    except OSError:
-        with open(open_regular(path, max_bytes=None, follow=False), "rb") as source, atomic_writer(kept) as target:
-            shutil.copyfileobj(source, target)
-
-
-def _verified_digest(path: Path) -> str:
-    """The sha256 of ``path`` as its ``.sha256`` file gives it, once the file's bytes agree."""
-    written = layout.read_sidecar(path)
-    if written is None:
-        raise Refused(f"{path.name}: no readable {layout.sidecar(path).name} to verify it against")
-    try:
-        actual = file_sha256(path)[0]
-    except OSError as error:
-        raise Refused(f"{path}: cannot be read: {error.strerror or error}") from None
-    if actual != written:
-        raise Refused(f"{path.name}: checksum mismatch (truncated or corrupted); it cannot be forked from")
-    return actual
-
-
 def same_fingerprint(home: Home, config: cfg.Config) -> list[str]:
     """The other experiments (registered, or only a file) whose config fingerprint equals ``config``'s."""
     with Registry(home.registry, create=False) as registry:
@@ -287,9 +188,41 @@ def free_ids(home: Home, registry: Registry, prefix: str) -> Iterator[str]:
     return _candidates(home, registry, None, validate_prefix(prefix))
 
 
-def publish_next(home: Home, candidates: Iterator[str], config: cfg.Config, prefix: str) -> cfg.Config:
-    """``publish`` under the next of ``candidates`` (``free_ids``) whose file does not exist yet."""
-    return _publish_first(home, candidates, config, None, prefix)
+def publish_next(
+    home: Home, candidates: Iterator[str], config: cfg.Config, prefix: str, staging: Path | None = None
+) -> cfg.Config:
+    """``publish`` under the next of ``candidates`` (``free_ids``) whose file does not exist yet; with ``staging``
+    (``staged``), the file is written there and placed in ``experiments/`` as a hard link of it."""
+    return _publish_first(home, candidates, config, None, prefix, staging)
+
+
+@contextlib.contextmanager
+def staged(home: Home) -> Iterator[Path]:
+    """A staging folder for experiments made many at once (a sweep's trials), removed when the block ends: each file
+    is written in it and placed in ``experiments/`` as a hard link of it (``publish_next``), before the rows go in
+    in one transaction. Killed before that commit, the process leaves the folder, named for it
+    (``layout.staging_prefix``), and ``doctor`` tells its files in ``experiments/`` by their inode
+    (``placed_from``): never registered, they are removed rather than taken for experiments of their own."""
+    prefix = layout.staging_prefix(os.getpid(), start_time(os.getpid()), layout.NEW)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=home.root))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def placed_from(home: Home, folder: Path) -> list[str]:
+    """The IDs whose ``experiments/<ID>.yaml`` is a hard link of a file in the staging folder ``folder``."""
+    inodes = {(found.st_dev, found.st_ino) for found in map(os.lstat, folder.iterdir())}
+    return [i for i in ids_on_disk(home) if _inode(home.config_path(i)) in inodes]
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _candidates(home: Home, registry: Registry, experiment_id: str | None, prefix: str) -> Iterator[str]:
@@ -309,12 +242,17 @@ def _candidates(home: Home, registry: Registry, experiment_id: str | None, prefi
 
 
 def _publish_first(
-    home: Home, candidates: Iterator[str], config: cfg.Config, asked: str | None, prefix: str
+    home: Home,
+    candidates: Iterator[str],
+    config: cfg.Config,
+    asked: str | None,
+    prefix: str,
+    staging: Path | None = None,
 ) -> cfg.Config:
     """Write the config under the first candidate ID whose file does not exist yet."""
     for candidate in candidates:
         final = config.replace(id=candidate)
-        if _publish(home.config_path(candidate), cfg.to_yaml(final)):
+        if _publish(home.config_path(candidate), cfg.to_yaml(final), staging):
             return final
         if asked is not None:
             break
@@ -331,11 +269,13 @@ def _is_id(text: str) -> bool:
     return True
 
 
-def _publish(path: Path, text: str) -> bool:
+def _publish(path: Path, text: str, staging: Path | None = None) -> bool:
     """Create ``path`` with ``text`` only if it does not exist; False when it already does.
 
-    The temporary is created exclusively (never through a planted link) with the umask's mode."""
-    fd, temporary = create_temporary(path.parent, path.name)
+    The temporary is created exclusively (never through a planted link) with the umask's mode, in ``staging`` when
+    given (and kept there, a hard link of ``path``, until the staging folder goes), else beside ``path``."""
+    fd, temporary = create_temporary(staging or path.parent, path.name)
+    placed = False
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -345,9 +285,11 @@ def _publish(path: Path, text: str) -> bool:
             os.link(temporary, path)
         except FileExistsError:
             return False
+        placed = True
         return True
     finally:
-        os.unlink(temporary)
+        if not (placed and staging is not None):
+            os.unlink(temporary)
 
 
 def ids_on_disk(home: Home) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -150,6 +151,53 @@ def test_extend_racing_pack_never_erases_the_mark_nor_ships_a_sweep_that_grew(ho
     else:
         assert "shipped" not in spec(home, "lr") and len(trials) == 6
         assert "changed while it was being packed" in one_line(pack_err)
+
+
+# ---------------------------------------------------------------- a SIGKILL mid-extend
+
+
+def killed_extend(home: Path, seeds: str, placed: int, hold: bool) -> None:
+    """``sweep extend --seeds`` SIGKILLed once ``placed`` of its files are in ``experiments/`` (with ``hold``, while
+    the test holds the registry's lock: every file placed, not one row written)."""
+    with registry_held(home) if hold else contextlib.nullcontext():
+        extend = launch(home, "sweep", "extend", "lr", "--seeds", seeds)
+        until(lambda: len(files(home)) >= 3 + placed)
+        extend.send_signal(signal.SIGKILL)
+        assert extend.wait(timeout=60) == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(("seeds", "placed", "hold"), [("3", 4, True), ("400", 40, False)])
+def test_a_killed_extend_leaves_nothing_doctor_would_register(home: Path, seeds: str, placed: int, hold: bool) -> None:
+    """The attack: SIGKILL during a large `extend` left thousands of experiment files without rows, which `doctor
+    --repair` then registered as loose experiments. Killed with every file placed and no row in (the lock held), or
+    somewhere in the middle of a larger extend: `doctor` names the staging left behind, not one experiment without a
+    row; `--repair` removes it with the files; the sweep and the registry are as before, and extend runs again."""
+    assert cli(home, "sweep", "new", "lr", "--from", "EXP-001", *GRID).exit_code == 0
+    before, registered = files(home), rows(home, "select id from experiments order by id")
+    killed_extend(home, seeds, placed, hold)
+    assert len(files(home)) > len(before)  # placed, never registered
+    checked = json_out(cli(home, "doctor", "--json"))
+    kinds = {p["kind"] for p in checked["problems"] if p["where"] != "EXP-001"}  # the base is registered by no sweep
+    assert kinds == {"stale staging of new experiments"}, checked["problems"]
+    assert cli(home, "doctor", "--repair").exit_code == 0  # (and registers the base, as ever)
+    assert files(home) == before
+    assert rows(home, "select id from experiments order by id") == [("EXP-001",), *registered]
+    assert not [p for p in home.iterdir() if p.name.startswith(".new-")]
+    assert len(rows(home, "select 1 from sweep_trials")) == 2
+    grown = cli(home, "sweep", "extend", "lr", "--seeds", "3", "--json")
+    assert grown.exit_code == 0 and json_out(grown)["trials"] == ["EXP-004", "EXP-005", "EXP-006", "EXP-007"]
+
+
+def test_doctor_leaves_a_live_extends_files_alone(home: Path) -> None:
+    """A variant: `doctor` while an extend has placed its files and waits for the registry: they are not experiments
+    without rows (`--repair` would register them under the extend), and the extend then finishes as if alone."""
+    assert cli(home, "sweep", "new", "lr", "--from", "EXP-001", *GRID).exit_code == 0
+    with registry_held(home):
+        extend = launch(home, "sweep", "extend", "lr", "--seeds", "3")
+        until(lambda: len(files(home)) == 3 + 4)
+        checked = json_out(cli(home, "doctor", "--json"))
+        assert [p["where"] for p in checked["problems"]] == ["EXP-001"], checked["problems"]
+    assert ended(extend)[0] == 0 and len(rows(home, "select 1 from sweep_trials")) == 6
 
 
 # ---------------------------------------------------------------- small refusals

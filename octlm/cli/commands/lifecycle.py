@@ -19,7 +19,7 @@ from octlm.core.home import DEFAULT_PREFIX, Home, validate_prefix
 from octlm.core.mounts import refuse_network_home
 from octlm.data import sources
 from octlm.store import experiments
-from octlm.tasks import lifecycle
+from octlm.tasks import forks, lifecycle
 
 PREFIX_VARIABLE = "OCTLM_ID_PREFIX"
 NewIdArgument = Annotated[
@@ -111,17 +111,17 @@ def new(
     refuse_network_home(home.root)  # before a fork keeps its parent's checkpoint
     if with_optimizer and not init_from:
         raise BadInput("--with-optimizer goes with --init-from ID@STEP")
-    init = experiments.fork_init(home, init_from, optimizer=with_optimizer) if init_from else None
+    init = forks.fork_init(home, init_from, optimizer=with_optimizer) if init_from else None
     base_id = from_id or (init["parent"].split("@")[0] if init is not None and not preset else None)
     base = experiments.load(home, base_id) if base_id else None
     config = experiments.build(
         preset=preset, from_config=base, overrides=overrides or [], description=description, init=init
     )
     if init is not None:
-        experiments.check_fork(home, config)  # here, not at the fork's first train
+        forks.check_fork(home, config)  # here, not at the fork's first train
     sources.check_readable(config.data.sources, sources.data_root(home))  # so too a source that holds nothing
     if init is not None:
-        experiments.keep_fork_parent(home, config)  # the first write, once every check passed
+        forks.keep_fork_parent(home, config)  # the first write, once every check passed
     if seeds != 1:
         return _replicates(home, config, seeds, prefix, as_json)
     twins = experiments.same_fingerprint(home, config)  # before the writer, which folds the WAL back in on closing

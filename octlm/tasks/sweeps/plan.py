@@ -186,17 +186,18 @@ def _shown(trial: Trial) -> Made:
 def write_trials(
     home: Home, trials: list[Trial], prefix: str, sweep: str | None
 ) -> Iterator[tuple[Registry, list[tuple[Fields, Fields]]]]:
-    """Write the trials' files (IDs allocated as ``octlm new`` allocates them) and hand the open registry and the
-    rows to insert to the block; when the block fails, the files go again (their rows never went in)."""
+    """Write the trials' files (IDs allocated as ``octlm new`` allocates them, each staged: ``experiments.staged``)
+    and hand the open registry and the rows to insert to the block; when the block fails, the files go again (their
+    rows never went in), and a process killed before its rows went in leaves nothing ``doctor`` would register."""
     home.ensure_writable()
     home.experiments.mkdir(exist_ok=True)
     written: list[str] = []
-    with Registry(home.registry) as registry:
+    with Registry(home.registry) as registry, experiments.staged(home) as staging:
         try:
             members: list[tuple[Fields, Fields]] = []
             free = experiments.free_ids(home, registry, prefix)  # the taken IDs read once
             for trial in trials:
-                trial.config = experiments.publish_next(home, free, trial.config, prefix)
+                trial.config = experiments.publish_next(home, free, trial.config, prefix, staging)
                 written.append(trial.config.id)
                 members.append((_experiment_row(home, trial, sweep), _trial_row(trial)))
             yield registry, members
