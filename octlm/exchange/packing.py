@@ -285,18 +285,17 @@ def _staging(home: Home) -> Path:
 def _kept(home: Home, pack: Opened, folder: Path, same: Same | None) -> set[str]:
     """The names of the checkpoint files here, at a step the pack holds too but with other bytes, that ``same`` says
     hold the training state of the pack's (a trial shipped to another home and trained here too, exactly as there):
-    kept as they are, with their sidecars and rows. One that does not is refused here, before anything is written.
-    Without ``same``, nothing (``_moves`` refuses any file here with other bytes)."""
+    kept as they are, with their sidecars and rows. One that does not is refused here, before anything is written
+    (the pack's checkpoint is compared from a staging folder, removed at once). Without ``same``, nothing (``_moves``
+    refuses any file here with other bytes)."""
+    if same is None:
+        return set()
     tar, members, manifest, path = pack
     places = {n: folder / Path(n).name for n in manifest["files"] if layout.step_of(Path(n).name) is not None}
-    clashes = [
-        name
-        for name, here in sorted(places.items())
-        if same is not None and here.is_file() and file_sha256(here)[0] != manifest["files"][name]["sha256"]
-    ]
-    if same is None or not clashes:
+    clashes = [n for n, here in sorted(places.items()) if here.is_file() and not _same_bytes(here, manifest, n)]
+    if not clashes:
         return set()
-    kept, staging = set(), _staging(home)
+    kept, staging = set[str](), _staging(home)
     try:
         for name in clashes:
             here, sidecar = places[name], str(layout.sidecar(Path(name)))
@@ -307,6 +306,10 @@ def _kept(home: Home, pack: Opened, folder: Path, same: Same | None) -> set[str]
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return kept
+
+
+def _same_bytes(here: Path, manifest: Manifest, name: str) -> bool:
+    return file_sha256(here)[0] == manifest["files"][name]["sha256"]
 
 
 def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], Manifest, list[Record]]:

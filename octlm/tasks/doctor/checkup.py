@@ -15,8 +15,8 @@ experiment or another track (``overfit``): foreign, never used to rebuild rows. 
 whose YAML is gone are removed by ``--repair`` (as ``octlm rm --keep-files``). A run rebuilt from
 checkpoints reads ``completed`` at ``training.steps`` and ``stopped`` before it. The staging folders
 (``.unpack-*``) of an ``unpack`` that was killed are listed, and removed by ``--repair``; so are those (``.new-*``) of
-a killed command that made many experiments at once, with the files it placed in ``experiments/`` and never
-registered (never registered as experiments of their own). Each problem says whether ``--repair`` can fix it, and
+a killed command that made many experiments at once, with the files it had placed in ``experiments/`` before it
+could register them (no experiments of their own). Each problem says whether ``--repair`` can fix it, and
 ``advice`` recommends it only then. ``--repair`` also gives the registry the highest ID numbers ever given that
 ``.octlm/ids.json`` keeps (and the file the registry's), so a rebuilt registry never gives again the ID of an
 experiment removed before its loss.
