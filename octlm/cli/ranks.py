@@ -14,6 +14,7 @@ import typer
 from octlm.cli.common import home_of
 from octlm.config import Config
 from octlm.core.errors import BadInput
+from octlm.core.reporting import counted
 from octlm.runtime import launch
 from octlm.store import experiments
 
@@ -62,8 +63,8 @@ def _check_group(spec: launch.Launch) -> None:
     world = launch.world().world_size
     if spec.world_size > 1 and spec.world_size != world:
         raise BadInput(
-            f"--nproc {spec.nproc} x --nnodes {spec.nnodes}: this process is one of {world} ranks started by "
-            "another launcher; leave the launch options to it"
+            f"--nproc {spec.nproc} x --nnodes {spec.nnodes}: this process is one of {counted(world, 'rank')} started "
+            "by another launcher; leave the launch options to it"
         )
 
 

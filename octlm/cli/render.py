@@ -126,11 +126,6 @@ def info(message: str) -> None:
     _say(plain(message, multiline=True))
 
 
-def counted(count: int, noun: str, plural: str = "") -> str:
-    """``count`` and its noun, in the singular for one: ``1 trial``, ``2 trials`` (``plural`` when not noun + s)."""
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
-
-
 # ---------------------------------------------------------------- formats: one kind per column
 
 # The kind of a column decides how its values are written, in every view: ``raw`` as stored (IDs,

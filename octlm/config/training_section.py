@@ -16,6 +16,7 @@ from octlm.config.section_classes import (
 )
 from octlm.config.tiers import TIERS
 from octlm.core.errors import ConfigError
+from octlm.core.reporting import counted
 
 
 @dataclass(frozen=True)
@@ -159,13 +160,14 @@ class TrainingConfig(_Section):
             return
         batch, parts, micro = batch_size or self.batch_size, world_size * self.grad_accum_steps, self.grad_accum_steps
         if batch % parts:
-            message = f"{world_size} ranks x {micro} micro-batches ({parts} equal parts): use a multiple of {parts}"
+            ranks, micro_batches = counted(world_size, "rank"), counted(micro, "micro-batch", "micro-batches")
+            message = f"{ranks} x {micro_batches} ({counted(parts, 'equal part')}): use a multiple of {parts}"
             raise ConfigError(f"training.batch_size {batch} does not divide into {message}, or another --nproc")
 
     def _check_world_size(self, world_size: int, batch: int) -> None:
         pieces = self.micro_batches
         if batch % pieces:
-            raise ConfigError(f"training.micro_batches {pieces}: must divide the batch of {batch} blocks")
+            raise ConfigError(f"training.micro_batches {pieces}: must divide the batch of {counted(batch, 'block')}")
         if pieces % world_size:
             sizes = [str(size) for size in self.world_sizes()]
             named = sizes[0] if len(sizes) == 1 else f"{', '.join(sizes[:-1])} or {sizes[-1]}"

@@ -91,3 +91,10 @@ class QuietSegments:
 
     def end(self, label: str) -> None:
         pass
+
+
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """A count and its noun in the number the count asks for, thousands separated: ``1 thread``, ``2 threads``,
+    ``1 process`` and ``3 processes`` (``plural``: where adding ``s`` is not it), ``1,024 blocks``. The one way octlm
+    says how many of something there are, so that no message says ``1 threads`` or ``trial(s)``."""
+    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"

@@ -14,7 +14,7 @@ import torch
 from octlm.config import Config, TrainingConfig
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
-from octlm.core.reporting import QuietReporter, Reporter
+from octlm.core.reporting import QuietReporter, Reporter, counted
 from octlm.data import apart as apart_process
 from octlm.data import blocks as data
 from octlm.data import corpus, sources, tokens
@@ -185,7 +185,7 @@ def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
             raise
         raise BadInput(f"experiments/{config.id}.yaml: {error}") from None
     count = len(found.train) + len(found.validation)
-    report.phase("reading corpus", f"{_megabytes(found)} MB, {count:,} documents")
+    report.phase("reading corpus", f"{_megabytes(found)} MB, {counted(count, 'document')}")
     return found
 
 
@@ -194,7 +194,7 @@ def _tokenizer(where: _Where, found: corpus.Corpus, report: Reporter) -> tuple[T
     the library's progress bars stay off); and how it was found."""
     vocab_size, count, path = where.config.tokenizer.vocab_size, len(found.train), where.tokenizer
     if not os.path.lexists(path) and from_cache(where.cached) is None:
-        detail = f"{vocab_size:,} tokens on {count:,} documents"
+        detail = f"{counted(vocab_size, 'token')} on {counted(count, 'document')}"
         report.phase("training tokenizer", detail)
     texts = (d.text for d in found.train)  # read again from their files
     return load_or_train(path, texts, vocab_size, where.cached, length=count)

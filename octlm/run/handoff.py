@@ -17,6 +17,7 @@ import torch
 
 from octlm.config import Config
 from octlm.core.errors import OctlmError, Refused, Relayed
+from octlm.core.reporting import counted
 from octlm.core.signals import SIGNAL_EXIT
 from octlm.data.blocks import TokenBlocks
 from octlm.data.fingerprints import Fingerprints
@@ -114,9 +115,9 @@ def check_world_size(loaded: checkpoint.Loaded, world_size: int, reshard: bool) 
         return False
     if not reshard:
         raise Refused(
-            f"{loaded.path.name} was trained on {saved} rank{'s' * (saved != 1)}, this run has {world_size}: "
-            f"resume with {saved} ranks (--nproc x --nnodes) to continue exactly, or add --reshard to continue "
-            f"on {world_size} (not bit-exact from here on)"
+            f"{loaded.path.name} was trained on {counted(saved, 'rank')}, this run has {world_size}: "
+            f"resume with {counted(saved, 'rank')} (--nproc x --nnodes) to continue exactly, or add --reshard to "
+            f"continue on {world_size} (not bit-exact from here on)"
         )
     return True
 

@@ -10,7 +10,7 @@ from octlm.config import Config
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
-from octlm.core.reporting import Reporter
+from octlm.core.reporting import Reporter, counted
 from octlm.data.pipeline import PreparedData
 from octlm.run.runner import Context, Start, run_experiment
 from octlm.runtime import machine as runtime
@@ -105,6 +105,7 @@ def _overfit_verdict(state: TrainState, prepared: PreparedData, max_loss: float,
         "block_text": tokenizer.decode(target),
         "decoded_text": tokenizer.decode(decoded),
         "run_file": str(run_file),
-        "summary": f"loss {final['eval_loss']:.4f} after {config.training.steps} steps (threshold {max_loss}); "
+        "summary": f"loss {final['eval_loss']:.4f} after {counted(config.training.steps, 'step')} "
+        f"(threshold {max_loss}); "
         f"decode reproduces {matched}/{len(target)} tokens",
     }

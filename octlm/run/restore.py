@@ -12,7 +12,7 @@ from octlm.config import Config
 from octlm.core.errors import Refused
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
-from octlm.core.reporting import Reporter
+from octlm.core.reporting import Reporter, counted
 from octlm.data import sampler
 from octlm.data.fingerprints import Fingerprints
 from octlm.data.pipeline import PreparedData
@@ -130,7 +130,7 @@ def _check_continuation(state: TrainState, record: Record, parent: str) -> None:
         raise Refused(f"{state.config.id}: init.step is {init.step} but {parent}'s checkpoint is at step {record.step}")
     if record.world_size != state.ranks.world_size and not state.config.training.micro_batches:  # pieces: any size
         raise Refused(
-            f"{state.config.id} continues {parent}'s run, trained on {record.world_size} rank(s): "
+            f"{state.config.id} continues {parent}'s run, trained on {counted(record.world_size, 'rank')}: "
             f"train it on {record.world_size} (--nproc x --nnodes), not {state.ranks.world_size}"
         )
 

@@ -16,6 +16,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from octlm.core.reporting import counted
+
 LOAD_CHECK_VARIABLE = "OCTLM_NO_LOAD_CHECK"  # "1": never warn about a busy box (the test suite sets it)
 SLACK = 0.5  # of a core: other processes' use below it does not make a thread wait
 SAMPLE_S = 0.5  # how long free_threads watches the box
@@ -89,14 +91,14 @@ class Choice:
 
     def said(self) -> str:
         """``2 threads (2 of 2 cores free)``, ``1 thread (1.6 of 2 cores busy with other work)``."""
-        count = f"{self.threads} thread{'s' * (self.threads != 1)}"
+        count = counted(self.threads, "thread")
         if self.how == "asked":
             return f"{count} (as asked)"
         if self.others is None:
             return f"{count} (this box's cores)"
         if self.others >= SLACK:
-            return f"{count} ({self.others:.1f} of {cores()} cores busy with other work at the start)"
-        return f"{count} ({cores()} of {cores()} cores free)"
+            return f"{count} ({self.others:.1f} of {counted(cores(), 'core')} busy with other work at the start)"
+        return f"{count} ({cores()} of {counted(cores(), 'core')} free)"
 
 
 def free_threads(sample_s: float = SAMPLE_S) -> Choice:
@@ -131,17 +133,17 @@ def oversubscribed(threads: int, others: float | None = None) -> str | None:
     available = cores()
     if others is not None:
         busy = threads + others > available + SLACK
-        shown = f"other processes keep {others:.1f} of its {available} cores busy"
+        shown = f"other processes keep {others:.1f} of its {counted(available, 'core')} busy"
     else:
         load = load_average()
         if load is None:
             return None
         busy = load + threads > available + FALLBACK_SLACK  # the average still holds a process that just ended
-        shown = f"load {load:.1f} on {available} cores"
+        shown = f"load {load:.1f} on {counted(available, 'core')}"
     if not busy:
         return None
     return (
-        f"this box is busy ({shown}) and this run uses {threads} threads: it may run many times slower than it "
-        "should; give it fewer (training.threads: 1, or OMP_NUM_THREADS=1) before the run starts (a resume under "
-        "another thread count is not bit-exact), or wait until the box is quieter"
+        f"this box is busy ({shown}) and this run uses {counted(threads, 'thread')}: it may run many times slower "
+        "than it should; give it fewer (training.threads: 1, or OMP_NUM_THREADS=1) before the run starts (a resume "
+        "under another thread count is not bit-exact), or wait until the box is quieter"
     )

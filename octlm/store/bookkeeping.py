@@ -11,7 +11,7 @@ from typing import Any
 
 from octlm.core.errors import Refused
 from octlm.core.records import RunRecord
-from octlm.core.reporting import Reporter
+from octlm.core.reporting import Reporter, counted
 from octlm.store.registry import BUSY_TIMEOUT_S, Registry
 
 BOOKKEEPING_TIMEOUT_S = 2.0  # the longest one registry write during training waits for another process
@@ -97,5 +97,6 @@ class Bookkeeping(Registry):
         )
         if not self.flush(wait=seconds):
             self.reporter.warn(
-                f"{len(self.pending)} registry write(s) could not be made; `octlm doctor --repair` rebuilds them"
+                f"{counted(len(self.pending), 'registry write')} could not be made; `octlm doctor --repair` rebuilds "
+                + ("it" if len(self.pending) == 1 else "them")
             )

@@ -15,7 +15,7 @@ from octlm.config import Config, from_dict
 from octlm.core.errors import BadInput, Refused
 from octlm.core.home import Home
 from octlm.core.records import EvalResult
-from octlm.core.reporting import QuietReporter, Reporter
+from octlm.core.reporting import QuietReporter, Reporter, counted
 from octlm.data import corpus, sources, tokens
 from octlm.data.blocks import TokenBlocks, make_blocks
 from octlm.data.fingerprints import dataset_hash
@@ -46,7 +46,7 @@ def run(
     blocks = _blocks(home, config, tokenizer, tuple(on or ()), report)
     width = config.model.context_length
     count = min(len(blocks), -(-tokens_budget // width)) if tokens_budget else len(blocks)
-    report.phase("evaluating", f"{count:,} blocks of {width} tokens at step {loaded.record.step}")
+    report.phase("evaluating", f"{counted(count, 'block')} of {counted(width, 'token')} at step {loaded.record.step}")
     figures = evaluate(model, blocks.first(count), device, config.training.precision, config.training.batch_size)
     where = ", ".join(on) if on else f"the {VALIDATION} split"
     error = figures["eval_loss_se"]
@@ -58,8 +58,8 @@ def run(
         "on": list(on) if on else [VALIDATION],
         "blocks": count,
         **figures,  # type: ignore[typeddict-item]  # train.evaluation's figures: Figures, eval_seconds, eval_sources
-        "summary": f"eval loss {shown} at step {loaded.record.step} on {where} ({count:,} blocks, "
-        f"{figures['eval_tokens']:,} tokens)",
+        "summary": f"eval loss {shown} at step {loaded.record.step} on {where} ({counted(count, 'block')}, "
+        f"{counted(figures['eval_tokens'], 'token')})",
     }
     try:
         with Registry(home.registry) as registry:
@@ -84,7 +84,8 @@ def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...
         if not found.train:
             raise BadInput(f"{config.id or 'the experiment'} has no validation documents (data.validation_fraction)")
     size = sum(document.size for document in found.train) / 1e6
-    report.phase("encoding", f"{size:,.1f} MB, {len(found.train):,} documents with {tokenizer.vocab_size:,} tokens")
+    documents, vocabulary = counted(len(found.train), "document"), counted(tokenizer.vocab_size, "token")
+    report.phase("encoding", f"{size:,.1f} MB, {documents} with {vocabulary}")
     streams = tokens.token_streams(found, tokenizer, home.cache, dataset_hash(found, tokenizer))
     if streams.warning:
         report.warn(streams.warning)

@@ -25,6 +25,7 @@ from octlm.core.errors import Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.records import Environment, RunRecord
 from octlm.core.records.freeform import ConfigTree, StateDict
+from octlm.core.reporting import counted
 from octlm.data.fingerprints import Fingerprints
 
 FORMAT = "octlm-checkpoint-v2"
@@ -126,7 +127,8 @@ def _world_size(flat: dict[str, Any], bounded: _Bounded, name: str) -> int:
     """The ranks that wrote a payload: one random state each."""
     world_size = bounded.scalar(flat.get("world_size", 1), "world_size", (int,))
     if world_size < 1 or len(flat["rng"]) != world_size:
-        raise InvalidCheckpoint(f"{name}: 'rng' holds {len(flat['rng'])} random states for {world_size} ranks")
+        states = counted(len(flat["rng"]), "random state")
+        raise InvalidCheckpoint(f"{name}: 'rng' holds {states} for {counted(world_size, 'rank')}")
     return int(world_size)
 
 

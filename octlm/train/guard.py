@@ -20,6 +20,7 @@ import torch
 
 from octlm.config import TrainingConfig
 from octlm.core.errors import Diverged
+from octlm.core.reporting import counted
 
 
 @dataclass
@@ -66,7 +67,8 @@ class StepGuard:
             if value > mean + self.sigma * deviation and deviation > 0:
                 above = (value - mean) / deviation
                 return (
-                    f"{name} {value:.6g} is {above:.1f} sigma above the mean {mean:.6g} of the last {len(seen)} steps"
+                    f"{name} {value:.6g} is {above:.1f} sigma above the mean {mean:.6g} of the last "
+                    f"{counted(len(seen), 'step')}"
                 )
         return None
 

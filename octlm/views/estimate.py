@@ -10,6 +10,7 @@ from __future__ import annotations
 from octlm.config import Config
 from octlm.core import layout
 from octlm.core.home import Home
+from octlm.core.reporting import counted
 from octlm.store.registry import Registry
 from octlm.store.runs import runfile
 
@@ -65,7 +66,7 @@ def expected(home: Home, config: Config, start: int, until: int, minimum: float 
     steps = until - start
     if rate is None or steps <= 0 or rate * steps < minimum:
         return None
-    line = f"{steps:,} steps at about {rate:.3g} s/step: about {duration(rate * steps)}"
+    line = f"{counted(steps, 'step')} at about {rate:.3g} s/step: about {duration(rate * steps)}"
     size = next((s for s in (_checkpoint_bytes(home, name) for name in names) if s), None)
     if size:
         megabytes = f"{size / 1e6:,.0f}" if size >= 10e6 else f"{size / 1e6:.2g}"

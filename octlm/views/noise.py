@@ -11,6 +11,8 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from octlm.core.reporting import counted
+
 if TYPE_CHECKING:
     from octlm.views.paired import Paired
 
@@ -85,7 +87,11 @@ def over_seeds(
     could still explain is called within evaluation noise, with the fix named."""
     test = "over the seeds" if math.isinf(df) else f"over the seeds, Welch, {df:.1f} df"
     seeds = judge(difference, seed_error, "seed noise", test, t_critical(df) if math.isfinite(df) else NOISE)
-    more = f"; about {seeds_needed} seeds a configuration would resolve a difference this size" if seeds_needed else ""
+    more = (
+        f"; about {counted(seeds_needed, 'seed')} a configuration would resolve a difference this size"
+        if seeds_needed
+        else ""
+    )
     if eval_error is None or difference is None:
         return Judged(seeds.within, seeds.words + (more if seeds.within else ""))
     if seeds.within is not False or abs(difference) > NOISE * eval_error:
@@ -105,7 +111,7 @@ def paired_words(first_id: str, other_id: str, paired: Paired) -> Judged:
     bootstrap 95% interval -0.0164 to -0.0081`` (the lower eval loss is the better), or ``-0.0012 ± 0.0021 (paired,
     46 blocks): within evaluation noise, ...``; the interval is of the difference ``other - first``."""
     difference, error = paired["eval_loss_difference"], paired["eval_loss_se"]
-    test = f"paired, {paired['blocks']:,} blocks"
+    test = f"paired, {counted(paired['blocks'], 'block')}"
     judged = judge(difference, error, "evaluation noise", test)
     interval = f"bootstrap 95% interval {paired['bootstrap_low']:+.4f} to {paired['bootstrap_high']:+.4f}"
     if judged.within is not False or error is None:

@@ -16,6 +16,7 @@ from octlm.config import flatten
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
 from octlm.core.records.freeform import ConfigTree
+from octlm.core.reporting import counted
 from octlm.store.registry import Registry, VerificationRow
 from octlm.store.runs import evalblocks
 from octlm.views import noise
@@ -180,7 +181,7 @@ def seed_noise(first: str, other: str, a: Group | None, b: Group | None, twin: b
             f"(`octlm new --from {missing} --seeds 3` makes some)",
         }
     within, words = replicates.difference(a["metrics"]["eval_loss"], b["metrics"]["eval_loss"], b["eval_loss_se"])
-    sizes = f"{len(b['counted'])} seeds against {len(a['counted'])}"
+    sizes = f"{counted(len(b['counted']), 'seed')} against {len(a['counted'])}"
     return {"within_seed_noise": within, "seed_noise": f"mean eval loss over the seeds ({sizes}) {words}"}
 
 

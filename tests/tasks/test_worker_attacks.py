@@ -154,7 +154,7 @@ def test_a_worker_takes_only_trials_of_a_tier_it_can_run(tmp_path: Path) -> None
     done = octlm(home, "work", "tiers", "--until-empty", "--json")
     assert done.returncode == 0, done.stderr
     assert rows(home, "select status from sweep_trials order by position") == [("done",), ("done",)], done.stderr
-    assert "need another determinism tier than this process holds: starting afresh" in done.stderr
+    assert "work: 1 queued trial needs another determinism tier than this process holds: starting afresh" in done.stderr
     assert sorted(json_out(done)["done"]) == ["EXP-002", "EXP-003"]  # the tally survives the fresh start
     holds(json_out(done), "octlm work --json")
     outcomes = [o for (o,) in rows(home, "select outcome from sweep_claims order by id")]

@@ -13,6 +13,7 @@ import typer
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home_of
 from octlm.core.errors import BadInput
+from octlm.core.reporting import counted
 
 if TYPE_CHECKING:
     from octlm.exchange.results import Imported
@@ -147,7 +148,8 @@ def export(
         render.emit_json(summary)
     else:
         counts = ", ".join(f"{kind} {n}" for kind, n in summary["records"].items()) or "none"
-        print(f"exported {len(summary['experiments'])} experiment(s) to {render.plain(output)} (records: {counts})")
+        exported = counted(len(summary["experiments"]), "experiment")
+        print(f"exported {exported} to {render.plain(output)} (records: {counts})")
 
 
 @handled
@@ -175,8 +177,8 @@ def import_(
 def _rows_line(report: Imported) -> str:
     if not report["changed"]:
         return "nothing changed"
-    rows = ", ".join(f"{n} {table}" for table, n in report["rows"].items()) or "no rows"
-    return f"imported {rows}; wrote {len(report['files'])} files"
+    rows = ", ".join(counted(n, table.removesuffix("s"), table) for table, n in report["rows"].items()) or "no rows"
+    return f"imported {rows}; wrote {counted(len(report['files']), 'file')}"
 
 
 COMMANDS: dict[str, Callable[..., Any]] = {"pack": pack, "unpack": unpack}

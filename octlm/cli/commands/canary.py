@@ -18,6 +18,7 @@ from octlm.config import TrainingConfig
 from octlm.config.schema import DETERMINISMS
 from octlm.config.tiers import TIERS
 from octlm.core.errors import BadInput
+from octlm.core.reporting import counted
 from octlm.runtime import determinism, launch
 
 MAX_THREADS = next(f.metadata["maximum"] for f in dataclasses.fields(TrainingConfig) if f.name == "threads")
@@ -90,7 +91,8 @@ def bench_profiles(
     ]
     title = (
         f"bench {first['experiment'] or first['preset']} by profile: {first['parameters']:,} parameters, "
-        f"{rounds} processes per profile, alternating, {first['machine']['threads']} threads, "
+        f"{counted(rounds, 'process', 'processes')} per profile, alternating, "
+        f"{counted(first['machine']['threads'], 'thread')}, "
         f"{first['machine']['device']}"
     )
     columns = ("determinism", "precision", "tokens/s (median)", f"vs {profiles[0]}", "CPU ms/step", "CPU cost")
@@ -128,7 +130,8 @@ def canary(
         render.emit_json(found)
         return
     print(
-        f"canary {found['digest']}: {found['profile']}, {found['threads']} threads, {found['capability']} kernels, "
+        f"canary {found['digest']}: {found['profile']}, {counted(found['threads'], 'thread')}, "
+        f"{found['capability']} kernels, "
         f"torch {found['torch']}, {render.plain(found['processor'])} (MKL: {found['mkl']}), {found['seconds']:.2f} s"
     )
     print(f"agrees with: {found['covers']}")

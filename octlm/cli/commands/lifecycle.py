@@ -17,6 +17,7 @@ from octlm.config.presets import DESCRIPTIONS
 from octlm.core.errors import BadInput, Refused
 from octlm.core.home import DEFAULT_PREFIX, Home, validate_prefix
 from octlm.core.mounts import refuse_network_home
+from octlm.core.reporting import counted
 from octlm.data import sources
 from octlm.store import experiments
 from octlm.tasks import forks, lifecycle
@@ -154,7 +155,10 @@ def _replicates(home: Home, config: Config, seeds: int, prefix: str, as_json: bo
         return
     for created in made:
         print(created.id)
-    render.info(f"wrote {seeds} replicates of one config, seeds {made[0].training.seed} to {made[-1].training.seed}")
+    seeds_shown = (
+        f"seeds {made[0].training.seed} to {made[-1].training.seed}" if seeds > 1 else f"seed {made[0].training.seed}"
+    )
+    render.info(f"wrote {counted(seeds, 'replicate')} of one config, {seeds_shown}")
 
 
 def _id_prefix(experiment_id: str | None, option: str | None) -> str:

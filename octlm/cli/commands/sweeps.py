@@ -19,6 +19,7 @@ from octlm.cli import render
 from octlm.cli.common import JsonOption, QuietOption, SetOption, handled, home_of
 from octlm.core.errors import BadInput, Interrupted
 from octlm.core.home import DEFAULT_PREFIX, Home, validate_prefix
+from octlm.core.reporting import counted
 
 NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The sweep, e.g. lr-2026 (lowercase).")]
 SweepsArgument = Annotated[
@@ -158,7 +159,8 @@ def sweep_new(
     for trial in made["trials"]:
         print(trial["id"])
     asks = " (more are asked for as these finish)" if samplers.SAMPLERS[made["spec"]["sampler"]].asks else ""
-    render.info(f"sweep {name}: {len(made['trials'])} trials{asks}; train them with `octlm work {name}`")
+    them = "it" if len(made["trials"]) == 1 else "them"
+    render.info(f"sweep {name}: {counted(len(made['trials']), 'trial')}{asks}; train {them} with `octlm work {name}`")
 
 
 @handled
@@ -217,8 +219,9 @@ def sweep_extend(
         return
     for experiment_id in event["trials"]:
         print(experiment_id)
-    made = f"{len(event['trials'])} new trials" if event["trials"] else "no new trial (it has them all)"
-    render.info(f"sweep {name}: {made}; train them with `octlm work {name}`")
+    made = counted(len(event["trials"]), "new trial") if event["trials"] else "no new trial (it has them all)"
+    them = "it" if len(event["trials"]) == 1 else "them"
+    render.info(f"sweep {name}: {made}; train {them} with `octlm work {name}`")
 
 
 @handled
@@ -245,7 +248,8 @@ def sweep_retry(
         render.info(f"sweep {name}: no {' or '.join(chosen)} trial to retry (nothing was changed)")
         return
     count = len(event["trials"])
-    render.info(f"sweep {name}: {count} trial{'s' * (count != 1)} queued again; train them with `octlm work {name}`")
+    them = "it" if count == 1 else "them"
+    render.info(f"sweep {name}: {counted(count, 'trial')} queued again; train {them} with `octlm work {name}`")
 
 
 def _retried(event: Retried) -> list[str]:
@@ -274,11 +278,11 @@ def _event(event: Retried | Extended) -> str:
 def _extended(event: Extended) -> str:
     """``extend --seeds 3 --grid training.learning_rate=0.0003,0.001 (4 new trials)``, as the options were given
     (an older octlm's event says what the sweep had grown to)."""
-    added = f"{event['added']} new trial{'s' * (event['added'] != 1)}"
+    added = counted(event["added"], "new trial")
     asked = event.get("asked")
     if asked is None:
         grid = "".join(f", {key}={_values(values)}" for key, values in event["grid"].items())
-        return f"extend ({added}; now {event['seeds']} seed{'s' * (event['seeds'] != 1)}{grid})"
+        return f"extend ({added}; now {counted(event['seeds'], 'seed')}{grid})"
     options = [f"--seeds {asked['seeds']}"] if asked["seeds"] is not None else []
     options += [f"--grid {key}={_values(values)}" for key, values in asked["grid"].items()]
     options += [f"--random {asked['random']}"] if asked["random"] else []
@@ -362,7 +366,7 @@ def _worked(tally: Tally, names: tuple[str, ...], as_json: bool, quiet: bool) ->
     if tally.failed:
         sweep = names[0] if len(names) == 1 else "NAME"
         failed += f": {', '.join(tally.failed)} (why: `octlm sweep status {sweep}`; again: `octlm sweep retry {sweep}`)"
-    render.info(f"work: {render.counted(len(tally.done), 'trial')} done{by}, {failed}; the queue is empty")
+    render.info(f"work: {counted(len(tally.done), 'trial')} done{by}, {failed}; the queue is empty")
 
 
 def _device() -> str:
@@ -415,7 +419,8 @@ def sweep_pack(
     if as_json:
         render.emit_json(result)
     else:
-        render.info(f"sweep {name}: {len(result['trials'])} trials packed into {', '.join(result['folders'])}")
+        packed = counted(len(result["trials"]), "trial")
+        render.info(f"sweep {name}: {packed} packed into {', '.join(result['folders'])}")
 
 
 @handled

@@ -20,6 +20,7 @@ from octlm.cli.ranks import NprocOption
 from octlm.config.schema import DETERMINISMS
 from octlm.core.errors import BadInput
 from octlm.core.home import validate_id
+from octlm.core.reporting import counted
 from octlm.runtime import determinism, launch
 
 if TYPE_CHECKING:
@@ -314,13 +315,15 @@ def print_bench_ranks(report: RanksReport, name: str) -> None:
     title = (
         f"bench {name}: {report['parameters']:,} parameters, "
         f"{report['tokens_per_step']:,} tokens/step (global), {'compiled' if report['compile'] else 'eager'}, "
-        f"{report['machine']['cores']} cores, {report['machine']['device']}, {report.get('rounds', 1)} round(s)"
+        f"{counted(report['machine']['cores'] or 0, 'core')}, {report['machine']['device']}, "
+        f"{counted(report.get('rounds', 1), 'round')}"
     )
     rows = [_ranks_row(r) for r in report["results"]]
     render.print_table(RANKS_HEADERS, rows, title=title, kinds=RANKS_KINDS, droppable=("sum ms", "load", "spread %"))
     busy = max(r["ranks"] * r["threads_per_rank"] for r in report["results"])
     if report["machine"]["device"] == "cpu" and busy > (report["machine"]["cores"] or busy):
-        render.info(f"note: {busy} threads on {report['machine']['cores']} cores: the ranks compete for the cores")
+        on = f"{counted(busy, 'thread')} on {counted(report['machine']['cores'] or 0, 'core')}"
+        render.info(f"note: {on}: the ranks compete for the cores")
     warning = report.get("load_warning")
     if warning:
         render.warn(warning)
@@ -348,7 +351,7 @@ def print_bench(report: BenchReport, name: str) -> None:
     title = (
         f"bench {name}: {report['parameters']:,} parameters, "
         f"{report['tokens_per_step']:,} tokens/step, {'compiled' if report['compile'] else 'eager'}, "
-        f"{report['machine']['threads']} threads, {report['machine']['device']}"
+        f"{counted(report['machine']['threads'], 'thread')}, {report['machine']['device']}"
     )
     rows = [_bench_row(r) for r in report["results"]]
     render.print_table(BENCH_HEADERS, rows, title=title, droppable=BENCH_DROPPABLE)

@@ -22,6 +22,7 @@ from typing import Any, cast
 from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import DEFAULT_PREFIX, validate_id, validate_prefix
+from octlm.core.reporting import counted
 from octlm.store.sweeps.records import SweepSpec
 
 METRICS = ("eval_loss", "perplexity", "bits_per_byte", "train_loss")  # what a sweep minimises
@@ -247,5 +248,5 @@ def describe(spec: SweepSpec) -> str:
     budget = spec.get("trials")
     grid = spec.get("grid") or {}
     count = budget or math.prod(len(values) for values in grid.values()) * max(int(spec.get("random") or 0), 1)
-    words = f"{count} configuration{'s' * (count != 1)} x {seeds} seed{'s' * (seeds != 1)}"
+    words = f"{counted(count, 'configuration')} x {counted(seeds, 'seed')}"
     return f"{words}, {spec.get('sampler') or 'grid'}"

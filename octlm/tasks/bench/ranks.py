@@ -36,6 +36,7 @@ import torch
 
 from octlm.config import Config
 from octlm.core.errors import OctlmError
+from octlm.core.reporting import counted
 from octlm.runtime import determinism, distributed, launch, load
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
@@ -182,7 +183,7 @@ def _run_variant(each: bench_rounds.Variant, argv: list[str], run_id: str) -> Ra
         try:
             return cast(RanksReport, json.loads(path.read_text(encoding="utf-8")))  # our own rank 0 wrote it
         except (OSError, ValueError):
-            raise OctlmError(f"{each.ranks} rank(s) with {each.mode} ended without a report") from None
+            raise OctlmError(f"{counted(each.ranks, 'rank')} with {each.mode} ended without a report") from None
 
 
 @contextlib.contextmanager

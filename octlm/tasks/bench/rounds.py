@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from octlm.core.reporting import counted
 from octlm.runtime.load import Busy
 from octlm.tasks.bench.records import RanksReport, RanksRow
 
@@ -92,6 +93,6 @@ def load_warning(rows: list[RanksRow], cores: int, simulated: float | None = Non
         return None
     load = max((row["load_average"] for row in rows), default=0.0)
     return (
-        f"other processes kept {busiest:.2f} of the {cores} cores busy during the measurement (1-minute load "
-        f"average up to {load:.2f}): the ratios mean little; run bench on an idle box"
+        f"other processes kept {busiest:.2f} of the {counted(cores, 'core')} busy during the measurement (1-minute "
+        f"load average up to {load:.2f}): the ratios mean little; run bench on an idle box"
     )

@@ -33,6 +33,7 @@ from octlm.core.errors import OctlmError
 from octlm.core.home import Home
 from octlm.core.liveness import alive, is_other_host
 from octlm.core.records import Checkup, Problem
+from octlm.core.reporting import counted
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
 from octlm.store.sweeps.rows import claim_is_dead
@@ -228,7 +229,7 @@ def _lost_sweeps(home: Home, registry: Registry, repair: bool) -> list[Problem]:
             continue
         trials = [t for t in record["trials"] if registry.experiment(str(t["experiment_id"])) is not None]
         gone = len(record["trials"]) - len(trials)
-        detail = f"kept in .octlm/sweeps/{name}.json with {len(trials)} trials, not in the registry"
+        detail = f"kept in .octlm/sweeps/{name}.json with {counted(len(trials), 'trial')}, not in the registry"
         detail += f" ({gone} of its trials' experiments are gone)" if gone else ""
         fixed = repair
         try:

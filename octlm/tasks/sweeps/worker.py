@@ -35,6 +35,7 @@ from octlm.core import layout
 from octlm.core.errors import BadInput, Interrupted, OctlmError, Refused
 from octlm.core.home import Home
 from octlm.core.liveness import start_time
+from octlm.core.reporting import counted
 from octlm.core.signals import SIGNAL_EXIT, handled_signals, handling
 from octlm.runtime import determinism
 from octlm.store import experiments, kept
@@ -146,7 +147,9 @@ def runnable(home: Home, trial: ClaimedTrial) -> bool:
 def restart(tally: Tally, say: Say, deferred: set[int]) -> None:
     """Start this worker afresh in the same process (``exec``), its own pinned settings dropped, so that it can pin
     the tier of the trials it left queued; what it did so far goes along (``Tally.resumed``)."""
-    say(f"work: {len(deferred)} queued trial(s) need another determinism tier than this process holds: starting afresh")
+    queued = counted(len(deferred), "queued trial")
+    need = "needs" if len(deferred) == 1 else "need"
+    say(f"work: {queued} {need} another determinism tier than this process holds: starting afresh")
     for variable in determinism.pinned_here():
         os.environ.pop(variable, None)
     os.environ[TALLY_VARIABLE] = json.dumps(tally.as_json())
@@ -226,7 +229,10 @@ def _run(home: Home, trial: ClaimedTrial, say: Say, tally: Tally, busy: set[int]
     """Train one claimed trial and settle its claim: done, failed, released (a signal) or busy (locked)."""
     experiment_id = trial["experiment_id"]
     log = TrialLog(home.runs / f"{experiment_id}.log", experiment_id, say)
-    say(f"{experiment_id}: claimed (step {trial['target_step']}, {trial['threads'] or 'default'} threads)")
+    say(
+        f"{experiment_id}: claimed (step {trial['target_step']}, "
+        f"{counted(trial['threads'], 'thread') if trial['threads'] else 'default threads'})"
+    )
     if lost := trial["taken_over"]:
         say(_taken_over(home, experiment_id, lost))
     began = time.perf_counter()

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from octlm.config import Config
+from octlm.core.reporting import counted
 from octlm.train.model import piecewise
 from octlm.train.model.piecewise import PiecePlan
 
@@ -157,7 +158,7 @@ class Decoder(nn.Module):
         in one pass, whose parameter gradients go to the plan's leaves (``piecewise``), never to ``.grad``."""
         length = tokens.shape[1]  # tokens: (B, T)
         if length > self.context_length:
-            raise ValueError(f"sequence of {length} tokens exceeds the context length {self.context_length}")
+            raise ValueError(f"sequence of {counted(length, 'token')} exceeds the context length {self.context_length}")
         x = self.dropout(piecewise.embedding(self.embedding, tokens, plan))  # (B, T, C)
         for block in self.blocks:
             x = block(x, self.rotation, plan)

@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 
 from octlm.config import BOOKKEEPING, canonical, flatten
 from octlm.core.records.freeform import ConfigTree
+from octlm.core.reporting import counted
 from octlm.views import noise
 
 SEED = "training.seed"
@@ -117,7 +118,7 @@ def shown(value: Spread, digits: int = 4) -> str:
     if value["mean"] is None:
         return "-"
     sd = f" ± {value['sd']:.{digits}f}" if value["sd"] is not None else ""
-    return f"{value['mean']:.{digits}f}{sd} ({value['n']} seed{'s' * (value['n'] != 1)})"
+    return f"{value['mean']:.{digits}f}{sd} ({counted(value['n'], 'seed')})"
 
 
 def difference(a: Spread, b: Spread, eval_se: float | None = None) -> tuple[bool | None, str]:

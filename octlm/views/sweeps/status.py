@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
+from octlm.core.reporting import counted
 from octlm.store.registry import Registry, SummaryRow
 from octlm.store.sweeps.records import ClaimRow, DecisionRow, QueuedTrial, SweepRow, SweepSpec
 from octlm.store.sweeps.specs import describe
@@ -121,7 +122,7 @@ def status(home: Home, name: str) -> SweepStatus:
 def _state(trial: QueuedTrial, summary: SummaryRow | None) -> TrialState:
     where = None
     if trial["claim_id"] is not None:
-        threads = f", {trial['threads']} thread{'s' * (trial['threads'] != 1)}" if trial["threads"] else ""
+        threads = f", {counted(trial['threads'], 'thread')}" if trial["threads"] else ""
         where = f"{trial['host']} pid {trial['pid']}{threads}, {trial['device'] or 'cpu'}"
     return {
         "id": trial["experiment_id"],
@@ -216,7 +217,7 @@ def verdict(configurations: list[Configuration], metric: str, paired: Paired | N
     best, next_ = ranked[0], ranked[1]  # the best minus the next: negative when the best is lower
     head = f"the best ({_params(best['params'])}) against the next ({_params(next_['params'])}): {metric}"
     if paired is not None and best["value"]["sd"] is None and next_["value"]["sd"] is None:
-        test = f"paired, {paired['blocks']:,} blocks"
+        test = f"paired, {counted(paired['blocks'], 'block')}"
         judged = noise.judge(paired["eval_loss_difference"], paired["eval_loss_se"], "evaluation noise", test)
         fix = (
             "; the whole validation split (training.eval_tokens: 0, eval_blocks: 0) may resolve it"
