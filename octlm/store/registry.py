@@ -335,8 +335,13 @@ class Registry(SweepRows, QueueRows):
     def verifications(self, experiment_id: str) -> list[VerificationRow]:
         """Verdicts of an experiment, oldest first; ``details`` is a dict ({} when absent or unreadable)."""
         rows = self._rows("select * from verifications where experiment_id = ? order by id", (experiment_id,))
-        decoded = [{**row, "details": row["details"] if isinstance(row["details"], dict) else {}} for row in rows]
-        return cast("list[VerificationRow]", decoded)
+        return _verdict_rows(rows)
+
+    def newest_verdicts(self) -> list[VerificationRow]:
+        """The newest verdict of each kind of every experiment (a proof's beside a later ``eval``'s), oldest
+        first; ``details`` as ``verifications`` reads it."""
+        newest = "select max(w.id) from verifications w where w.experiment_id = v.experiment_id and w.kind = v.kind"
+        return _verdict_rows(self._rows(f"select * from verifications v where v.id = ({newest}) order by v.id"))
 
     # ------------------------------------------------------------------ metrics (the run files' records as rows)
 
@@ -383,6 +388,11 @@ class Registry(SweepRows, QueueRows):
             for prefix, highest in merge(_marks(conn)).items():
                 conn.execute(RAISE_MARK, (prefix, highest))
             return _marks(conn)
+
+
+def _verdict_rows(rows: list[dict[str, Any]]) -> list[VerificationRow]:
+    decoded = [{**row, "details": row["details"] if isinstance(row["details"], dict) else {}} for row in rows]
+    return cast("list[VerificationRow]", decoded)
 
 
 def new_uuid() -> str:

@@ -17,7 +17,7 @@ from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import Home, id_sort_key
 from octlm.core.records.freeform import TableRow
 from octlm.store import experiments
-from octlm.store.registry import Registry, SummaryRow
+from octlm.store.registry import Registry, SummaryRow, VerificationRow
 from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import Group
 
@@ -36,7 +36,7 @@ class ListingRow(TypedDict):
     perplexity: float | None
     bits_per_byte: float | None
     tokens: int | None
-    last_verdict: str | None  # "verify-resume: pass"
+    last_verdict: str | None  # the newest of each kind: "verify-resume: pass; eval on corpus/*.txt: 6.0436 ± 0.0038"
     updated: str | None  # UTC, ISO 8601
     tags: list[str]
     archived: bool
@@ -78,7 +78,11 @@ def rows(home: Home, include_archived: bool = True) -> list[ListingRow]:
     with Registry(home.registry, create=False) as registry:
         summaries = registry.summary_rows()
         running = {row["experiment_id"]: row["status"] for row in registry.running_runs()}
-    out = [_registered(home, row, running.get(row["id"], row["status"] or "new")) for row in summaries]
+        verdicts = verdict_cells(registry.newest_verdicts())
+    out = [
+        _registered(home, row, running.get(row["id"], row["status"] or "new"), verdicts.get(row["id"]))
+        for row in summaries
+    ]
     for missing in experiments.unregistered_files(home, {row["id"] for row in summaries}):
         config = _file_config(home, missing) or {}
         out.append(_unregistered(missing, config.get("description"), config.get("training", {}).get("steps")))
@@ -86,8 +90,32 @@ def rows(home: Home, include_archived: bool = True) -> list[ListingRow]:
     return out if include_archived else [row for row in out if not row["archived"]]
 
 
-def _registered(home: Home, summary: SummaryRow, status: str) -> ListingRow:
-    """A row of the registry's ``experiment_summary`` view as a listing row."""
+EVALUATION = "eval"  # the verdict kind of ``octlm eval``: a figure on a corpus, not a check that passes or fails
+
+
+def verdict_cells(newest: list[VerificationRow]) -> dict[str, str]:
+    """{experiment ID: its verdicts as one cell}: the newest of each kind, the checks (verify-resume, overfit) first,
+    newest first, then the newest evaluation, named by what it read, so that an ``eval --on`` after a proof is never
+    taken for the experiment's verdict: ``verify-resume: pass; eval on corpus/*.txt: 6.0436 ± 0.0038``."""
+    ordered = sorted(newest, key=lambda row: (row["kind"] == EVALUATION, -row["id"]))
+    cells: dict[str, list[str]] = {}
+    for row in ordered:
+        cells.setdefault(row["experiment_id"], []).append(f"{_verdict_kind(row)}: {row['verdict']}")
+    return {experiment_id: "; ".join(parts) for experiment_id, parts in cells.items()}
+
+
+def _verdict_kind(row: VerificationRow) -> str:
+    """The kind, an evaluation's with the sources it read (``eval on corpus/*.txt``, ``eval on validation``)."""
+    details = row["details"] if isinstance(row["details"], dict) else {}
+    on = details.get("on")
+    if row["kind"] != EVALUATION or not isinstance(on, list) or not on:
+        return row["kind"]
+    return f"{row['kind']} on {', '.join(str(source) for source in on)}"
+
+
+def _registered(home: Home, summary: SummaryRow, status: str, verdicts: str | None) -> ListingRow:
+    """A row of the registry's ``experiment_summary`` view as a listing row, with its verdicts (``verdict_cells``:
+    the view's own ``last_verdict`` is the newest of any kind, an evaluation's figure as readily as a proof's)."""
     return {
         "id": summary["id"],
         "description": _description(home, summary),
@@ -100,7 +128,7 @@ def _registered(home: Home, summary: SummaryRow, status: str) -> ListingRow:
         "perplexity": summary.get("perplexity"),
         "bits_per_byte": summary.get("bits_per_byte"),
         "tokens": summary.get("tokens"),
-        "last_verdict": summary.get("last_verdict"),
+        "last_verdict": verdicts,
         "updated": summary.get("updated"),
         "tags": _tags(summary.get("tags")),
         "archived": bool(summary.get("archived")),
