@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from octlm.cli import render
 from octlm.config import flatten
+from octlm.core.reporting import counted
+from octlm.views import details
 from octlm.views import side_by_side as compare
 from octlm.views.show import Request, Shown
 from octlm.views.sweeps import replicates
@@ -33,6 +35,9 @@ LIST_HEADERS = (
     "updated (UTC)",
 )
 LIST_DROPPABLE = ("updated (UTC)", "ppl", "train loss", "tokens", "verdict", "bpb", "tags")
+# The verdicts are free text in the list: a proof's first, then what an evaluation read, which a narrow terminal
+# shortens (with an ellipsis) before it leaves the column out.
+LIST_KINDS = [render.kind_of(name) if name != "verdict" else "text" for name in LIST_HEADERS]
 RUN_HEADERS = (
     "#",
     "kind",
@@ -99,7 +104,7 @@ def print_compare(ids: list[str], rows: list[list[Any]], title: str) -> None:
     ]
     groups = _groups(["", *ids], body, render.out_console().width) if render.terminal() else [list(range(len(ids)))]
     if len(groups) > 1:
-        render.info(f"note: {len(ids)} experiments do not fit side by side: shown in {len(groups)} tables")
+        render.info(f"note: {len(ids)} experiments do not fit side by side: shown in {counted(len(groups), 'table')}")
     for number, group in enumerate(groups, 1):
         header = ["", *(ids[i] for i in group)]
         part = [[row[0], *(row[i + 1] for i in group)] for row in body]
@@ -143,7 +148,7 @@ def _list(shown: Shown, request: Request) -> None:
     elif request.columns:
         render.print_table(shown.header, shown.rows)
     else:
-        render.print_table(LIST_HEADERS, (_list_row(row) for row in rows), droppable=LIST_DROPPABLE)
+        render.print_table(LIST_HEADERS, (_list_row(row) for row in rows), droppable=LIST_DROPPABLE, kinds=LIST_KINDS)
         for group in [g for g in shown.document.get("replicates") or [] if len(g["counted"]) > 1 and g["step"]]:
             spread = ", ".join(f"{name} {replicates.shown(group['metrics'][key])}" for key, name in SPREAD)
             at = f" at step {group['step']}" if group["step"] else ""
@@ -193,24 +198,15 @@ def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def headline(item: Detail) -> str:
-    """``EXP-008: completed at step 200/200; eval loss 5.2548 ± 0.0854, train loss 5.1344`` (before the config)."""
-    steps = (item.get("config") or {}).get("training", {}).get("steps")
-    line = f"{item['id']}: {item['status']}" + (
-        f" at step {item['step']}/{steps}" if item.get("step") is not None else ""
-    )
-    if item.get("eval_loss") is not None:
-        error = item.get("eval_loss_se")
-        line += f"; eval loss {item['eval_loss']:.4f}" + (f" ± {error:.4f}" if error is not None else "")
-    if item.get("train_loss") is not None:
-        line += f", train loss {item['train_loss']:.4f}"
-    return line
+    """The line ``train`` ended with (``views.details.headline``, of the newest training run): before the config."""
+    return details.headline(details.detail_headline(item))
 
 
 def print_detail(item: Detail) -> None:
     """One experiment: its summary and config as ``key: value`` lines, then its runs, provenance,
     checkpoints and verdicts as tables (rich on a terminal, plain text otherwise)."""
     fingerprints = item["fingerprints"]
-    print(render.plain(headline(item)))
+    render.say(headline(item))  # one line in a pipe; on a terminal wrapped at words
     render.print_pairs(
         f"{item['id']}  {item['description']}",
         [

@@ -20,7 +20,7 @@ import torch
 from octlm.config import Config
 from octlm.core import provenance
 from octlm.core.errors import Diverged, Interrupted, Relayed
-from octlm.core.records import RunRecord, TrainResult
+from octlm.core.records import TOTALS, RunRecord, RunTotals, TrainResult
 from octlm.core.records.freeform import StateDict
 from octlm.core.reporting import Reporter
 from octlm.core.signals import SIGNAL_EXIT, SignalGuard
@@ -206,6 +206,8 @@ class Session(_Steps):
         self.start_step = 0
         self.base_elapsed = 0.0
         self.eval_seconds = 0.0  # what this session's evaluations took
+        self.eval_split = eval_split  # what they read (``data.pipeline.PreparedData.eval_split``)
+        self.totals: RunTotals | None = None  # the whole session's figures, taken as it finishes
 
     def _row(self) -> int:
         assert self.run_id is not None, "the run row is opened by start()"
@@ -381,11 +383,12 @@ class Session(_Steps):
         """The registry first (the run is over whatever the terminal does), then the reporter."""
         status, name = (self.status(state), "") if received is None else ("interrupted", signal.Signals(received).name)
         error = {"error": f"stopped by {name}"} if name else {}
+        self.totals = self._totals(state)
         self.registry.finish_run(
             self._row(),
             status,
             end_step=state.step,
-            final_metrics=self.latest or None,
+            final_metrics={**self.latest, TOTALS: self.totals},  # what the summary says, for ``show``'s headline
             peak_rss=runtime.peak_rss(),
             **error,
         )
@@ -405,12 +408,23 @@ class Session(_Steps):
         """``completed`` only at the config's last step; a run that ended by ``--until`` before it is ``stopped``."""
         return "completed" if state.step >= self.config.training.steps else "stopped"
 
-    def summary(self, state: TrainState, status: str | None = None, step: int | None = None) -> RunSummary:
-        """What the run says it did: ``completed`` or ``stopped`` at the state's step, or (a signal) ``status``
-        ``interrupted`` at ``step``, that of the checkpoint kept."""
+    def _totals(self, state: TrainState, end: int | None = None) -> RunTotals:
         seconds = time.perf_counter() - self.started
+        trained = ((state.step if end is None else end) - self.start_step) * state.tokens_per_step
+        rate = round(trained / max(seconds, 1e-9), 1)
+        return {
+            "seconds": seconds,
+            "tokens_per_second": rate,
+            "eval_seconds": self.eval_seconds,
+            "eval_split": self.eval_split,
+        }
+
+    def summary(self, state: TrainState, status: str | None = None, step: int | None = None) -> RunSummary:
+        """What ``train`` and ``resume`` report: ``completed`` or ``stopped`` at the state's step, or (a signal)
+        ``status`` ``interrupted`` at ``step``, that of the checkpoint kept; the figures the run row keeps
+        (``finish``), so that ``show`` says the same."""
         end = state.step if step is None else step
-        trained = (end - self.start_step) * state.tokens_per_step
+        totals = self.totals or self._totals(state, end)
         return RunSummary(
             id=self.config.id,
             kind=self.kind,
@@ -419,12 +433,12 @@ class Session(_Steps):
             end_step=end,
             steps=self.config.training.steps,
             tokens=end * state.tokens_per_step,
-            seconds=seconds,
-            tokens_per_second=round(trained / max(seconds, 1e-9), 1),
+            seconds=totals["seconds"],
+            tokens_per_second=totals["tokens_per_second"],
             checkpoint=self.last_checkpoint,
             metrics=self.latest,
             fingerprints=self.fingerprints,
             run_id=self.run_id,
-            eval_seconds=self.eval_seconds,
-            eval_split=self.eval_split,
+            eval_seconds=totals["eval_seconds"],
+            eval_split=totals["eval_split"],
         )

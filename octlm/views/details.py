@@ -1,4 +1,5 @@
-"""One experiment in detail, as plain data: config, fingerprints, runs, checkpoints and verdicts. Torch-free."""
+"""One experiment in detail, as plain data: config, fingerprints, runs, checkpoints and verdicts; and the one line
+of a run's figures that ``train`` and ``resume`` end with and ``show ID`` opens with (``headline``). Torch-free."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Literal, TypedDict, cast
 from octlm.config import flatten
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
-from octlm.core.records import NUMBER_FIELDS, Figures, RunRecord
+from octlm.core.records import NUMBER_FIELDS, TOTALS, Figures, RunRecord, RunTotals
 from octlm.core.records.freeform import ConfigTree
 from octlm.store import experiments
 from octlm.store.registry import (
@@ -108,6 +109,83 @@ def detail(home: Home, experiment_id: str) -> Detail:
         "checkpoints": checkpoints,
         "verifications": verdicts,
     }
+
+
+class Headline(TypedDict):
+    """What an experiment's one-line headline is made of: how its newest training run ended (or how it stands) and its
+    figures. ``train`` and ``resume`` make it from their run, ``show ID`` from the registry's row of that run, and
+    both write it with ``headline``, so the line ``show`` opens with is the one the run ended with."""
+
+    id: str
+    status: str
+    step: int | None
+    steps: int | None  # training.steps
+    figures: RunRecord  # the newest value of each field of the run file
+    totals: RunTotals | None  # the run's own time, rate and evaluation cost (None: not recorded, or not over)
+
+
+def headline(item: Headline) -> str:
+    """``EXP-008: completed at step 200/200; train loss 5.1344, eval loss 5.2548 ± 0.0854, perplexity 191.48, 2.6727
+    bits per byte; 1.56 epochs; 368 tokens/s; evaluation 9.2 s (12%)``: each part only when it is known."""
+    figures, totals = item["figures"], item["totals"]
+    at = f" at step {item['step']}/{item['steps']}" if item["step"] is not None else ""
+    parts = [f"{item['id']}: {item['status']}{at}", *_losses(figures, totals)]
+    if figures.get("data_blocks") and _finite(figures.get("epochs")):
+        parts.append(f"{figures['epochs']:.2f} epochs")
+    return "; ".join(parts + _cost(totals))
+
+
+def _losses(figures: RunRecord, totals: RunTotals | None) -> list[str]:
+    """``train loss 5.1344, eval loss 5.2548 ± 0.0854, perplexity 191.48, 2.6727 bits per byte`` (what is known)."""
+    losses = [f"train loss {figures['train_loss']:.4f}"] if _finite(figures.get("train_loss")) else []
+    if _finite(figures.get("eval_loss")):
+        error = figures.get("eval_loss_se")
+        on = " (on training blocks: no validation documents, data.validation_fraction)"
+        perplexity, bits = figures.get("perplexity", math.nan), figures.get("bits_per_byte", math.nan)
+        losses.append(
+            f"eval loss {figures['eval_loss']:.4f}"
+            + (f" ± {error:.4f}" if _finite(error) else "")
+            + (on if totals is not None and totals["eval_split"] == "training" else "")
+            + f", perplexity {perplexity:.2f}, {bits:.4f} bits per byte"
+        )
+    return [", ".join(losses)] if losses else []
+
+
+def _cost(totals: RunTotals | None) -> list[str]:
+    """The run's rate and what its evaluations cost, when it recorded them."""
+    if totals is None:
+        return []
+    rate, seconds, spent = totals["tokens_per_second"], totals["seconds"], totals["eval_seconds"]
+    parts = [f"{rate:,.0f} tokens/s"] if rate else []
+    if spent and seconds:
+        parts.append(f"evaluation {spent:.1f} s ({spent / seconds:.0%})")
+    return parts
+
+
+def detail_headline(item: Detail) -> Headline:
+    """The headline of ``show ID``: its newest training run's figures and totals, as the run ended with them (a run
+    still going, or that failed, has no totals yet)."""
+    training = [run for run in item["runs"] if run["kind"] in TRAINING_KINDS]
+    latest = training[-1]["latest_metrics"] if training else None
+    final = training[-1]["final_metrics"] if training else None
+    totals = final.get(TOTALS) if isinstance(final, dict) else None
+    return {
+        "id": item["id"],
+        "status": item["status"],
+        "step": item["step"],
+        "steps": (item.get("config") or {}).get("training", {}).get("steps"),
+        "figures": _record(latest) if isinstance(latest, dict) else {},
+        "totals": totals if _totals(totals) else None,
+    }
+
+
+def _totals(value: Any) -> bool:
+    """A ``RunTotals`` as the session writes it (anything else, edited or damaged, reads as none)."""
+    if not isinstance(value, dict) or not isinstance(value.get("eval_split"), str):
+        return False
+    numbers = (value.get("seconds"), value.get("eval_seconds"))
+    rate = value.get("tokens_per_second")
+    return all(_finite(number) for number in numbers) and (rate is None or _finite(rate))
 
 
 def lifecycle(row: ExperimentRow | None, config: ConfigTree, notes: list[NoteRow]) -> Lifecycle:

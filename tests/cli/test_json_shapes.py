@@ -62,9 +62,10 @@ def test_the_other_shapes_hold(trained: tuple[Path, dict]) -> None:
 def test_show_opens_with_a_headline_and_quotes_no_text(trained: tuple[Path, dict]) -> None:
     home, train = trained
     lines = cli(home, "show", "EXP-001").stdout.splitlines()
-    assert lines[0] == (
-        f"EXP-001: completed at step 12/12; eval loss {train['eval_loss']:.4f} ± {train['eval_loss_se']:.4f}, "
-        f"train loss {train['train_loss']:.4f}"
+    assert lines[0].startswith(
+        f"EXP-001: completed at step 12/12; train loss {train['train_loss']:.4f}, eval loss {train['eval_loss']:.4f} "
+        f"± {train['eval_loss_se']:.4f}, perplexity {train['perplexity']:.2f}, {train['bits_per_byte']:.4f} bits per "
+        f"byte; {train['epochs']:.2f} epochs; {train['tokens_per_second']:,.0f} tokens/s; evaluation "
     )
     assert any(line.strip() == "training.spike_guard: off" for line in lines), lines
     assert '"off"' not in "\n".join(lines)

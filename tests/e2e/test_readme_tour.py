@@ -61,10 +61,11 @@ def test_every_command_of_the_tour_runs_in_a_fresh_home(tmp_path: Path) -> None:
         assert done.returncode == 0, (command, done.stderr[-2000:])
         outputs[command] = done
     by_start = {c.split(" --")[0].split(" -o")[0]: d for c, d in outputs.items()}
-    assert f"completed at step {STEPS}/{STEPS}" in by_start["octlm train EXP-008"].stderr
-    steps = [line for line in by_start["octlm train EXP-008"].stderr.splitlines() if re.search(r"step \d+: ", line)]
+    trained = by_start["octlm train EXP-008"].stderr.splitlines()
+    summary = [line for line in trained if line.startswith(f"EXP-008: completed at step {STEPS}/{STEPS}; train loss ")]
+    assert summary and by_start["octlm show EXP-008"].stdout.splitlines()[0] == summary[-1]  # "the same headline"
+    steps = [line for line in trained if re.search(r"step \d+: ", line)]
     assert steps and all(re.match(r"\d\d:\d\d:\d\d step \d+: ", line) for line in steps), steps  # in a pipe: stamped
-    assert by_start["octlm show EXP-008"].stdout.startswith(f"EXP-008: completed at step {STEPS}/{STEPS}; eval loss ")
     assert next(d for c, d in outputs.items() if c.startswith("octlm new")).stdout.strip() == "EXP-009"
     compared = by_start["octlm show EXP-008 EXP-009"].stdout
     assert "EXP-009 against EXP-008: " in compared and "(paired, " in compared and "evaluation noise" in compared

@@ -21,6 +21,8 @@ from octlm.cli.profile import pin_experiment
 from octlm.cli.ranks import EndpointOption, NnodesOption, NodeRankOption, NprocOption, start_ranks
 from octlm.config import Config
 from octlm.core.errors import Interrupted, Refused
+from octlm.core.records import RunTotals
+from octlm.core.reporting import counted
 from octlm.runtime import launch
 
 if TYPE_CHECKING:
@@ -66,7 +68,14 @@ ReshardOption = Annotated[
         "random streams reseeded; not bit-exact from there).",
     ),
 ]
-KeepScratchOption = Annotated[bool, typer.Option("--keep-scratch", help="Keep the scratch folders for inspection.")]
+KeepScratchOption = Annotated[
+    bool,
+    typer.Option(
+        "--keep-scratch",
+        help="Keep the scratch homes of (a) and (b) for inspection; where is said on stderr (and as scratch in "
+        "--json).",
+    ),
+]
 SizesOption = Annotated[
     str,
     typer.Option(
@@ -106,24 +115,25 @@ SampleStepOption = Annotated[
 
 
 def _summary_line(result: RunSummary) -> str:
-    metrics = result.metrics
-    line = f"{result.id}: {result.status} at step {result.end_step}/{result.steps}"
-    if metrics.get("eval_loss") is not None:
-        error = metrics.get("eval_loss_se")
-        on = " (on training blocks: no validation documents, data.validation_fraction)"
-        line += (
-            f"; train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}"
-            + (f" ± {error:.4f}" if error is not None else "")
-            + (on if result.eval_split == "training" else "")
-            + f", perplexity {metrics['perplexity']:.2f}, {metrics['bits_per_byte']:.4f} bits per byte"
-        )
-    if metrics.get("data_blocks"):
-        line += f"; {metrics.get('epochs', 0):.2f} epochs"
-    if result.tokens_per_second:
-        line += f"; {result.tokens_per_second:,.0f} tokens/s"
-    if result.eval_seconds and result.seconds:
-        line += f"; evaluation {result.eval_seconds:.1f} s ({result.eval_seconds / result.seconds:.0%})"
-    return line
+    """The run's headline, written by the one function that writes ``show ID``'s first line (``views.details``)."""
+    from octlm.views import details
+
+    totals: RunTotals = {
+        "seconds": result.seconds,
+        "tokens_per_second": result.tokens_per_second,
+        "eval_seconds": result.eval_seconds,
+        "eval_split": result.eval_split,
+    }
+    return details.headline(
+        {
+            "id": result.id,
+            "status": result.status,
+            "step": result.end_step,
+            "steps": result.steps,
+            "figures": result.metrics,
+            "totals": totals,
+        }
+    )
 
 
 def repeat_warnings(warnings: list[str]) -> None:
@@ -320,7 +330,7 @@ def _print_verify_resume(experiment_id: str, result: Resumed) -> None:
     title = f"verify-resume {experiment_id}: split at {splits}, until {result['until']}"
     render.print_table(("check", "compared", "identical", "verdict"), rows, title=title)
     seconds = result["seconds"]
-    print(
+    render.say(
         f"{experiment_id}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; "
         f"next-batch loss {result['next_loss']:.6f}; (a) {seconds['a']:.1f} s, (b) {seconds['b']:.1f} s; "
         f"{result['threads']['said']}"
@@ -369,13 +379,13 @@ def _print_overfit(experiment_id: str, result: Overfitted) -> None:
     render.print_table(
         ("final loss", "perplexity", "bits per byte", "decode matches", "verdict"),
         [(result["final_loss"], result["perplexity"], result["bits_per_byte"], matches, result["verdict"].upper())],
-        title=f"overfit {experiment_id}: one block, {result['steps']} steps",
+        title=f"overfit {experiment_id}: one block, {counted(result['steps'], 'step')}",
     )
     print("--- block ---")
     print(render.plain(result["block_text"], multiline=True))
     print("--- greedy decode ---")
     print(render.plain(result["decoded_text"], multiline=True))
-    print(f"{experiment_id}: {result['verdict'].upper()}: {result['summary']}")
+    render.say(f"{experiment_id}: {result['verdict'].upper()}: {result['summary']}")
 
 
 @handled
@@ -407,7 +417,7 @@ def sample(
     )
     if result.get("special_tokens") and not result["completion"]:
         counts = ", ".join(f"{name} x{count}" for name, count in result["special_tokens"].items())
-        render.info(f"{result['tokens']} tokens generated, all special ({counts})")
+        render.info(f"{counted(result['tokens'], 'token')} generated, all special ({counts})")
     if as_json:
         render.emit_json(result)
     else:

@@ -13,8 +13,10 @@ from octlm.core.records.runs import (
     RUN_RECORD_FIELDS,
     TEXT_FIELDS,
     TIMING_FIELDS,
+    TOTALS,
     Environment,
     RunRecord,
+    RunTotals,
 )
 
 __all__ = [
@@ -27,11 +29,13 @@ __all__ = [
     "RUN_RECORD_FIELDS",
     "TEXT_FIELDS",
     "TIMING_FIELDS",
+    "TOTALS",
     "Checkup",
     "Environment",
     "EvalResult",
     "Figures",
     "Problem",
     "RunRecord",
+    "RunTotals",
     "TrainResult",
 ]

@@ -34,6 +34,18 @@ class RunRecord(TypedDict, total=False):
     tokens_per_second: float  # of this process's run since it started
 
 
+class RunTotals(TypedDict):
+    """What a training run's summary says of the whole run rather than of one step (its own time, where a record's
+    ``elapsed_seconds`` counts every run so far): the session keeps it under ``TOTALS`` in its run row's
+    ``final_metrics``, so that ``show ID`` opens with the figures ``train`` and ``resume`` ended with."""
+
+    seconds: float  # the session's, from its start to its end
+    tokens_per_second: float | None  # the tokens it trained over those seconds
+    eval_seconds: float  # of those seconds, what its evaluations took
+    eval_split: str  # what its evaluations read: validation, or training (the corpus has no validation documents)
+
+
+TOTALS = "totals"  # the key of a run's ``RunTotals`` in its row's ``final_metrics`` (beside the newest record's fields)
 RUN_RECORD_FIELDS: tuple[str, ...] = tuple(RunRecord.__annotations__)  # in the order above
 TEXT_FIELDS = ("data_receipt",)
 NESTED_FIELDS = ("eval_sources",)  # in the run file only: the registry's metrics table holds the others

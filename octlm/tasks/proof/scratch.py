@@ -170,6 +170,7 @@ def in_scratch(plan: Plan, keep: bool, report: Callable[[str], None], work: Call
     finally:
         with _signals_held():  # the folder goes entirely, even if a signal arrives meanwhile
             if scratch is not None and keep:
-                report(f"scratch kept at {scratch}")
+                homes = [f"({name}) in {name}/" for name in ("a", "b") if (scratch / name).is_dir()]
+                report(f"scratch kept at {scratch}" + (f": {', '.join(homes)}" if homes else ""))
             elif scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)

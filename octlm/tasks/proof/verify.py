@@ -68,6 +68,7 @@ class Verdict(TypedDict):
 
 class Compared(Verdict):
     seconds: dict[str, float]  # a: the uninterrupted run, b: the segments together
+    scratch: str | None  # with --keep-scratch, the folder holding the scratch homes a/ and b/ (else None: removed)
 
 
 class Resumed(Compared):
@@ -169,7 +170,7 @@ def verify_resume(
         plan = _plan(home, config, splits, final, sizes, threads)
         shown_by = segments or QuietSegments()
         compared = scratch.in_scratch(
-            plan, keep_scratch, report, lambda folder: _both_runs(folder, plan, prepared, shown_by)
+            plan, keep_scratch, report, lambda folder: _both_runs(folder, plan, prepared, shown_by, keep_scratch)
         )
         shown: int | list[int] = sizes[0] if len(sizes) == 1 else sizes
         said: Threads = {"threads": threads.threads, "how": threads.how, "said": threads.said()}
@@ -213,14 +214,18 @@ def _plan(home: Home, config: Config, splits: list[int], final: int, sizes: list
     return Plan(config.id, *cadence, home.root, config.init.checkpoint, tuple(sizes), chosen)
 
 
-def _both_runs(folder: Path, plan: Plan, prepared: PreparedData, segments: Segments) -> Compared:
+def _both_runs(folder: Path, plan: Plan, prepared: PreparedData, segments: Segments, kept: bool) -> Compared:
     a, b = scratch.scratch_home(folder / "a", plan), scratch.scratch_home(folder / "b", plan)
     bounds = [0, *plan.splits, plan.until]
     seconds = {"a": scratch.run_segment(a, plan, 0, 0, plan.until, segments), "b": 0.0}
     for index, (begin, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
         seconds["b"] += scratch.run_segment(b, plan, index + 1, begin, stop, segments)
     verdict = _verdict(prepared, _final(a, plan), _final(b, plan), a, b, plan.experiment_id)
-    return {**verdict, "seconds": {k: round(v, 2) for k, v in seconds.items()}}
+    return {
+        **verdict,
+        "seconds": {k: round(v, 2) for k, v in seconds.items()},
+        "scratch": str(folder) if kept else None,
+    }
 
 
 def _final(home: Home, plan: Plan) -> checkpoint.Loaded:
