@@ -102,11 +102,12 @@ def _finite(value: Any) -> Any:
 
 
 def _say(text: str, style: str | None = None) -> None:
-    """One message on stderr, never hard-wrapped off a terminal (logs stay greppable); a stderr the reader
-    closed (a pipe, a hung-up terminal) is not an error."""
+    """One message on stderr: on a terminal wrapped at words to its width (rich breaks a line only between words, and
+    folds only a word longer than a line), never hard-wrapped off a terminal (logs stay greppable); a stderr the
+    reader closed (a pipe, a hung-up terminal) is not an error."""
     try:
         if err.is_terminal:
-            err.print(text, soft_wrap=True, style=style)
+            err.print(text, soft_wrap=False, style=style)
         else:
             sys.stderr.write(text + "\n")
             sys.stderr.flush()
@@ -334,15 +335,27 @@ def rich_table(title: str | None, header: list[str], body: list[list[str]], kind
     result = Table(
         title=shown, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False
     )
+    shares = dict(zip(texts, _shares([widths[i] for i in texts], room), strict=True))
     for index, name in enumerate(header):
         if index in texts:
-            share = max(TEXT_MIN, min(widths[index], room // len(texts)))
-            result.add_column(Text(name), no_wrap=True, overflow="ellipsis", width=share)
+            result.add_column(Text(name), no_wrap=True, overflow="ellipsis", width=shares[index])
         else:
             result.add_column(Text(name), no_wrap=True, min_width=widths[index], justify=_justify(kinds[index]))
     for row in body:
         result.add_row(*(Text(cell) for cell in row))
     return result
+
+
+def _shares(wanted: list[int], room: int) -> list[int]:
+    """The widths of the free-text columns in ``room``: those narrower than an equal share whole, the room they leave
+    shared by the others (so a short description leaves a long verdict its room), none below TEXT_MIN."""
+    shares = list(wanted)
+    waiting = sorted(range(len(wanted)), key=lambda i: wanted[i])
+    while waiting and wanted[waiting[0]] <= room // len(waiting):
+        room -= wanted[waiting.pop(0)]
+    for index in waiting:
+        shares[index] = room // len(waiting)
+    return [max(TEXT_MIN, share) for share in shares]
 
 
 def _justify(kind: str) -> Any:

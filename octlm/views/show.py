@@ -128,10 +128,10 @@ def _compare(home: Home, request: Request) -> Shown:
 
 
 def _sweep(home: Home, request: Request) -> Shown:
-    """A sweep's configurations, ranked; a name that is no sweep is taken as an experiment ID (and refused)."""
+    """A sweep's configurations, ranked; BadInput for a name that is neither a sweep nor an experiment ID."""
     with Registry(home.registry, create=False) as registry:
         if registry.sweep(request.ids[0]) is None:
-            return _detail(home, request)
+            raise BadInput(_no_such(request.ids[0], [row["name"] for row in registry.sweeps()]))
     found = status.ranking(home, request.ids[0])
     header = ["rank", "params", "trials", "step", found["metric"], "sd", "seeds", "eval_loss_se"]
     rows = [
@@ -148,6 +148,15 @@ def _sweep(home: Home, request: Request) -> Shown:
         for c in found["configurations"]
     ]
     return Shown("sweep", _plain(found), header, rows)
+
+
+def _no_such(name: str, sweeps: list[str]) -> str:
+    """What ``show NAME`` takes, and that nothing here is called ``name``."""
+    here = f"the sweeps here: {', '.join(sweeps)}" if sweeps else "this home has no sweeps"
+    return (
+        f"show {name[:80]!r}: not an experiment ID, and no sweep has that name: `show` takes an experiment ID (such "
+        f"as EXP-008) or a sweep's name ({here})"
+    )
 
 
 def is_id(text: str) -> bool:

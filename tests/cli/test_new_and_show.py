@@ -49,7 +49,11 @@ def test_new_json_and_from_and_overrides(tmp_path: Path) -> None:
         (["new", "--set", "preset=day9"], "unknown preset 'day9'"),
         (["new", "--from", "EXP-404"], "unknown experiment EXP-404"),
         (["show", "EXP-404"], "unknown experiment EXP-404"),
-        (["show", "EXP-abc"], "malformed experiment ID"),
+        (["show", "EXP-abc"], "show 'EXP-abc': not an experiment ID, and no sweep has that name"),
+        (
+            ["show", "nosuchsweep"],
+            "takes an experiment ID (such as EXP-008) or a sweep's name (this home has no sweeps)",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], fragment: str) -> None:

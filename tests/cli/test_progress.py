@@ -140,8 +140,8 @@ def test_restart_asks_on_a_terminal_unless_yes(home: Path) -> None:
 
 
 def _joined(lines: list[str]) -> str:
-    """The screen's lines as one text (a long line wraps across several)."""
-    return "".join(lines)
+    """The screen's lines as one text (a long line wraps across several, between words)."""
+    return " ".join(lines)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, handled, home_of
+from octlm.core.reporting import counted
 
 if TYPE_CHECKING:
     from octlm.core.records import EvalResult
@@ -68,15 +69,16 @@ def _print(result: EvalResult) -> None:
         ("eval loss", shown(result["eval_loss"], result["eval_loss_se"], 4)),
         ("perplexity", shown(result["perplexity"], result["perplexity_se"], 2)),
         ("bits per byte", shown(result["bits_per_byte"], result["bits_per_byte_se"], 4)),
-        ("tokens", f"{result['eval_tokens'] or 0:,} in {result['blocks']:,} blocks"),
+        ("tokens", f"{result['eval_tokens'] or 0:,} in {counted(result['blocks'], 'block')}"),
     ]
     for name, figures in (result.get("eval_sources") or {}).items():
         rows.append(
             (
                 f"  {name}",
-                f"{shown(figures['eval_loss'], figures['eval_loss_se'], 4)} ({figures['eval_tokens']:,} tokens)",
+                f"{shown(figures['eval_loss'], figures['eval_loss_se'], 4)} "
+                f"({counted(figures['eval_tokens'], 'token')})",
             )
         )
     title = f"eval {result['id']} at step {result['step']} on {', '.join(result['on'])}"
     render.print_table(("figure", "value (± standard error)"), rows, title=title)
-    print(f"{result['id']}: {result['summary']}")
+    render.say(f"{result['id']}: {result['summary']}")  # on a terminal wrapped at words

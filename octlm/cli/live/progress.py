@@ -90,7 +90,7 @@ class ConsoleReporter:
     def _print(self, message: str, style: str | None = None) -> None:
         live = self.progress or self.phases
         console = live.console if live else self.console
-        console.print(message, markup=False, highlight=False, soft_wrap=True, style=style)
+        console.print(message, markup=False, highlight=False, soft_wrap=not console.is_terminal, style=style)  # words
 
     def _line(self, message: str) -> None:
         """A line of the run's own (a note, an evaluation, a checkpoint): off a terminal timestamped, as the phases'

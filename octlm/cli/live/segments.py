@@ -3,6 +3,11 @@
 Each child is an ``octlm train`` or ``resume`` whose stderr is a pipe, so it speaks in plain lines
 (timestamped lines: phases, ``HH:MM:SS step N: ...`` at each evaluation); the bar follows those steps and shows the
 newest line beside it.
+
+The bars are drawn on ``render.err``, the console every other message of the command goes to (``render.info``,
+``warn``): while they are live, rich puts whatever that console prints above them. A message written to the
+terminal by another console would land beside the bars, which then redraw from where they believe they are: the
+message is overwritten and the rows above the bars drawn twice (``scratch kept at`` after the last segment did so).
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ REPEATED = " (said at the start, and again here: it slowed this run)"  # how a s
 
 
 class SegmentsView:
+    """A bar per segment on a terminal (its newest line beside it), prefixed lines elsewhere; the segments' warnings
+    on lines of their own, kept to be said again with the verdict."""
+
     def __init__(self, before: Callable[[], None] = lambda: None) -> None:
         self.before = before  # called once, before the first segment (the phases' display ends there)
-        self.console = render.PlainConsole(stderr=True, highlight=False)
+        self.console = render.err  # one console for the bars and every other message (see above)
         self.progress: Progress | None = None
         self.tasks: dict[str, tuple[TaskID, int]] = {}  # label: its bar and its last step
         self.warnings: dict[str, list[str]] = {}  # what the segments warned of: message -> the segments that did
@@ -41,7 +49,7 @@ class SegmentsView:
 
     def _say(self, message: str) -> None:
         try:
-            self.console.print(render.plain(message), soft_wrap=True)
+            self.console.print(render.plain(message), soft_wrap=not self.console.is_terminal)  # at words
         except OSError:
             pass
 
