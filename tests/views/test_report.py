@@ -120,6 +120,7 @@ def test_verdicts(filled: Path) -> None:
     assert "<td>training loss early (the first log)</td><td>5.5891 (step 20)</td><td>5.4656 (step 4)</td>" in html
     assert "<td>greedy decode reproduces</td><td>the block&#39;s opening</td><td>6 of 17 tokens</td>" in html
     assert "<pre>Documen</pre>" in html
+    assert "1 process a segment;" in html and "20 steps on one block;" in html  # issue 45 item 9: no process(es)
 
 
 def test_unknown_id_exits_2_and_writes_nothing(filled: Path, tmp_path: Path) -> None:

@@ -146,6 +146,7 @@ def environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
         finalize=shown,
     )
     env.tests["numeric"] = report_sections.numeric
+    env.filters["counted"] = report_sections.counted_words
     return env
 
 

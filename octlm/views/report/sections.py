@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from octlm.core.home import Home
+from octlm.core.reporting import counted
 from octlm.store.registry import CheckpointRow, RunRow
 from octlm.views import side_by_side as compare
 from octlm.views.curves import charts
@@ -119,6 +120,15 @@ def checkpoints(rows: list[CheckpointRow]) -> list[Cells]:
         (c["step"], c.get("tokens"), c["path"], c.get("size"), _cut(c.get("sha256"), 16), _when(c.get("created")))
         for c in rows
     ]
+
+
+def counted_words(value: Any, noun: str, plural: str | None = None) -> str:
+    """The templates' ``counted`` filter: ``1 process``, ``4 processes``; what is no whole number (several sizes, a
+    damaged record) is written as it is, before the plural: ``4, 2 processes``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return counted(value, noun, plural)
+    shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return f"{shown} {plural or noun + 's'}"
 
 
 # ---------------------------------------------------------------- verdicts
