@@ -40,11 +40,14 @@ def shapes() -> dict[str, object]:
     from octlm.tasks.sample import Sampled
     from octlm.tasks.sweeps.trial_log import TallyJson
     from octlm.train.canary import Canary
+    from octlm.views.compare.noise import Effect, Verdict
+    from octlm.views.compare.versus import Versus
+    from octlm.views.compare.winner import Challenger, Optimism
     from octlm.views.curves.plots import PlotData
     from octlm.views.details import Detail, Fingerprints
     from octlm.views.listing import Listing, ListingRow
     from octlm.views.paired import Paired
-    from octlm.views.side_by_side import Comparison, Versus
+    from octlm.views.side_by_side import Comparison
     from octlm.views.sweeps.status import SweepRanking
 
     return {
@@ -60,8 +63,12 @@ def shapes() -> dict[str, object]:
         "octlm show A B --json": Comparison,
         "octlm show A B --json: each of versus": Versus,
         "octlm show A B --json: a versus's paired": Paired,
+        "octlm show A B --json: a versus's run and configuration, octlm show SWEEP --json: best_against_next": Verdict,
+        "octlm show A B --json: a verdict's effect": Effect,
         "octlm show ID --plot --json": PlotData,
         "octlm show SWEEP --json": SweepRanking,
+        "octlm show SWEEP --json: each of challengers": Challenger,
+        "octlm show SWEEP --json: optimism": Optimism,
         "octlm archive ID --json, octlm unarchive ID --json": Archived,
         "octlm tag ID --json": Retagged,
         "octlm rm ID --json": Removal,

@@ -156,7 +156,8 @@ def _list(shown: Shown, request: Request) -> None:
 
 
 def print_sweep(shown: Shown) -> None:
-    """A sweep's configurations, ranked, with the seeds' spread; the best so far, then the verdict in words."""
+    """A sweep's configurations, ranked, with the seeds' spread; the verdict in words, then the notes on the winner
+    (the best so far as the luckiest trial, the configurations within noise of the best, its optimism, the advice)."""
     found = shown.document
     metric = found["metric"]
     rows = [
@@ -166,10 +167,9 @@ def print_sweep(shown: Shown) -> None:
     title = f"sweep {found['name']}: configurations by {metric} (mean ± sd over the seeds), the furthest step first"
     header = ("rank", "params", "trials", "step", metric, "eval loss se")
     render.print_table(header, rows, title=title, droppable=("eval loss se", "trials", "step"))
-    if found["best_so_far"]:
-        best = found["best_so_far"][-1]
-        print(render.plain(f"best so far: {best['best']:.4f} after {len(found['best_so_far'])} finished trials"))
-    render.say(found["verdict"])  # the winner, its margin and its test: the last line
+    render.say(found["verdict"])  # the winner, its margin and its test
+    for line in found.get("notes") or []:  # the best so far, who is within noise of the best, its optimism, advice
+        render.say(line)
 
 
 def _pairs(params: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ or their curves. Torch-free; the CLI only writes what ``run`` returns (JSON, CSV
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -13,6 +14,7 @@ from octlm.core.home import ID_PATTERN, Home
 from octlm.store.registry import Registry
 from octlm.views import listing
 from octlm.views import side_by_side as compare
+from octlm.views.compare import noise
 from octlm.views.curves import plots
 from octlm.views.details import SCHEMA_VERSION, detail, flat
 from octlm.views.sweeps import status
@@ -36,6 +38,12 @@ class Request:
     as_csv: bool = False
     width: int = 80  # of the --plot charts
     include_archived: bool = False  # --all
+    min_effect: float | None = None  # --min-effect: the smallest difference of interest, in nats (None: the default)
+
+    @property
+    def effect(self) -> float:
+        """The smallest difference of interest the verdicts plan seeds for (``--min-effect``, else 0.01 nats)."""
+        return self.min_effect if self.min_effect is not None else noise.MIN_EFFECT
 
     @property
     def mode(self) -> Mode:
@@ -83,6 +91,13 @@ def _check_mode(request: Request) -> None:
         raise BadInput("--all-keys applies to a comparison: give two experiment IDs or more")
     if request.plot and (not request.ids or request.as_csv):
         raise BadInput("--plot draws the curves of the experiments named (text, or --json): give their IDs, no --csv")
+    if request.min_effect is not None:
+        if request.mode not in ("compare", "sweep"):
+            raise BadInput(
+                "--min-effect applies to a comparison or a sweep: give two experiment IDs or more, or a sweep"
+            )
+        if not math.isfinite(request.min_effect) or request.min_effect <= 0:
+            raise BadInput(f"--min-effect {request.min_effect}: give a positive difference in nats, such as 0.01")
 
 
 def damaged_cells(home: Home) -> tuple[str, ...]:
@@ -122,7 +137,7 @@ def _detail(home: Home, request: Request) -> Shown:
 
 
 def _compare(home: Home, request: Request) -> Shown:
-    result = compare.compare(home, list(request.ids), request.all_keys)
+    result = compare.compare(home, list(request.ids), request.all_keys, request.effect)
     rows = [[name, *values] for name, values in compare.table_rows(result)]
     return Shown("compare", _plain(result), ["field", *request.ids], rows)
 
@@ -132,7 +147,7 @@ def _sweep(home: Home, request: Request) -> Shown:
     with Registry(home.registry, create=False) as registry:
         if registry.sweep(request.ids[0]) is None:
             raise BadInput(_no_such(request.ids[0], [row["name"] for row in registry.sweeps()]))
-    found = status.ranking(home, request.ids[0])
+    found = status.ranking(home, request.ids[0], request.effect)
     header = ["rank", "params", "trials", "step", found["metric"], "sd", "seeds", "eval_loss_se"]
     rows = [
         [

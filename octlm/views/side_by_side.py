@@ -1,9 +1,9 @@
 """Side-by-side comparison of experiments (``octlm show ID ID ...``). Torch-free.
 
 Run files are the source of the "final", "best" and "at equal tokens" figures; the
-registry supplies verdicts; configs supply the keys that differ. An experiment with seed replicates (the same
-config but for ``training.seed``) is also compared as its group: mean ± sd over the seeds, and whether the
-groups differ beyond the seeds' spread (``sweeps.replicates``).
+registry supplies verdicts; configs supply the keys that differ. Each experiment after the first is judged against
+it (``compare.versus``): as configurations over their seeds where both have seed replicates (the same config but for
+``training.seed``: ``sweeps.replicates``), and as two trained models on the same blocks.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from octlm.config import flatten
 from octlm.core.home import Home
 from octlm.core.records import RunRecord
 from octlm.core.records.freeform import ConfigTree
-from octlm.core.reporting import counted
 from octlm.store.registry import Registry, VerificationRow
 from octlm.store.runs import evalblocks
-from octlm.views import noise
+from octlm.store.runs.evalblocks import BlockEvaluation
+from octlm.views.compare import noise, seeds, versus
+from octlm.views.compare.versus import Versus
 from octlm.views.details import SCHEMA_VERSION, Detail, detail, run_records
 from octlm.views.paired import Paired, pair
 from octlm.views.sweeps import replicates
@@ -66,30 +67,6 @@ class Figures(TypedDict):
     data_receipt: str | None
 
 
-class SeedNoise(TypedDict):
-    """Two experiments' replicate groups: whether their means differ within the seeds' spread, and that in words."""
-
-    within_seed_noise: bool | None
-    seed_noise: str
-
-
-class Versus(SeedNoise):
-    """An experiment against the first one: its final eval loss's difference judged by the paired standard error
-    when both final evaluations read the same blocks (``paired``), else by the two errors combined (``combined_se``,
-    ``test`` says which), and whether the two trained on the same blocks in the same order (their receipts, at the
-    most blocks both logged)."""
-
-    id: str
-    eval_loss_difference: float | None
-    combined_se: float | None
-    test: Literal["paired", "unpaired"]
-    paired: Paired | None
-    within_noise: bool | None
-    noise: str
-    same_data_order: bool | None
-    data_order: str
-
-
 class Comparison(TypedDict):
     """The ``octlm show ID ID ... --json`` document."""
 
@@ -101,18 +78,24 @@ class Comparison(TypedDict):
     all_keys: bool
     versus: list[Versus]  # every experiment after the first, against the first
     replicates: list[Group | None]  # each experiment's replicate group (its configuration's seeds), if any
+    min_effect: float  # the smallest difference of interest, in nats: the seeds needed are for 80% power at it
 
 
 METRICS: tuple[Metric, ...] = get_args(Metric)  # Metrics' keys, in their order
 
 
-def compare(home: Home, ids: list[str], all_keys: bool = False) -> Comparison:
+def compare(home: Home, ids: list[str], all_keys: bool = False, min_effect: float = noise.MIN_EFFECT) -> Comparison:
     """The ``octlm show ID ID ... --json`` document; BadInput for an unknown ID."""
     details = [detail(home, experiment_id) for experiment_id in ids]
     records = {d["id"]: run_records(home, d["id"]) for d in details}
     common = min((max((r.get("tokens") or 0 for r in recs), default=0) for recs in records.values()), default=0)
-    groups = replicate_groups(home, ids)
+    groups, members = replicate_groups(home, ids)
     kept = {experiment_id: final_blocks(home, experiment_id, records[experiment_id]) for experiment_id in ids}
+    sides = [
+        versus.Side(d["id"], records[d["id"]], groups[index], members[index], _prints(d), d["config"])
+        for index, d in enumerate(details)
+    ]
+    pending = [versus.measure(sides[0], side, *pairing(kept, ids[0], side.id), min_effect) for side in sides[1:]]
     return {
         "schema_version": SCHEMA_VERSION,
         "ids": ids,
@@ -120,33 +103,46 @@ def compare(home: Home, ids: list[str], all_keys: bool = False) -> Comparison:
         "experiments": [_figures(item, records[item["id"]], common) for item in details],
         "config": differing_keys([d["config"] for d in details], all_keys),
         "all_keys": all_keys,
-        "versus": [
-            versus(
-                records[ids[0]],
-                records[other],
-                other,
-                seed_noise(ids[0], other, groups[0], groups[index], twin),
-                *pairing(kept, ids[0], other),
-                ids[0],
-            )
-            for index, other in enumerate(ids[1:], 1)
-            for twin in [replicates.twins(details[0]["config"], details[index]["config"])]
-        ],
+        "versus": versus.settle(pending),
         "replicates": groups,
+        "min_effect": min_effect,
     }
 
 
-def replicate_groups(home: Home, ids: list[str]) -> list[Group | None]:
+def replicate_groups(home: Home, ids: list[str]) -> tuple[list[Group | None], list[list[seeds.Member]]]:
     """Each experiment's replicate group among the registered experiments (None: it has no replicate), each
-    member's final figures from its run file."""
+    member's final figures from its run file; and the members each group's mean is over, with their final
+    evaluations block by block."""
     with Registry(home.registry, create=False) as registry:
         configs = registry.configs()
     found: list[Group | None] = []
+    members: list[list[seeds.Member]] = []
     for experiment_id in ids:
-        members = replicates.group_of(experiment_id, configs)
-        finals = {member: final_values(run_records(home, member)) for member in members}
-        found.append(replicates.summarize(members, configs, finals) if members else None)
+        ids_of = replicates.group_of(experiment_id, configs)
+        kept = {member: run_records(home, member) for member in ids_of}
+        finals = {member: final_values(kept[member]) for member in ids_of}
+        group = replicates.summarize(ids_of, configs, finals) if ids_of else None
+        found.append(group)
+        members.append(_members(home, group, kept, finals) if group else [])
+    return found, members
+
+
+def _members(home: Home, group: Group, kept: dict[str, Records], finals: dict[str, RunRecord]) -> list[seeds.Member]:
+    """The counted members of a group with a final eval loss: its seed, its loss, its own error, its blocks."""
+    found = []
+    for member in group["counted"]:
+        loss, blocks = finals[member].get("eval_loss"), final_blocks(home, member, kept[member])
+        if isinstance(loss, (int, float)) and math.isfinite(loss):
+            seed = group["seeds"][group["ids"].index(member)]
+            error = finals[member].get("eval_loss_se")
+            kept_blocks = blocks if isinstance(blocks, BlockEvaluation) else None  # not one a verdict may rest on
+            found.append(seeds.Member(member, seed, float(loss), error, kept_blocks))
     return found
+
+
+def _prints(item: Detail) -> dict[str, str | None]:
+    """What an experiment trained on: its data and tokenizer fingerprints (``show ID``'s)."""
+    return {"data": item["fingerprints"]["data"], "tokenizer": item["fingerprints"]["tokenizer"]}
 
 
 def final_values(records: Records) -> RunRecord:
@@ -155,34 +151,6 @@ def final_values(records: Records) -> RunRecord:
     for record in records:
         merged.update(cast(RunRecord, {key: value for key, value in record.items() if value is not None}))
     return merged
-
-
-def seed_noise(first: str, other: str, a: Group | None, b: Group | None, twin: bool = False) -> SeedNoise:
-    """``within_seed_noise`` and ``seed_noise`` of ``other`` against ``first``, by their replicate groups (``twin``:
-    the two share their config, seed included: no replicates of each other)."""
-    if twin:
-        return {
-            "within_seed_noise": None,
-            "seed_noise": f"{other} is a twin of {first} (the same config, seed included): no replicate, and their "
-            "difference is not seed noise (exact training makes it 0)",
-        }
-    if a is not None and b is not None and other in a["ids"]:
-        spread = replicates.shown(a["metrics"]["eval_loss"])
-        return {
-            "within_seed_noise": True,
-            "seed_noise": f"{other} is a replicate of {first} (only training.seed differs): their difference is seed "
-            f"noise; the eval loss of their configuration's replicates is {spread}",
-        }
-    if a is None or b is None:
-        missing = first if a is None else other
-        return {
-            "within_seed_noise": None,
-            "seed_noise": f"{missing} has no replicates to judge seed noise by "
-            f"(`octlm new --from {missing} --seeds 3` makes some)",
-        }
-    within, words = replicates.difference(a["metrics"]["eval_loss"], b["metrics"]["eval_loss"], b["eval_loss_se"])
-    sizes = f"{counted(len(b['counted']), 'seed')} against {len(a['counted'])}"
-    return {"within_seed_noise": within, "seed_noise": f"mean eval loss over the seeds ({sizes}) {words}"}
 
 
 def _metrics(value: Callable[[Metric], float | None]) -> Metrics:
@@ -237,72 +205,9 @@ def pairing(kept: dict[str, evalblocks.BlockEvaluation | None], first: str, othe
     return found, "paired" if found is not None else "unpaired: not evaluated on the same blocks"
 
 
-def versus(
-    first: Records,
-    other: Records,
-    other_id: str,
-    seeds: SeedNoise | None = None,
-    paired: Paired | None = None,
-    unpaired_test: str = "unpaired",
-    first_id: str = "the first",
-) -> Versus:
-    """``other`` against ``first``: the final eval losses' difference (other - first), judged by its paired standard
-    error when both final evaluations read the same blocks (``paired``), else by the two errors combined as if
-    independent (an upper bound when they read the same blocks), and the data order."""
-    loss_a, loss_b = _latest(first, "eval_loss"), _latest(other, "eval_loss")
-    se_a, se_b = _latest_of(first, "eval_loss_se"), _latest_of(other, "eval_loss_se")
-    difference = None if loss_a is None or loss_b is None else loss_b - loss_a
-    combined = None if difference is None or se_a is None or se_b is None else math.hypot(se_a, se_b)
-    if paired is not None and difference is not None:
-        difference = paired["eval_loss_difference"]
-        judged = noise.paired_words(first_id, other_id, paired)
-        if judged.within is False and (seeds is None or seeds["within_seed_noise"] is None):
-            # two models that differ on these blocks; another seed of either may too (benchmarks/calibration.py)
-            judged = noise.Judged(False, f"{judged.words}; seed noise is not in this error (one seed each)")
-    else:
-        judged = noise.judge(difference, combined, "evaluation noise", unpaired_test)
-    same, order = _data_order(first, other)
-    return {
-        "id": other_id,
-        "eval_loss_difference": difference,
-        "combined_se": combined,
-        "test": "paired" if paired is not None and difference is not None else "unpaired",
-        "paired": paired,
-        "within_noise": judged.within,
-        "noise": judged.words if difference is not None else "no eval loss to compare",
-        "same_data_order": same,
-        "data_order": order,
-        "within_seed_noise": seeds["within_seed_noise"] if seeds else None,
-        "seed_noise": seeds["seed_noise"] if seeds else "no replicates compared",
-    }
-
-
-def _data_order(first: Records, other: Records) -> tuple[bool | None, str]:
-    """Whether two runs read the same blocks in the same order, from their receipts at the block counts both
-    logged: the same up to the most such blocks, or different from the first count where they part."""
-    a = {r["data_blocks"]: r.get("data_receipt") for r in first if r.get("data_blocks")}
-    b = {r["data_blocks"]: r.get("data_receipt") for r in other if r.get("data_blocks")}
-    common = sorted(set(a) & set(b))
-    if not common:
-        return None, "no receipts at a common block count to compare"
-    parted = next((blocks for blocks in common if a[blocks] != b[blocks]), None)
-    if parted is None:
-        return True, f"the same blocks in the same order for the first {common[-1]:,}"
-    return False, f"a different data order, by {parted:,} blocks"
-
-
 def sentences(result: Comparison) -> list[str]:
-    """What the comparison says in words, one line per experiment after the first (below the table)."""
-    first, said = result["ids"][0], []
-    for v in result["versus"]:
-        said_whole = v["test"] == "paired" and v["within_noise"] is False  # "EXP-009 is better by ..."
-        loss = (
-            [v["noise"] if said_whole else f"eval loss {v['noise']}"] if v["eval_loss_difference"] is not None else []
-        )
-        parts = loss + ([v["data_order"]] if v["same_data_order"] is not None else [])
-        if parts:
-            said.append(f"{v['id']} against {first}: " + "; ".join(parts))
-    return said + [f"{v['id']} against {first}, replicates: {v['seed_noise']}" for v in result["versus"]]
+    """What the comparison says in words, below the table (``compare.versus.sentences``)."""
+    return versus.sentences(result["ids"][0], result["versus"])
 
 
 def _latest_of(records: Records, key: str) -> Any:

@@ -87,10 +87,13 @@ def test_show_a_b_says_when_a_difference_is_within_evaluation_noise_and_whether_
         untrained["combined_se"], rel=1e-6
     )
     text = cli(home, "show", "EXP-001", "EXP-002", "EXP-003").stdout
-    lines = [line for line in text.splitlines() if "against EXP-001" in line]
-    assert "within evaluation noise" in lines[0] and "the same blocks in the same order for the first 48" in lines[0]
+    lines = [line for line in text.splitlines() if "against EXP-001: " in line]  # each one's verdict, in order
+    # issue 46: the same run is "identical" (0 ± 0), and a run-level verdict says what it is: on these blocks
+    assert same["run"]["identical"] is True and "are identical: every block's loss the same" in lines[0]
+    assert "the same blocks in the same order for the first 48" in lines[0]
     assert "beyond evaluation noise" in lines[1] and "x its standard error" in lines[1]
-    assert lines[1].startswith("EXP-003 against EXP-001: EXP-001 is better by ") and "(paired, " in lines[1]
+    assert lines[1].startswith("EXP-003 against EXP-001: on these blocks, EXP-003's eval loss is higher than ")
+    assert "(paired, " in lines[1] and "seed noise is not in this error" in lines[1]
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ import pytest
 
 from octlm.store.runs import evalblocks
 from octlm.store.runs.evalblocks import BlockEvaluation
-from octlm.views import noise
 from octlm.views.paired import RESAMPLES, pair
 
 
@@ -65,18 +64,6 @@ def test_only_the_same_blocks_are_paired() -> None:
     assert pair(first, None) is None and pair(None, other) is None
     shorter = BlockEvaluation(1, "same", other.nats[:-1], other.targets[:-1], other.target_bytes[:-1])
     assert pair(first, shorter) is None
-
-
-def test_the_verdict_names_the_better_its_test_and_the_blocks() -> None:
-    first, other = correlated(200, -0.05)
-    found = pair(first, other)
-    assert found is not None
-    judged = noise.paired_words("EXP-008", "EXP-009", found)
-    assert judged.within is False
-    assert judged.words.startswith(f"EXP-009 is better by {abs(found['eval_loss_difference']):.4f} ± ")
-    assert "(paired, 200 blocks): beyond evaluation noise" in judged.words and "bootstrap 95% interval" in judged.words
-    same = pair(first, first)
-    assert same is not None and noise.paired_words("EXP-008", "EXP-008", same).within is True  # 0 ± 0: identical
 
 
 def test_a_blocks_file_keeps_each_evaluation_and_is_cut_back(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ Run files and rows as octlm writes them, without training."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -58,16 +59,20 @@ def test_show_groups_replicates_with_mean_and_sd(seeds: Path) -> None:
 
 
 def test_show_a_b_says_within_seed_noise_and_beyond(seeds: Path) -> None:
+    """Two configurations of seeds 1 to 3 each: paired by seed (issue 46), the configurations' verdict first, with
+    the evaluations' own error (unpaired here: no run kept its evaluation block by block) as its second part."""
     within = json_out(cli(seeds, "show", "EXP-001", "EXP-004", "--json"))["versus"][0]
-    assert within["within_seed_noise"] is True and "within seed noise" in within["seed_noise"]
+    assert within["within_seed_noise"] is True and "within seed and evaluation noise" in within["seed_noise"]
     beyond = json_out(cli(seeds, "show", "EXP-001", "EXP-007", "--json"))["versus"][0]
-    assert beyond["within_seed_noise"] is False and "beyond seed noise" in beyond["seed_noise"]
+    assert beyond["within_seed_noise"] is False and "beyond seed and evaluation noise" in beyond["seed_noise"]
     text = cli(seeds, "show", "EXP-001", "EXP-004").stdout
-    assert "EXP-004 against EXP-001, replicates: mean eval loss over the seeds (3 seeds against 3) +0.0100" in text
     assert (
-        "(over the seeds, Welch, 4.0 df): within seed noise, 0.6x its standard error; the evaluations' own standard "
-        "error is 0.0040" in text
+        "EXP-004 against EXP-001: as configurations, EXP-004's mean eval loss is higher than EXP-001's: +0.0100 ± "
+        in text
     )
+    differences = [0.01, -0.03, 0.05]  # EXP-004 - EXP-001, EXP-005 - EXP-002, EXP-006 - EXP-003
+    paired = statistics.stdev(differences) / 3**0.5
+    assert f"(paired by seed, 3 seeds; the seeds' ± {paired:.4f} and the evaluation's ± {0.004 * 2**0.5:.4f}" in text
     assert "5.0000 ± 0.0200 (3 seeds)" in text and "5.0100 ± 0.0200 (3 seeds)" in text  # the table's row
     same = json_out(cli(seeds, "show", "EXP-001", "EXP-002", "--json"))["versus"][0]
     assert "EXP-002 is a replicate of EXP-001" in same["seed_noise"]

@@ -14,44 +14,41 @@ from conftest import cli, json_out, write_experiment
 from octlm.core.home import Home
 from octlm.store.experiments import load, register
 from octlm.store.registry import Registry
-from octlm.views import noise
+from octlm.store.runs.evalblocks import BlockEvaluation
 from octlm.views import side_by_side as compare
+from octlm.views.compare import noise, seeds, student, winner
+from octlm.views.compare.noise import Error, Size
 from octlm.views.report import sections
-from octlm.views.sweeps import status
 
 
 def test_beyond_is_said_as_readily_as_within() -> None:
-    beyond = noise.judge(-0.0300, 0.0100, "evaluation noise", "unpaired")
-    within = noise.judge(0.0150, 0.0100, "evaluation noise", "unpaired")
-    assert beyond.within is False and within.within is True
-    assert beyond.words == "-0.0300 ± 0.0100 (unpaired): beyond evaluation noise, 3.0x its standard error"
-    assert within.words == "+0.0150 ± 0.0100 (unpaired): within evaluation noise, 1.5x its standard error"
-    assert noise.judge(0.01, None, "evaluation noise", "unpaired").within is None
+    beyond = noise.measured("run", "unpaired", -0.0300, Error(evaluation=0.0100), Size(5.0))
+    within = noise.measured("run", "unpaired", 0.0150, Error(evaluation=0.0100), Size(5.0))
+    assert beyond["within_noise"] is False and within["within_noise"] is True
+    said = noise.run_words(beyond, "EXP-001", "EXP-002", "unpaired", "")
+    assert said.startswith("EXP-002's final eval loss is lower than EXP-001's: -0.0300 ± 0.0100 (unpaired; normal ")
+    assert "beyond evaluation noise: 3.0x its standard error, past the critical 1.96" in said
+    said = noise.run_words(within, "EXP-001", "EXP-002", "unpaired", "")
+    assert (
+        "+0.0150 ± 0.0100" in said and "within evaluation noise: 1.5x its standard error, inside the critical" in said
+    )
+    assert noise.measured("run", "unpaired", 0.01, Error(), Size())["within_noise"] is None
 
 
-def test_a_lead_the_evaluations_own_error_could_explain_names_the_fix() -> None:
-    judged = noise.over_seeds(-0.0200, 0.0010, 0.0150)  # far beyond the seeds' spread, within the evaluation's
-    assert judged.within is True and "within evaluation noise" in judged.words
-    assert "training.eval_tokens" in judged.words and "more seeds" in judged.words
-    assert "beyond seed noise" in noise.over_seeds(-0.0200, 0.0010, 0.0010).words
-
-
-def _configuration(value: float, sd: float, params: dict) -> dict:
-    return {
-        "params": params,
-        "step": 12,
-        "value": {"n": 3, "mean": value, "sd": sd, "values": []},
-        "eval_loss_se": 0.001,
-        "trials": [],
-        "rank": 0,
-    }
+def _entry(rank: int, value: float, sd: float | None, params: dict) -> winner.Entry:
+    spread = (-sd, 0.0, sd) if sd is not None else (0.0,)
+    members = [seeds.Member(f"T{rank}{i}", i, value + d) for i, d in enumerate(spread)]
+    return winner.Entry(rank, params, members)
 
 
 def test_the_best_against_the_next_is_negative() -> None:
-    best, runner_up = _configuration(4.50, 0.01, {"lr": 3e-3}), _configuration(5.00, 0.02, {"lr": 1e-3})
-    said = status.verdict([best, runner_up], "eval_loss")  # type: ignore[list-item]
-    assert said.startswith("the best (lr=0.003) against the next (lr=0.001): eval_loss -0.5000 ± ")
-    assert "beyond seed noise" in said
+    best, runner_up = _entry(1, 4.50, 0.01, {"lr": 3e-3}), _entry(2, 5.00, 0.02, {"lr": 1e-3})
+    (found,) = winner.challengers([best, runner_up], "eval_loss", Size(), None)
+    assert found["verdict"] is not None and found["verdict"]["difference"] == pytest.approx(-0.5)
+    assert found["words"].startswith(
+        "as configurations, the best's mean eval loss is lower than the other's: -0.5000 ± "
+    )
+    assert "beyond seed and evaluation noise" in found["words"] or "beyond" in found["words"]
 
 
 def _registered(home: Path, experiment_id: str, **training: object) -> None:
@@ -83,46 +80,54 @@ def test_a_variant_is_described_as_the_readme_shows(home: Path) -> None:
     assert shown["description"] == "from EXP-001: training.learning_rate=1e-3"
 
 
-def test_seed_noise_names_what_dominates_and_how_many_seeds_would_resolve_it() -> None:
-    """Issue 36 item 3: Welch's error over the seeds beside the evaluations' own; which dominates; how many seeds;
-    the threshold Student's t at the Welch degrees of freedom (calibrated for small groups), not two errors."""
-    from octlm.views.sweeps import replicates
-
-    a = {"n": 3, "mean": 5.000, "sd": 0.020, "values": []}
-    b = {"n": 3, "mean": 4.990, "sd": 0.020, "values": []}
-    within, words = replicates.difference(a, b, 0.001)  # type: ignore[arg-type]
-    welch = (0.02**2 / 3 + 0.02**2 / 3) ** 0.5
-    assert within is True and f"-0.0100 ± {welch:.4f} (over the seeds, Welch, 4.0 df): within seed noise" in words
-    assert "(seed noise dominates)" in words
-    # at n seeds each: Welch's df = 2(n-1), and the difference stands beyond t(df) errors from n = 32 on
-    assert "about 32 seeds a configuration would resolve a difference this size" in words
-    assert replicates.seeds_to_resolve(-0.01, 0.02, 0.02) == 32
-    assert 0.01 / (0.0008 / 32) ** 0.5 > noise.t_critical(62) and 0.01 / (0.0008 / 31) ** 0.5 < noise.t_critical(60)
-    _, evaluations = replicates.difference(a, b, 0.05)  # type: ignore[arg-type]
-    assert "(evaluation noise dominates)" in evaluations and "seeds a configuration" not in evaluations
+def test_seed_noise_names_what_dominates_and_how_many_seeds_would_give_80_percent_power() -> None:
+    """Issue 36 item 3, issue 46 item 3: Welch's error over the seeds beside the evaluations' own; which dominates;
+    the seeds a configuration needs for 80% power at the smallest effect of interest (not the 50% of "would resolve
+    a difference this size"); the threshold Student's t at the degrees of freedom, not two errors."""
+    a = [seeds.Member(f"a{i}", ("a", i), 5.000 + d, error=0.001) for i, d in enumerate((-0.02, 0.0, 0.02))]
+    b = [seeds.Member(f"b{i}", ("b", i), 4.990 + d, error=0.001) for i, d in enumerate((-0.02, 0.0, 0.02))]
+    compared = seeds.configuration(a, b, Size(5.0, 0.02, 0.01))
+    assert compared is not None
+    verdict = compared.verdict
+    assert (
+        verdict["test"] == "Welch"
+        and verdict["within_noise"] is True
+        and verdict["seed_se"] == pytest.approx((0.02**2 / 3 + 0.02**2 / 3) ** 0.5)
+    )
+    words = seeds.words(verdict, "A", "B", compared.sizes, seeds.advice(compared, None))
+    assert "-0.0100 ± 0.0164 (Welch, 3 seeds against 3; the seeds' ± 0.0163 and the evaluation's ± 0.0014 (" in words
+    assert "within seed and evaluation noise" in words and "(seed noise dominates)" in words
+    # 80% power at 0.01 nats with sd 0.02 on each side: 2 (t + t_0.8)^2 (0.02 / 0.01)^2, about 64 seeds, and more
+    # where the evaluation's own error (which no seed lowers) is in the error too
+    assert f"needs about {verdict['seeds_needed']} seeds a configuration, 3 now" in words
+    assert 64 < verdict["seeds_needed"] <= 80  # type: ignore[operator]
 
 
 def test_students_t_gives_the_tables_critical_values_and_calibrates_small_groups() -> None:
     """The two-sided 95% critical values of Student's t (any table: 12.706, 4.303, 2.776, 2.228, 2.042 at 1, 2, 4,
-    10, 30 df), the normal's 1.96 far out; two groups of 3 seeds 2.8 errors apart are within seed noise, where a
+    10, 30 df), the normal's 1.96 far out; two groups of 3 seeds 2.7 errors apart are within seed noise, where a
     threshold of two errors would have called them different."""
     for df, value in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042), (10**6, 1.960)):
-        assert noise.t_critical(df) == pytest.approx(value, abs=1e-3)
-    assert noise.welch_df(0.02, 3, 0.02, 3) == pytest.approx(4.0)
-    assert noise.welch_df(0.01, 3, 0.03, 5) == pytest.approx(
+        assert student.t_critical(df) == pytest.approx(value, abs=1e-3)
+    assert student.welch_df(0.02, 3, 0.02, 3) == pytest.approx(4.0)
+    assert student.welch_df(0.01, 3, 0.03, 5) == pytest.approx(
         (0.01**2 / 3 + 0.03**2 / 5) ** 2 / ((0.01**2 / 3) ** 2 / 2 + (0.03**2 / 5) ** 2 / 4)
     )
-    judged = noise.over_seeds(-0.0300, 0.0110, None, df=4.0)  # 2.7 errors: beyond 2, within t(4) = 2.776
-    assert judged.within is True and "Welch, 4.0 df" in judged.words
+    judged = noise.measured("configuration", "Welch", -0.0300, Error(seed=0.0110, seed_df=4.0), Size())
+    assert judged["within_noise"] is True and judged["critical"] == pytest.approx(2.776, abs=1e-3)
 
 
 def test_the_winner_of_single_seed_configurations_rests_on_the_paired_error() -> None:
-    """Issue 36 item 6: one trial a configuration: the best against the next judged by the paired evaluation error,
-    with its test, and said to be a question for seeds."""
-    best, runner_up = _configuration(4.50, 0.01, {"lr": 3e-3}), _configuration(4.51, 0.02, {"lr": 1e-3})
-    best["value"]["sd"] = runner_up["value"]["sd"] = None
-    paired = {"eval_loss_difference": -0.01, "eval_loss_se": 0.02, "blocks": 64}
-    said = status.verdict([best, runner_up], "eval_loss", paired, "lr")  # type: ignore[list-item, arg-type]
-    assert said.startswith("the best (lr=0.003) against the next (lr=0.001): eval_loss -0.0100 ± 0.0200 (paired, 64")
-    assert "within evaluation noise" in said and "training.eval_tokens: 0" in said
-    assert said.endswith("(`octlm sweep extend lr --seeds 3`)")
+    """Issue 36 item 6: one trial a configuration: the best against the next judged by the paired evaluation error
+    over the same blocks, with its test, and said to be a question for seeds."""
+    nats = [16 * (4.5 + 0.3 * ((i * 7) % 5 - 2)) for i in range(64)]
+    blocks = BlockEvaluation(12, "same", nats, [16] * 64, [40] * 64)
+    other = BlockEvaluation(
+        12, "same", [n + 16 * 0.01 * ((i % 3) - 0.4) for i, n in enumerate(nats)], [16] * 64, [40] * 64
+    )
+    best = winner.Entry(1, {"lr": 3e-3}, [seeds.Member("T1", 1, 4.50, None, blocks)])
+    runner_up = winner.Entry(2, {"lr": 1e-3}, [seeds.Member("T2", 1, 4.51, None, other)])
+    (found,) = winner.challengers([best, runner_up], "eval_loss", Size(), None)
+    assert found["verdict"] is not None and found["verdict"]["test"] == "paired"
+    assert found["words"].startswith("on these blocks, the best's eval loss is lower than the other's: ")
+    assert "(paired, 64 blocks" in found["words"] and "seed noise is not in this error; one seed each" in found["words"]

@@ -60,6 +60,16 @@ ColumnsOption = Annotated[
     ),
 ]
 CsvOption = Annotated[bool, typer.Option("--csv", help="Write CSV on stdout.")]
+MinEffectOption = Annotated[
+    float | None,
+    typer.Option(
+        "--min-effect",
+        metavar="NATS",
+        help="The smallest difference in eval loss worth finding, in nats (default 0.01): a comparison or a sweep "
+        "says how many seeds a configuration needs to find it 80% of the time.",
+        show_default=False,
+    ),
+]
 
 
 @handled
@@ -75,6 +85,7 @@ def show(
     as_json: JsonOption = False,
     as_csv: CsvOption = False,
     include_archived: AllOption = False,
+    min_effect: MinEffectOption = None,
 ) -> None:
     """List experiments, show one in detail, or compare several side by side."""
     from octlm.cli import show_view  # here: --help never loads the views
@@ -93,5 +104,6 @@ def show(
         as_csv=as_csv,
         width=width,
         include_archived=include_archived,
+        min_effect=min_effect,
     )
     show_view.write(shows.run(home_of(ctx), request), request)

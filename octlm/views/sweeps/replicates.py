@@ -1,10 +1,8 @@
 """Seed replicates and their noise (torch-free): experiments whose configs are the same but for ``training.seed``
 (and what does not change what a model learns: the fingerprint's bookkeeping keys) are replicates of one
 configuration, made by ``--seeds S`` or by hand. A group is shown as the mean ± sd of each metric over its
-replicates, and two groups differ beyond seed noise when their means are further apart than Student's two-sided 95%
-critical value (at the Welch-Satterthwaite degrees of freedom) times the standard error the seeds' spread gives
-their difference (sqrt(sd_a^2 / n_a + sd_b^2 / n_b)): calibrated at 5% for normal seed noise, where two errors
-would say "different" of two groups of 3 seeds of one config about 12% of the time.
+replicates; whether two groups differ beyond noise is ``compare.seeds``'s verdict (paired by seed where they share
+their seeds, else Welch's).
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any, TypedDict
 from octlm.config import BOOKKEEPING, canonical, flatten
 from octlm.core.records.freeform import ConfigTree
 from octlm.core.reporting import counted
-from octlm.views import noise
+from octlm.views.compare import noise, seeds
 
 SEED = "training.seed"
 METRICS = ("train_loss", "eval_loss", "perplexity", "bits_per_byte")
@@ -121,37 +119,18 @@ def shown(value: Spread, digits: int = 4) -> str:
     return f"{value['mean']:.{digits}f}{sd} ({counted(value['n'], 'seed')})"
 
 
-def difference(a: Spread, b: Spread, eval_se: float | None = None) -> tuple[bool | None, str]:
-    """Whether ``b``'s mean differs from ``a``'s (``b - a``) within noise, and that in words: judged by the seeds'
-    spread, unless the evaluations' own standard error (``eval_se``) could explain the lead (``noise.over_seeds``)."""
+def difference(a: Spread, b: Spread) -> tuple[bool | None, str]:
+    """Whether ``b``'s mean differs from ``a``'s (``b - a``) beyond the seeds' noise, and that in words, from the two
+    spreads alone (no seeds to pair them by, no evaluation block by block): Welch's test of ``compare.seeds``, as
+    ``benchmarks/calibration.py`` measures it."""
     if a["mean"] is None or b["mean"] is None:
         return None, "no metric to compare"
-    delta = b["mean"] - a["mean"]
-    if a["sd"] is None or b["sd"] is None:
+    firsts = [seeds.Member(f"a{i}", ("a", i), value) for i, value in enumerate(a["values"])]
+    others = [seeds.Member(f"b{i}", ("b", i), value) for i, value in enumerate(b["values"])]
+    compared = seeds.configuration(firsts, others, noise.Size(a["mean"]))
+    if compared is None:
+        delta = b["mean"] - a["mean"]
         return None, f"{delta:+.4f}; no seed spread to judge it by (give each configuration --seeds 2 or more)"
-    welch = math.sqrt(a["sd"] ** 2 / a["n"] + b["sd"] ** 2 / b["n"])
-    df = noise.welch_df(a["sd"], a["n"], b["sd"], b["n"])
-    judged = noise.over_seeds(delta, welch, eval_se, seeds_to_resolve(delta, a["sd"], b["sd"]), df)
-    return judged.within, judged.words
-
-
-def seeds_to_resolve(delta: float, sd_a: float, sd_b: float, most: int = 1000) -> int | None:
-    """How many seeds each configuration would need for a difference of ``delta`` to stand beyond seed noise, the
-    spreads as measured: the least ``n`` with ``|delta| > t(df) sqrt((sd_a^2 + sd_b^2) / n)``, ``t`` Student's
-    two-sided 95% critical value at the Welch degrees of freedom of ``n`` seeds each (bisection over ``n``); None for
-    no difference, or past ``most``."""
-    if delta == 0:
-        return None
-
-    def resolves(n: int) -> bool:
-        df = noise.welch_df(sd_a, n, sd_b, n)
-        threshold = noise.t_critical(df) if math.isfinite(df) else noise.NOISE
-        return abs(delta) > threshold * math.sqrt((sd_a**2 + sd_b**2) / n)
-
-    if not resolves(most):
-        return None
-    low, high = 1, most  # resolves(high); not resolves(low) (one seed has no spread)
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (low, middle) if resolves(middle) else (middle, high)
-    return max(2, high)
+    verdict = compared.verdict
+    verdict["words"] = seeds.words(verdict, "the first", "the other", compared.sizes, seeds.advice(compared, None))
+    return verdict["within_noise"], verdict["words"]

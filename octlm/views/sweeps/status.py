@@ -3,24 +3,27 @@
 The status: each trial's state in the queue (queued; running, where: host, pid, threads, device, since when;
 ``lost`` when its worker is gone, to be taken over; done, failed with its log's tail, stopped by halving), its
 rung, step and metric, and the counts. The ranking: the configurations (a trial's replicates together), the
-furthest rung first, then by the mean of their metric with its spread over the seeds, and in words whether the
-best one's lead over the next exceeds that spread.
+furthest rung first, then by the mean of their metric with its spread over the seeds; the best against the next and
+against every other configuration at its step (``compare.winner``: as configurations, paired by seed; as runs on the
+same blocks with one seed each), the best's expected optimism, and the best so far named as the luckiest trial.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, TypedDict
 
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.core.reporting import counted
 from octlm.store.registry import Registry, SummaryRow
+from octlm.store.runs.evalblocks import BlockEvaluation
 from octlm.store.sweeps.records import ClaimRow, DecisionRow, QueuedTrial, SweepRow, SweepSpec
 from octlm.store.sweeps.specs import describe
-from octlm.views import noise, side_by_side
+from octlm.views import side_by_side
+from octlm.views.compare import noise, seeds, winner
+from octlm.views.compare.noise import Size, Verdict
+from octlm.views.compare.winner import Challenger, Entry, Optimism
 from octlm.views.details import run_records
-from octlm.views.paired import Paired, pair
 from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import Spread
 
@@ -77,7 +80,10 @@ class Configuration(TypedDict):
 
 
 class SweepRanking(TypedDict):
-    """The ``octlm show NAME --json`` document of a sweep."""
+    """The ``octlm show NAME --json`` document of a sweep: its configurations ranked; the best against the next
+    (``best_against_next``, and ``verdict`` in words) and against every other configuration at its step
+    (``challengers``, Holm-adjusted over them; ``within_noise_of_best`` their ranks that noise could explain); the
+    best's expected optimism; ``notes``, all that in words; the best so far, the luckiest single trial."""
 
     schema_version: int
     name: str
@@ -85,6 +91,12 @@ class SweepRanking(TypedDict):
     keys: list[str]  # what the sweep varies
     configurations: list[Configuration]
     verdict: str  # the best against the next, in words
+    best_against_next: Verdict | None  # the best minus the next (negative: the best lower)
+    challengers: list[Challenger]  # every other configuration at the best's step, against the best
+    within_noise_of_best: list[int]  # the ranks of those within noise of the best
+    optimism: Optimism | None
+    notes: list[str]  # the winner in words: the best so far, who is within noise of it, its optimism, the advice
+    min_effect: float  # the smallest difference of interest, in nats (--min-effect)
     best_so_far: list[BestSoFar]  # in the order trials finished
 
 
@@ -141,7 +153,7 @@ def _state(trial: QueuedTrial, summary: SummaryRow | None) -> TrialState:
     }
 
 
-def ranking(home: Home, name: str) -> SweepRanking:
+def ranking(home: Home, name: str, min_effect: float = noise.MIN_EFFECT) -> SweepRanking:
     sweep, trials, registry = load(home, name)
     spec = sweep["spec"] or {}
     metric = str(spec.get("metric") or "eval_loss")
@@ -151,17 +163,78 @@ def ranking(home: Home, name: str) -> SweepRanking:
             for t in trials
         }
         finished = [c for c in registry.claims(sweep["id"]) if c["outcome"] == "done"]
+        prints = {t["experiment_id"]: _prints(registry.runs(t["experiment_id"])) for t in trials}
+        configs = registry.configs()
     configurations = _configurations(trials, errors)
-    paired = _paired_lead(home, configurations) if metric == "eval_loss" else None
+    by_id = {t["experiment_id"]: t for t in trials}
+    entries = [_entry(home, c, by_id, errors, metric, prints, configs) for c in _ranked(configurations)]
+    scored = _scored_all(entries, configs)
+    found = winner.challengers(entries, metric, Size(min_effect=min_effect), scored) if entries else []
+    progress = best_so_far(finished, by_id)
+    bias = winner.optimism(entries, len(progress))
+    lucky = [winner.luckiest(progress[-1]["best"], len(progress), bias)] if progress else []
     return {
         "schema_version": SCHEMA_VERSION,
         "name": sweep["name"],
         "metric": metric,
         "keys": [*spec.get("grid", {}), *spec.get("ranges", {})],
         "configurations": configurations,
-        "verdict": verdict(configurations, metric, paired, sweep["name"]),
-        "best_so_far": best_so_far(finished, {t["experiment_id"]: t for t in trials}),
+        "verdict": verdict(configurations, metric, found[0] if found else None),
+        "best_against_next": found[0]["verdict"] if found else None,
+        "challengers": found,
+        "within_noise_of_best": [c["rank"] for c in found if c["verdict"] is not None and c["verdict"]["within_noise"]],
+        "optimism": bias,
+        "notes": lucky + (winner.notes(found, entries[0], bias, sweep["name"]) if entries else []),
+        "min_effect": min_effect,
+        "best_so_far": progress,
     }
+
+
+def _prints(runs: list[Any]) -> dict[str, str | None]:
+    """What a trial trained on: the newest data and tokenizer fingerprints its runs recorded."""
+    return {
+        key: next((run[column] for run in reversed(runs) if run.get(column)), None)
+        for key, column in (("data", "data_hash"), ("tokenizer", "tokenizer_hash"))
+    }
+
+
+def _entry(
+    home: Home,
+    configuration: Configuration,
+    trials: dict[str, QueuedTrial],
+    errors: dict[str, float | None],
+    metric: str,
+    prints: dict[str, dict[str, str | None]],
+    configs: dict[str, Any],
+) -> Entry:
+    """A ranked configuration with its seeds: each finished trial at its rung, its value, its own evaluation error
+    and (for the eval loss) its final evaluation block by block."""
+    members = []
+    for experiment_id in configuration["trials"]:
+        trial = trials[experiment_id]
+        if (
+            trial["rung"] != configuration["rung"]
+            or trial["status"] not in ("done", "stopped")
+            or trial["value"] is None
+        ):
+            continue
+        blocks = None
+        if metric == "eval_loss":
+            found = side_by_side.final_blocks(home, experiment_id, run_records(home, experiment_id))
+            blocks = found if isinstance(found, BlockEvaluation) else None  # not one a verdict may rest on
+        members.append(seeds.Member(experiment_id, trial["seed"], trial["value"], errors.get(experiment_id), blocks))
+    first = members[0].id if members else configuration["trials"][0]
+    data = configs.get(first, {}).get("data")
+    sources = [str(s) for s in data.get("sources", [])] if isinstance(data, dict) else []
+    return Entry(configuration["rank"], configuration["params"], members, prints.get(first, {}), sources)
+
+
+def _scored_all(entries: list[Entry], configs: dict[str, Any]) -> bool | None:
+    """Whether the best's evaluation read the whole validation split (``compare.seeds.scored_all``)."""
+    if not entries or not entries[0].members:
+        return None
+    member = entries[0].members[0]
+    return seeds.scored_all(configs.get(member.id, {}), member.blocks.blocks if member.blocks else None)
 
 
 def _configurations(trials: list[QueuedTrial], errors: dict[str, float | None]) -> list[Configuration]:
@@ -193,45 +266,20 @@ def _configurations(trials: list[QueuedTrial], errors: dict[str, float | None]) 
 
 
 def _ranked(configurations: list[Configuration]) -> list[Configuration]:
-    """The configurations with a value, when the best two were measured at the same step ([] otherwise)."""
+    """The configurations with a value at the best's step, the best first, when there are two or more ([]
+    otherwise)."""
     ranked = [c for c in configurations if c["value"]["mean"] is not None]
-    return ranked if len(ranked) >= 2 and ranked[1]["step"] == ranked[0]["step"] else []
+    ranked = [c for c in ranked if c["step"] == ranked[0]["step"]] if ranked else []
+    return ranked if len(ranked) >= 2 else []
 
 
-def _paired_lead(home: Home, configurations: list[Configuration]) -> Paired | None:
-    """The best against the next on the same validation blocks, when each is one trial (no seeds to average)."""
+def verdict(configurations: list[Configuration], metric: str, against: Challenger | None) -> str:
+    """The best configuration against the next at the same step, in words (``compare.winner``'s)."""
     ranked = _ranked(configurations)
-    if not ranked or len(ranked[0]["trials"]) != 1 or len(ranked[1]["trials"]) != 1:
-        return None
-    best, other = ranked[0]["trials"][0], ranked[1]["trials"][0]
-    kept = {e: side_by_side.final_blocks(home, e, run_records(home, e)) for e in (best, other)}
-    return pair(kept[other], kept[best])  # the best minus the next
-
-
-def verdict(configurations: list[Configuration], metric: str, paired: Paired | None = None, name: str = "NAME") -> str:
-    """The best configuration against the next at the same step, in words, with the test it rests on and, within
-    noise, what would resolve it: the seeds' spread when they have seeds, else the paired evaluation error."""
-    ranked = _ranked(configurations)
-    if not ranked:
+    if not ranked or against is None:
         return "fewer than two configurations measured at the same step: nothing to rank yet"
     best, next_ = ranked[0], ranked[1]  # the best minus the next: negative when the best is lower
-    head = f"the best ({_params(best['params'])}) against the next ({_params(next_['params'])}): {metric}"
-    if paired is not None and best["value"]["sd"] is None and next_["value"]["sd"] is None:
-        test = f"paired, {counted(paired['blocks'], 'block')}"
-        judged = noise.judge(paired["eval_loss_difference"], paired["eval_loss_se"], "evaluation noise", test)
-        fix = (
-            "; the whole validation split (training.eval_tokens: 0, eval_blocks: 0) may resolve it"
-            if judged.within
-            else ""
-        )
-        seeds = (
-            f"; one seed each: whether the configuration is better, seeds say (`octlm sweep extend {name} --seeds 3`)"
-        )
-        return f"{head} {judged.words}{fix}{seeds}"
-    errors = [e for e in (best["eval_loss_se"], next_["eval_loss_se"]) if e is not None]
-    own = math.hypot(*errors) if len(errors) == 2 else None
-    _, words = replicates.difference(next_["value"], best["value"], own)
-    return f"{head} {words}"
+    return f"the best ({_params(best['params'])}) against the next ({_params(next_['params'])}): {against['words']}"
 
 
 def _params(params: dict[str, Any]) -> str:
