@@ -45,9 +45,7 @@ def test_the_best_against_the_next_is_negative() -> None:
     best, runner_up = _entry(1, 4.50, 0.01, {"lr": 3e-3}), _entry(2, 5.00, 0.02, {"lr": 1e-3})
     (found,) = winner.challengers([best, runner_up], "eval_loss", Size(), None)
     assert found["verdict"] is not None and found["verdict"]["difference"] == pytest.approx(-0.5)
-    assert found["words"].startswith(
-        "as configurations, the best's mean eval loss is lower than the other's: -0.5000 ± "
-    )
+    assert found["words"].startswith("as configurations, the best's mean eval loss is lower than rank 2's: -0.5000 ± ")
     assert "beyond seed and evaluation noise" in found["words"] or "beyond" in found["words"]
 
 
@@ -129,5 +127,5 @@ def test_the_winner_of_single_seed_configurations_rests_on_the_paired_error() ->
     runner_up = winner.Entry(2, {"lr": 1e-3}, [seeds.Member("T2", 1, 4.51, None, other)])
     (found,) = winner.challengers([best, runner_up], "eval_loss", Size(), None)
     assert found["verdict"] is not None and found["verdict"]["test"] == "paired"
-    assert found["words"].startswith("on these blocks, the best's eval loss is lower than the other's: ")
+    assert found["words"].startswith("on these blocks, the best's eval loss is lower than rank 2's: ")
     assert "(paired, 64 blocks" in found["words"] and "seed noise is not in this error; one seed each" in found["words"]

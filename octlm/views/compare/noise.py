@@ -17,13 +17,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 from octlm.core.reporting import counted
 from octlm.views.compare import student
 
+if TYPE_CHECKING:
+    from octlm.views.paired import Paired
+
 MIN_EFFECT = 0.01  # nats: the default smallest difference worth finding (``show --min-effect``)
-Level = Literal["run", "configuration"]
+Level = Literal["run", "configuration"]  # a run-level verdict, or a configuration-level one
 
 
 class Effect(TypedDict):
@@ -36,15 +39,24 @@ class Effect(TypedDict):
 
 class Verdict(TypedDict):
     """A difference judged, with every number it rests on (``show A B --json``'s ``versus[].run`` and
-    ``versus[].configuration``, ``show SWEEP --json``'s ``best_against_next`` and ``challengers[].verdict``)."""
+    ``versus[].configuration``, ``show SWEEP --json``'s ``best_against_next`` and ``challengers[].verdict``):
+    ``difference`` (the later minus the first, nats) and its standard error ``se``, made of the seeds' part
+    ``seed_se`` and the evaluation's ``evaluation_se`` (over ``clusters`` clusters of ``cluster_unit``), at ``df``
+    degrees of freedom (Satterthwaite's; null: the normal's), the two-sided 95% ``critical`` value of Student's t there,
+    the two-sided ``p`` (the larger of the whole error's and the evaluation's alone) and ``p_adjusted`` (Holm's, over
+    ``comparisons``), the 95% interval ``low`` to ``high``, ``within_noise``, ``evaluation_alone`` (the evaluation's
+    error alone could explain the difference), ``identical`` (0 ± 0), the ``effect`` three ways, the ``seeds`` compared
+    and the ``seeds_needed`` a configuration for 80% power at ``min_effect`` nats, and the ``words`` shown."""
 
-    level: Level  # run: two trained models on the same blocks; configuration: over the seeds of each
+    level: Literal[
+        "run", "configuration"
+    ]  # run: two trained models on the same blocks; configuration: over the seeds of each
     test: str  # paired (on blocks), unpaired, paired by seed, Welch
     difference: float | None  # the later minus the first, in nats
     se: float | None  # its standard error: the seeds' and the evaluation's parts added in squares
     seed_se: float | None  # the seeds' part (None: a run-level verdict)
     evaluation_se: float | None  # the evaluation's part (over clusters of blocks)
-    df: float | None  # Satterthwaite's degrees of freedom of se (inf: the normal's)
+    df: float | None  # Satterthwaite's degrees of freedom of se (inf, null in --json: the normal's)
     critical: float | None  # two-sided 95% Student's t at df
     p: float | None  # two-sided, Student's t; the larger of the whole error's and the evaluation's alone
     p_adjusted: float | None  # Holm's, over the comparisons one command made (p itself when one)
@@ -97,15 +109,16 @@ class Size:
     min_effect: float = MIN_EFFECT
 
 
-def paired_error(paired: Mapping[str, Any]) -> Error:
-    """The evaluation's error of a paired difference (``views.paired.Paired``), over the clusters its blocks make
-    (each block its own where the evaluations recorded none)."""
-    clusters = int(paired.get("clusters") or paired["blocks"])
+def paired_error(paired: Paired) -> Error:
+    """The evaluation's error of a paired difference, over the clusters its blocks make (each block its own where
+    the evaluations recorded none)."""
+    found = cast(Mapping[str, Any], paired)  # clusters, cluster_unit and df: the clustered pair's (issue 46 item 1)
+    clusters = int(found.get("clusters") or paired["blocks"])
     return Error(
         evaluation=paired["eval_loss_se"],
-        evaluation_df=float(paired.get("df") or clusters - 1),
+        evaluation_df=float(found.get("df") or clusters - 1),
         clusters=clusters,
-        cluster_unit=str(paired.get("cluster_unit") or "blocks"),
+        cluster_unit=str(found.get("cluster_unit") or "blocks"),
         blocks=paired["blocks"],
     )
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -29,6 +29,7 @@ from octlm.store.runs.evalblocks import BlockEvaluation
 from octlm.views import paired as pairing
 from octlm.views.compare import noise, student
 from octlm.views.compare.noise import Error, Size, Verdict
+from octlm.views.paired import Paired
 
 MOST_SEEDS = 1000  # what ``seeds_for_power`` looks up to (``new --seeds`` makes at most as many)
 
@@ -145,31 +146,22 @@ def _evaluation(firsts: list[Member], others: list[Member]) -> Error:
     found = None
     if all(kept_a) and all(kept_b):
         found = group_pair(cast(list[BlockEvaluation], kept_a), cast(list[BlockEvaluation], kept_b))
-    if found is not None and found.get("eval_loss_se") is not None:
-        clusters = int(found.get("clusters") or found["blocks"])
-        df = float(found.get("df") or clusters - 1)
-        unit = str(found.get("cluster_unit") or "blocks")
-        return Error(
-            evaluation=found["eval_loss_se"],
-            evaluation_df=df,
-            clusters=clusters,
-            cluster_unit=unit,
-            blocks=found["blocks"],
-        )
+    if found is not None and found["eval_loss_se"] is not None:
+        return noise.paired_error(found)
     own = [statistics.fmean(e) for e in ([m.error for m in g if m.error is not None] for g in (firsts, others)) if e]
     return Error(evaluation=math.hypot(*own)) if len(own) == 2 else Error()
 
 
-def group_pair(firsts: list[BlockEvaluation], others: list[BlockEvaluation]) -> Mapping[str, Any] | None:
+def group_pair(firsts: list[BlockEvaluation], others: list[BlockEvaluation]) -> Paired | None:
     """``views.paired.group_pair`` (the two groups' mean per-block losses, paired); until it is there, the same
     computed here: each group averaged block by block, then paired as two runs are."""
     found = getattr(pairing, "group_pair", None)
     if found is not None:
-        return cast(Mapping[str, Any] | None, found(firsts, others))
+        return cast(Paired | None, found(firsts, others))
     averaged = [_averaged(group) for group in (firsts, others)]
     if averaged[0] is None or averaged[1] is None:
         return None
-    return cast(Mapping[str, Any] | None, pairing.pair(averaged[0], averaged[1]))
+    return pairing.pair(averaged[0], averaged[1])
 
 
 def _averaged(group: list[BlockEvaluation]) -> BlockEvaluation | None:

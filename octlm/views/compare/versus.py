@@ -193,7 +193,7 @@ def settle(pending: list[Pending]) -> list[Versus]:
             configuration["words"] = seeds.words(configuration, p.first, versus["id"], p.compared.sizes, more)
             versus["within_seed_noise"], versus["seed_noise"] = configuration["within_noise"], configuration["words"]
         if run is not None:
-            hint = "; the configurations' verdict, over the seeds, has it" if configuration is not None else ""
+            hint = "; the configurations' verdict above carries it" if configuration is not None else ""
             words = noise.run_words(run, p.first, versus["id"], p.unpaired, hint)
             if run["within_noise"] and not run["identical"]:
                 words += f"; {noise.more_evaluation(p.scored_all)} narrow it"

@@ -72,7 +72,7 @@ def challengers(entries: Sequence[Entry], metric: str, size: Size, scored_all: b
     noise.adjust([verdict for verdict, _, _ in found])
     said: list[Challenger] = []
     for other, (verdict, compared, why) in zip(entries[1:], found, strict=True):
-        words = why or _words(verdict, compared, metric, scored_all)
+        words = why or _words(verdict, compared, metric, scored_all, f"rank {other.rank}")
         if verdict is not None:
             verdict["words"] = words
         said.append(
@@ -89,7 +89,7 @@ def _against(best: Entry, other: Entry, metric: str, size: Size) -> tuple[Verdic
     ids = [e.members[0].id if e.members else "ID" for e in (other, best)]
     why = comparable.reason(ids[0], ids[1], (other.prints, best.prints), same, best.sources)
     if why is not None:
-        return None, None, f"{best.named} against {other.named}: {why}"
+        return None, None, why
     reference = statistics.fmean(m.loss for m in other.members) if other.members else None
     sized = Size(reference, _pooled([best, other]), size.min_effect)
     if len(best.members) >= 2 and len(other.members) >= 2:
@@ -102,15 +102,17 @@ def _against(best: Entry, other: Entry, metric: str, size: Size) -> tuple[Verdic
     return noise.measured("run", "paired", difference, noise.paired_error(found), sized), None, ""
 
 
-def _words(verdict: Verdict | None, compared: seeds.Compared | None, metric: str, scored_all: bool | None) -> str:
+def _words(
+    verdict: Verdict | None, compared: seeds.Compared | None, metric: str, scored_all: bool | None, other: str
+) -> str:
     shown = metric.replace("_", " ")
     if verdict is None:
         return f"nothing to judge it by: no {shown} over two seeds or more, nor evaluations of the same blocks"
     if compared is not None:
         more = seeds.advice(compared, scored_all)
-        return seeds.words(verdict, "the other", "the best", compared.sizes, more, shown)
+        return seeds.words(verdict, other, "the best", compared.sizes, more, shown)
     hint = "; one seed each: whether the configuration is better, seeds say"
-    said = noise.run_words(verdict, "the other", "the best", "paired", hint, shown)
+    said = noise.run_words(verdict, other, "the best", "paired", hint, shown)
     return said + (f"; {noise.more_evaluation(scored_all)} narrow it" if verdict["within_noise"] else "")
 
 

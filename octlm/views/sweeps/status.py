@@ -222,7 +222,8 @@ def _entry(
         if metric == "eval_loss":
             found = side_by_side.final_blocks(home, experiment_id, run_records(home, experiment_id))
             blocks = found if isinstance(found, BlockEvaluation) else None  # not one a verdict may rest on
-        members.append(seeds.Member(experiment_id, trial["seed"], trial["value"], errors.get(experiment_id), blocks))
+        error = errors.get(experiment_id) if metric == "eval_loss" else None  # the eval loss's, in nats
+        members.append(seeds.Member(experiment_id, trial["seed"], trial["value"], error, blocks))
     first = members[0].id if members else configuration["trials"][0]
     data = configs.get(first, {}).get("data")
     sources = [str(s) for s in data.get("sources", [])] if isinstance(data, dict) else []
