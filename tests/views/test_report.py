@@ -236,3 +236,7 @@ def test_a_sweeps_page_draws_its_metric_against_each_key_with_error_bars(home: P
     assert 'data-chart="best-so-far"' in page and page.count("<polyline") == 1
     ranking = page[page.index("Configurations, best first") :]
     assert ranking.index("0.004") < ranking.index("0.001")  # the lower loss first
+    # issue 46: the winner's notes under the verdict: the luckiest trial, those within noise of it, the advice
+    notes = page[page.index('<ul class="notes">') : page.index("<h2>Curves</h2>")]
+    assert "the luckiest single trial" in notes and "within noise of the best" in notes
+    assert "expected optimism" in notes and "sweep extend lr --seeds 5" in notes

@@ -272,7 +272,7 @@ def _sample(v: Verdict) -> str:
     """``paired, 16 blocks, 4 documents`` (``each block its own unit`` where no clusters were recorded)."""
     blocks = counted(v["blocks"] or 0, "block")
     if v["cluster_unit"] in (None, "blocks"):
-        return f"paired, {blocks}, each its own unit (the error may understate: no clusters recorded)"
+        return f"paired, {blocks}, each its own unit: no clusters recorded, so the error may understate"
     return f"paired, {blocks}, {counted(v['clusters'] or 0, v['cluster_unit'][:-1])}"
 
 
