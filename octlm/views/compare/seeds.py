@@ -8,7 +8,7 @@ sweep), so the error is the spread of the per-seed differences, ``sd_d / sqrt(n)
 else the groups are independent and the error is Welch's, ``sqrt(sd_a^2 / n_a + sd_b^2 / n_b)`` at Welch's degrees of
 freedom. Every run read the same validation blocks, so that spread holds no evaluation noise: the evaluation's part is
 the paired error of the two groups' mean per-block losses (``views.paired.group_pair``, over clusters of blocks),
-added in squares (``noise.Error``). Where a run kept no evaluation block by block, the evaluation's part is the
+added in squares (``noise.Error``). Where a run kept no checked evaluation block by block, the evaluation's part is the
 groups' own errors combined as if independent (an upper bound). The seeds a configuration needs for 80% power at the
 smallest effect of interest (``--min-effect``) come from the same two parts: the seeds' shrinks with more seeds, the
 evaluation's does not (``student.seeds_for_power``). Torch-free.
@@ -218,7 +218,7 @@ def _parts(verdict: Verdict) -> str:
     where = (
         f" over {counted(verdict['clusters'], verdict['cluster_unit'][:-1])}"
         if verdict["clusters"] and verdict["cluster_unit"]
-        else " (unpaired: a run kept no evaluation block by block)"
+        else " (unpaired: not every run kept a checked evaluation block by block)"
     )
     return f"{seeds} and the evaluation's ± {evaluation:.4f}{where}"
 

@@ -107,7 +107,7 @@ def _words(
 ) -> str:
     shown = metric.replace("_", " ")
     if verdict is None:
-        return f"nothing to judge it by: no {shown} over two seeds or more, nor evaluations of the same blocks"
+        return f"nothing to judge it by: no {shown} over two seeds or more, nor checked evaluations of the same blocks"
     if compared is not None:
         more = seeds.advice(compared, scored_all)
         return seeds.words(verdict, other, "the best", compared.sizes, more, shown)
