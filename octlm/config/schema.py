@@ -29,9 +29,6 @@ from octlm.config.section_classes import (
     SAMPLINGS as SAMPLINGS,
 )
 from octlm.config.section_classes import (
-    SCHEDULES as SCHEDULES,
-)
-from octlm.config.section_classes import (
     SPIKE_GUARDS as SPIKE_GUARDS,
 )
 from octlm.config.section_classes import (

@@ -16,7 +16,6 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DETERMINISMS = tuple(TIERS)  # the determinism tiers, one record each in tiers.py
 SAMPLINGS = ("replacement", "epochs")
-SCHEDULES = ("cosine", "wsd", "constant", "linear")
 SPIKE_GUARDS = ("off", "stop", "skip")
 
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from octlm.config import schedules, tiers
 from octlm.config.section_classes import (
     DETERMINISMS,
     DEVICES,
     PRECISIONS,
-    SCHEDULES,
     SPIKE_GUARDS,
     _doc,
     _Section,
 )
-from octlm.config.tiers import TIERS
 from octlm.core.errors import ConfigError
 from octlm.core.reporting import counted
 
@@ -26,14 +25,7 @@ class TrainingConfig(_Section):
     warmup_steps: int = _doc("linear warmup steps", 20, bound="non-negative")
     learning_rate: float = _doc("peak learning rate", 3e-4, bound="positive")
     min_learning_rate: float = _doc("floor of the decay", 3e-5, bound="non-negative")
-    schedule: str = _doc(
-        "{choices}: after the linear warmup, cosine decays to the floor over the rest of the run (the seed's); "
-        "wsd stays at the peak, then decays linearly to the floor over the last training.decay_fraction of the "
-        "steps, so a run given more steps in its stable phase continues exactly; constant stays at the peak; "
-        "linear decays linearly to the floor",
-        "cosine",
-        choices=SCHEDULES,
-    )
+    schedule: str = _doc(schedules.documentation(), "cosine", choices=tuple(schedules.SCHEDULES))
     decay_fraction: float = _doc("wsd: the share of training.steps at the end that decays", 0.2, bound="fraction")
     batch_size: int = _doc("blocks per step: the global batch of all ranks", 8, bound="positive", maximum=2**16)
     grad_accum_steps: int = _doc("micro-batches per step (slices of the batch)", 1, bound="positive", maximum=2**16)
@@ -59,14 +51,7 @@ class TrainingConfig(_Section):
     precision: str = _doc("{choices} (autocast)", "fp32", choices=PRECISIONS)
     device: str = _doc("{choices}", "auto", choices=DEVICES)
     compile: bool = _doc("train through torch.compile (needs a C++ compiler on CPU, Triton on GPU)", False)
-    determinism: str = _doc(
-        "{choices}: local is exact on this machine; the others pin the CPU kernels (MKL, ATen, oneDNN) so that "
-        "machines whose `octlm canary` digests agree continue each other's runs bit for bit: vendor across one "
-        "vendor's x86-64 processors, cross-vendor across Intel and AMD (MKL's Intel path, needs a C compiler), "
-        "portable across Intel and AMD without one (2-3x slower)",
-        "local",
-        choices=DETERMINISMS,
-    )
+    determinism: str = _doc(tiers.documentation(), "local", choices=DETERMINISMS)
     threads: int = _doc(
         "CPU threads of a training process (0 = torch's default; under a tier other than local, the first start's)",
         0,
@@ -123,14 +108,10 @@ class TrainingConfig(_Section):
                 "min_learning_rate",
                 f"must not exceed training.learning_rate ({self.learning_rate}), got {self.min_learning_rate}",
             )
-        decay_start = self.steps - round(self.decay_fraction * self.steps)
-        if self.schedule == "wsd" and (self.decay_fraction == 0 or decay_start < self.warmup_steps):
-            self.fail(
-                "decay_fraction",
-                f"wsd decays over the last {self.decay_fraction} of {self.steps} steps, which must be above 0 and "
-                f"begin after the {self.warmup_steps} warmup steps",
-            )
-        if TIERS[self.determinism].pins_kernels and self.compile:
+        problem = schedules.SCHEDULES[self.schedule].problem(self)  # the rule the schedule's own keys keep together
+        if problem:
+            self.fail(*problem)
+        if tiers.TIERS[self.determinism].pins_kernels and self.compile:
             message = (
                 f"torch.compile generates code for this machine's instruction set, which {self.determinism} cannot pin"
             )
