@@ -69,8 +69,9 @@ def test_wsd_before_its_decay_does_not_depend_on_the_steps_and_refuses_a_decay_i
     from_dict(tiny_config(training={"schedule": "cosine", "warmup_steps": 10, "decay_fraction": 0.0}))  # wsd's alone
 
 
-# Each key a row reads, moved so that the config stays valid: the rates must move with it (the key is read).
-MOVED = {"steps": 120, "warmup_steps": 12, "learning_rate": 0.5, "min_learning_rate": 0.05, "decay_fraction": 0.3}
+# Each key a row reads, moved so that the config stays valid and far enough that a floor or a clamp binds (the floor
+# near the peak): the rates must move with it (the key is read, not named for show).
+MOVED = {"steps": 120, "warmup_steps": 12, "learning_rate": 0.5, "min_learning_rate": 0.9, "decay_fraction": 0.3}
 
 
 @pytest.mark.parametrize("name", list(SCHEDULES))  # every member of the table: a new one is tested without a line here
