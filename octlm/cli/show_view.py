@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from octlm.cli import render
+from octlm.cli import formats, render
 from octlm.config import flatten
 from octlm.core.reporting import counted
 from octlm.views import details
@@ -37,7 +37,7 @@ LIST_HEADERS = (
 LIST_DROPPABLE = ("updated (UTC)", "ppl", "train loss", "tokens", "verdict", "bpb", "tags")
 # The verdicts are free text in the list: a proof's first, then what an evaluation read, which a narrow terminal
 # shortens (with an ellipsis) before it leaves the column out.
-LIST_KINDS = [render.kind_of(name) if name != "verdict" else "text" for name in LIST_HEADERS]
+LIST_KINDS = [formats.kind_of(name) if name != "verdict" else "text" for name in LIST_HEADERS]
 RUN_HEADERS = (
     "#",
     "kind",
@@ -100,7 +100,7 @@ def print_compare(ids: list[str], rows: list[list[Any]], title: str) -> None:
     """Fields down, experiments across; each value formatted by its field's kind. On a terminal too narrow
     for every experiment, several tables of as many experiments as fit, with a note saying so."""
     body = [
-        [render.plain(row[0]), *(render.format_cell(render.kind_of(str(row[0])), v) for v in row[1:])] for row in rows
+        [render.plain(row[0]), *(formats.format_cell(formats.kind_of(str(row[0])), v) for v in row[1:])] for row in rows
     ]
     groups = _groups(["", *ids], body, render.out_console().width) if render.terminal() else [list(range(len(ids)))]
     if len(groups) > 1:
@@ -173,7 +173,7 @@ def print_sweep(shown: Shown) -> None:
 
 
 def _pairs(params: dict[str, Any]) -> str:
-    return " ".join(f"{key}={render.shown_value(value)}" for key, value in params.items()) or "-"
+    return " ".join(f"{key}={formats.shown_value(value)}" for key, value in params.items()) or "-"
 
 
 def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
