@@ -1,4 +1,4 @@
-"""Issue 34 item 2: the samplers' one table (tasks/sweeps/samplers.SAMPLERS). Every member is a choice of
+"""Issue 34 item 2: the samplers' one table (tasks/sweeps/planning/samplers.SAMPLERS). Every member is a choice of
 ``sweep new --sampler`` (its help and the generated docs/reference/commands.md), is documented in the sweeps
 guide, and makes real trials in a real registry through ``sweep new``, counted before they are made."""
 
@@ -19,7 +19,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 @pytest.mark.parametrize("name", list(OPTIONS))
 def test_every_sampler_of_the_table_is_a_choice_documented_and_makes_trials(name: str, tmp_path: Path) -> None:
-    from octlm.tasks.sweeps.samplers import SAMPLERS
+    from octlm.tasks.sweeps.planning.samplers import SAMPLERS
 
     assert list(SAMPLERS) == list(OPTIONS)  # this list and the table agree: a new sampler needs its case here
     sampler = SAMPLERS[name]

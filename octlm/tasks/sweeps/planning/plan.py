@@ -27,8 +27,8 @@ from octlm.store.base import Fields
 from octlm.store.registry import Registry
 from octlm.store.sweeps import specs
 from octlm.store.sweeps.records import Made, SweepCreated, SweepRow, SweepSpec
-from octlm.tasks.sweeps import asking, samplers
-from octlm.tasks.sweeps.spec import (
+from octlm.tasks.sweeps.planning import asking, samplers
+from octlm.tasks.sweeps.planning.spec import (
     SEED,
     Request,
     check_metric,

@@ -28,7 +28,7 @@ from octlm.store.registry import Registry, now
 from octlm.store.sweeps import specs
 from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepPacked, SweepRow, SweepSpec, SweepUnpacked
 from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, picked
-from octlm.tasks.sweeps import samplers
+from octlm.tasks.sweeps.planning import samplers
 
 if TYPE_CHECKING:
     from octlm.train.checkpoint import Record

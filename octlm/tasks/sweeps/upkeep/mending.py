@@ -15,7 +15,8 @@ from octlm.core.home import DEFAULT_PREFIX, Home
 from octlm.store import kept
 from octlm.store.registry import Registry, now
 from octlm.store.sweeps.records import ExtendAsked, Extended, SweepExtended, SweepRetried, SweepSpec, TrialRow
-from octlm.tasks.sweeps import samplers, shipping
+from octlm.tasks.sweeps.planning import samplers
+from octlm.tasks.sweeps.upkeep import shipping
 
 RETRYABLE = ("failed", "stopped")
 
@@ -52,7 +53,7 @@ def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draw
     its grid keys (``grid``: KEY=V,... added to the key's values) or ``draws`` more random draws; only the trials it
     did not have are made, numbered after the last, nothing done is trained again (a trial's config is the one it
     would have had in a sweep made so from the start). One transaction; the sweep's history says what was added."""
-    from octlm.tasks.sweeps import plan
+    from octlm.tasks.sweeps.planning import plan
 
     with Registry(home.registry) as registry:
         sweep = registry.sweep(name)
@@ -103,7 +104,7 @@ def _raced(registry: Registry, name: str) -> None:
 
 def _grown(name: str, spec: SweepSpec, base: Any, seeds: int | None, grid: tuple[str, ...], draws: int) -> SweepSpec:
     """The sweep's spec with what ``extend`` adds, each addition checked (one line naming the option)."""
-    from octlm.tasks.sweeps.spec import MAX_TRIALS, parse_grid
+    from octlm.tasks.sweeps.planning.spec import MAX_TRIALS, parse_grid
 
     if spec.get("halving") or samplers.of(spec).asks:
         raise BadInput(f"sweep {name}: extend takes grid and random sweeps without --halving (this one is not)")

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 from octlm.core.errors import BadInput
 from octlm.core.records.freeform import ConfigTree
 from octlm.store.sweeps.records import Range, SweepSpec
-from octlm.tasks.sweeps import asking
-from octlm.tasks.sweeps.spec import Request
+from octlm.tasks.sweeps.planning import asking
+from octlm.tasks.sweeps.planning.spec import Request
 
 
 class Sampler(Protocol):
