@@ -18,13 +18,10 @@ from octlm.cli.common import JsonOption, SetOption, handled, home_of
 from octlm.core.errors import BadInput
 from octlm.core.home import DEFAULT_PREFIX, validate_prefix
 from octlm.core.reporting import counted
+from octlm.tasks.sweeps.planning import samplers  # torch-free: the --sampler option is made from its table
 
 NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The sweep, e.g. lr-2026 (lowercase).")]
-
-
 FromOption = Annotated[str, typer.Option("--from", metavar="ID", help="The experiment every trial is made from.")]
-
-
 GridOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -34,57 +31,53 @@ GridOption = Annotated[
         show_default=False,
     ),
 ]
-
-
 RangeOption = Annotated[
     list[str] | None,
     typer.Option(
         "--range",
         metavar="KEY=LOW:HIGH[:log]",
-        help="A numeric key drawn between LOW and HIGH (log-uniformly with :log), by --random N or --sampler tpe.",
+        help="A numeric key drawn between LOW and HIGH (log-uniformly with :log), by --sampler "
+        f"{samplers.readers('ranges')} (--random N chooses random).",
         show_default=False,
     ),
 ]
-
-
 RandomOption = Annotated[
     int, typer.Option("--random", metavar="N", help="N seeded draws of the --range keys (crossed with the grid).")
 ]
-
-
 SeedsOption = Annotated[
     int, typer.Option("--seeds", metavar="S", help="Replicates of each configuration, differing only in training.seed.")
 ]
-
-
 SamplerOption = Annotated[
     str | None,
     typer.Option(
         "--sampler",
-        metavar="grid|random|tpe",
-        help="grid and random make every trial now; tpe (Optuna) asks for new ones as earlier ones finish.",
+        metavar="|".join(samplers.SAMPLERS),
+        help="; ".join(f"{name}: {sampler.help}" for name, sampler in samplers.SAMPLERS.items())
+        + " (default: random with --random N, else grid).",
         show_default=False,
     ),
 ]
-
-
 TrialsOption = Annotated[
     int | None,
-    typer.Option("--trials", metavar="N", help="With --sampler tpe: configurations in all.", show_default=False),
+    typer.Option(
+        "--trials",
+        metavar="N",
+        help=f"With --sampler {samplers.readers('trials')}: configurations in all.",
+        show_default=False,
+    ),
 ]
-
-
 ParallelOption = Annotated[
-    int, typer.Option("--parallel", metavar="K", help="With --sampler tpe: configurations asked for ahead.")
+    int,
+    typer.Option(
+        "--parallel",
+        metavar="K",
+        help=f"With --sampler {samplers.readers('parallel')}: configurations asked for ahead.",
+    ),
 ]
-
-
 MetricOption = Annotated[
     str,
     typer.Option("--metric", metavar="NAME", help="What ranks trials, lower is better: eval_loss, bits_per_byte, ..."),
 ]
-
-
 HalvingOption = Annotated[
     str | None,
     typer.Option(
@@ -95,14 +88,10 @@ HalvingOption = Annotated[
         show_default=False,
     ),
 ]
-
-
 KeepOption = Annotated[float, typer.Option("--keep", metavar="FRACTION", help="With --halving: the share promoted.")]
-
-
-SweepSeedOption = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the random draws and of Optuna.")]
-
-
+SweepSeedOption = Annotated[
+    int, typer.Option("--seed", metavar="N", help=f"Seed of the draws of --sampler {samplers.readers('seed')}.")
+]
 PrefixOption = Annotated[
     str | None,
     typer.Option(
@@ -139,7 +128,7 @@ def sweep_new(
     as_json: JsonOption = False,
 ) -> None:
     """Create a sweep: its trials as experiments (tagged sweep:NAME, each its own config), in one transaction."""
-    from octlm.tasks.sweeps.planning import plan, samplers
+    from octlm.tasks.sweeps.planning import plan
     from octlm.tasks.sweeps.planning.spec import Request
 
     request = Request(
@@ -322,13 +311,9 @@ def _params(params: dict[str, Any]) -> str:
 FolderOption = Annotated[
     str, typer.Option("--output", "-o", metavar="DIR", help="The folder to write the sweep to (created).")
 ]
-
-
 ShardsOption = Annotated[
     int, typer.Option("--shards", metavar="N", help="Split the trials into N folders shard-0 ... (trial i in i mod N).")
 ]
-
-
 FolderArgument = Annotated[str, typer.Argument(metavar="DIR", help="A folder written by `octlm sweep pack`.")]
 
 

@@ -23,22 +23,16 @@ SweepsArgument = Annotated[
     list[str] | None,
     typer.Argument(metavar="[SWEEP]...", help="The sweeps to work on (default: every sweep).", show_default=False),
 ]
-
-
 WorkersOption = Annotated[
     int,
     typer.Option("--workers", metavar="N", help="Workers on this box, each with its share of the cores (or a GPU)."),
 ]
-
-
 ThreadsOption = Annotated[
     int | None,
     typer.Option(
         "--threads", metavar="N", help="Threads of each worker (default: the cores // --workers).", show_default=False
     ),
 ]
-
-
 UntilEmptyOption = Annotated[
     bool, typer.Option("--until-empty", help="Stop once no trial is queued or running (default: wait for more).")
 ]
@@ -135,11 +129,7 @@ WatchArgument = Annotated[
         show_default=False,
     ),
 ]
-
-
 IntervalOption = Annotated[float, typer.Option("--interval", metavar="SECONDS", help="How often to look again.")]
-
-
 OnceOption = Annotated[bool, typer.Option("--once", help="Print what it sees once, then exit.")]
 
 

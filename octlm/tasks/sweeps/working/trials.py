@@ -21,13 +21,13 @@ from collections.abc import Callable
 from typing import Any
 
 from octlm.core import layout
-from octlm.core.errors import Interrupted, Refused
+from octlm.core.errors import BadInput, Interrupted, Refused
 from octlm.core.home import Home
 from octlm.core.reporting import counted
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
 from octlm.store.sweeps.records import ClaimedTrial, Lost, SweepRow
-from octlm.tasks.sweeps.planning import plan
+from octlm.tasks.sweeps.planning import plan, samplers
 from octlm.tasks.sweeps.working import halving
 from octlm.tasks.sweeps.working.stopping import hold, stop_if_signalled
 from octlm.tasks.sweeps.working.trial_log import Tally, TrialLog
@@ -70,16 +70,22 @@ def run(home: Home, trial: ClaimedTrial, say: Say, tally: Tally, busy: set[int],
 
 
 def _done(home: Home, trial: ClaimedTrial, value: float | None, log: TrialLog, say: Say, tally: Tally) -> None:
-    """A trial trained to its target: recorded done (with halving's decisions), then its sweep topped up."""
+    """A trial trained to its target: recorded done (with halving's decisions), then its sweep topped up. Its sweep
+    damaged since it was claimed (a spec key, a sampler not in the table) is said, and the worker goes on: its other
+    trials fail with that line before they train (``train_trial``)."""
     experiment_id = trial["experiment_id"]
     if reason := settle(home, trial, "done", value=value):
         return _unrecorded(trial, reason, log, say, tally)
     tally.done.append(experiment_id)
-    say(
-        f"{experiment_id}: done at step {trial['target_step']}"
-        + (f", {metric_of(home, trial)} {value:.4f}" if value is not None else "")
-    )
-    if sweep := sweep_of(home, trial):
+    done = f"{experiment_id}: done at step {trial['target_step']}"
+    try:
+        sweep = sweep_of(home, trial)
+    except BadInput as error:
+        say(f"{done}; its sweep is not topped up: {error}")
+        return None
+    metric = (sweep["spec"] or {}).get("metric") if sweep else None
+    say(done + (f", {metric or 'eval_loss'} {value:.4f}" if value is not None else ""))
+    if sweep:
         plan.top_up(home, sweep)
     return None
 
@@ -130,10 +136,14 @@ def metric_of(home: Home, trial: ClaimedTrial) -> str:
 
 
 def sweep_of(home: Home, trial: ClaimedTrial) -> SweepRow | None:
-    """The trial's sweep, its spec checked (``Registry.sweep``: a damaged one fails the trial in one line)."""
+    """The trial's sweep, its spec checked (``Registry.sweep``) and its sampler one of the table's (``samplers.of``):
+    a damaged one fails the trial in one line."""
     with Registry(home.registry, create=False) as registry:
         name = next((row["name"] for row in registry.sweeps() if row["id"] == trial["sweep_id"]), None)
-        return registry.sweep(name) if name is not None else None
+        sweep = registry.sweep(name) if name is not None else None
+    if sweep is not None:
+        samplers.of(sweep["spec"], f"{home.registry}: sweep {name}")
+    return sweep
 
 
 def _failed(home: Home, trial: ClaimedTrial, error: BaseException, log: TrialLog, say: Say, tally: Tally) -> None:

@@ -32,6 +32,7 @@ from octlm.runtime import determinism
 from octlm.store import experiments
 from octlm.store.registry import Registry
 from octlm.store.sweeps.records import ClaimedTrial, Worker
+from octlm.tasks.sweeps.planning import samplers
 from octlm.tasks.sweeps.upkeep import shipping
 from octlm.tasks.sweeps.working import trials
 from octlm.tasks.sweeps.working.stopping import releasing, stop_if_signalled, stoppable
@@ -129,13 +130,17 @@ def _identity(options: Options) -> Worker:
 
 
 def sweep_ids(registry: Registry, names: tuple[str, ...]) -> list[int] | None:
-    """The ids of the named sweeps (BadInput for an unknown one); None: every sweep."""
+    """The ids of the named sweeps (BadInput for an unknown one, or one whose spec is damaged or names no sampler of
+    the table); None: every sweep."""
     if not names:
         return None
     found = {name: registry.sweep(name) for name in names}
     if missing := [name for name, row in found.items() if row is None]:
         raise BadInput(f"unknown sweep {missing[0]}: create it with `octlm sweep new {missing[0]} --from ID ...`")
-    return [row["id"] for row in found.values() if row is not None]
+    rows = [row for row in found.values() if row is not None]
+    for row in rows:
+        samplers.of(row["spec"], f"{registry.path}: sweep {row['name']}")
+    return [row["id"] for row in rows]
 
 
 def _claim(home: Home, options: Options, identity: Worker, busy: set[int]) -> ClaimedTrial | None:
