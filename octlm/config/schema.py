@@ -86,6 +86,7 @@ BOOKKEEPING = frozenset(
         "init.checkpoint",
         "training.threads",
         "training.eval_tokens",
+        "training.eval_selection",
     }
 )
 
@@ -108,7 +109,11 @@ ADDED_LATER: dict[str, Any] = {
 }
 # What ``octlm new`` writes into a new experiment's file where its preset (or parent) does not say: the defaults
 # of experiments made now, where an absent key keeps what an experiment made before the key existed did.
-NEW_DEFAULTS: dict[str, Any] = {"data.sampling": "epochs", "training.eval_tokens": 8192}
+NEW_DEFAULTS: dict[str, Any] = {
+    "data.sampling": "epochs",
+    "training.eval_tokens": 8192,
+    "training.eval_selection": "spread",
+}
 
 
 @dataclass(frozen=True)

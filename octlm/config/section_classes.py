@@ -17,6 +17,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 DETERMINISMS = tuple(TIERS)  # the determinism tiers, one record each in tiers.py
 SAMPLINGS = ("replacement", "epochs")
 SPIKE_GUARDS = ("off", "stop", "skip")
+EVAL_SELECTIONS = ("first", "spread")  # training.eval_selection: how data.blocks.TokenBlocks.choose chooses
 
 
 def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str = "", maximum: int | None = None) -> Any:

@@ -9,6 +9,7 @@ from octlm.config import schedules, tiers
 from octlm.config.section_classes import (
     DETERMINISMS,
     DEVICES,
+    EVAL_SELECTIONS,
     PRECISIONS,
     SPIKE_GUARDS,
     _doc,
@@ -66,18 +67,27 @@ class TrainingConfig(_Section):
         maximum=10**9,
     )
     eval_blocks: int = _doc(
-        "validation blocks per evaluation, the first ones in order (0 = the whole validation split); "
+        "validation blocks per evaluation, chosen by training.eval_selection (0 = the whole validation split); "
         "training.eval_tokens, when set, decides instead",
         16,
         bound="non-negative",
         maximum=2**20,
     )
     eval_tokens: int = _doc(
-        "the evaluation's budget in target tokens: as many validation blocks from the start as it takes "
-        "(0 = training.eval_blocks decides; `octlm new` writes 8192)",
+        "the evaluation's budget in target tokens: as many validation blocks as it takes, chosen by "
+        "training.eval_selection (0 = training.eval_blocks decides; `octlm new` writes 8192)",
         0,
         bound="non-negative",
         maximum=2**34,
+    )
+    eval_selection: str = _doc(
+        "{choices}: which validation blocks an evaluation reads when it reads fewer than all: first takes them in "
+        "order from the start (a few documents); spread draws one at random in each of as many equal stretches of "
+        "the split, seeded by the split's tokens (not training.seed), so experiments on the same data evaluate the "
+        "same blocks and can be paired, and the errors' clusters (documents, else chunks of 8 blocks) are many "
+        "(`octlm new` writes spread)",
+        "first",
+        choices=EVAL_SELECTIONS,
     )
     spike_guard: str = _doc(
         "{choices}: a training loss or gradient norm above training.spike_sigma standard deviations of the last "

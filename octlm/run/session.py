@@ -241,9 +241,9 @@ class Session(_Steps):
         one block has nothing to pair."""
         if self.track.kind != "train":
             return
-        kept = evalblocks.BlockEvaluation(
-            step, per_block.digest, per_block.nats.tolist(), per_block.targets.tolist(), per_block.target_bytes.tolist()
-        )
+        clusters = None if per_block.cluster_unit == "blocks" else per_block.clusters.tolist()
+        arrays = (per_block.nats.tolist(), per_block.targets.tolist(), per_block.target_bytes.tolist())
+        kept = evalblocks.BlockEvaluation(step, per_block.digest, *arrays, clusters, per_block.cluster_unit)
         evalblocks.append(evalblocks.path_for(self.track.run_file), kept)
 
     def save(self, state: TrainState, rng_states: list[StateDict]) -> None:

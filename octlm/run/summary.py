@@ -55,6 +55,8 @@ class RunSummary:
             "perplexity_se": metrics.get("perplexity_se"),
             "bits_per_byte_se": metrics.get("bits_per_byte_se"),
             "eval_tokens": metrics.get("eval_tokens"),
+            "eval_clusters": metrics.get("eval_clusters"),
+            "eval_cluster_unit": metrics.get("eval_cluster_unit"),
             "epochs": metrics.get("epochs"),
             "seconds": round(self.seconds, 3),
             "tokens_per_second": self.tokens_per_second,

@@ -108,12 +108,12 @@ def over_seeds(
 
 def paired_words(first_id: str, other_id: str, paired: Paired) -> Judged:
     """``EXP-009 is better by 0.0123 ± 0.0021 (paired, 46 blocks): beyond evaluation noise, 5.9x its standard error;
-    bootstrap 95% interval -0.0164 to -0.0081`` (the lower eval loss is the better), or ``-0.0012 ± 0.0021 (paired,
+    95% interval -0.0170 to -0.0076 (t, 5 df)`` (the lower eval loss is the better), or ``-0.0012 ± 0.0021 (paired,
     46 blocks): within evaluation noise, ...``; the interval is of the difference ``other - first``."""
     difference, error = paired["eval_loss_difference"], paired["eval_loss_se"]
     test = f"paired, {counted(paired['blocks'], 'block')}"
     judged = judge(difference, error, "evaluation noise", test)
-    interval = f"bootstrap 95% interval {paired['bootstrap_low']:+.4f} to {paired['bootstrap_high']:+.4f}"
+    interval = f"95% interval {paired['low']:+.4f} to {paired['high']:+.4f} (t, {paired['df']:.0f} df)"
     if judged.within is not False or error is None:
         return Judged(judged.within, f"{judged.words}; {interval}")
     better = other_id if difference < 0 else first_id

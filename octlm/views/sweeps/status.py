@@ -20,7 +20,7 @@ from octlm.store.sweeps.records import ClaimRow, DecisionRow, QueuedTrial, Sweep
 from octlm.store.sweeps.specs import describe
 from octlm.views import noise, side_by_side
 from octlm.views.details import run_records
-from octlm.views.paired import Paired, pair
+from octlm.views.paired import Paired
 from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import Spread
 
@@ -205,7 +205,7 @@ def _paired_lead(home: Home, configurations: list[Configuration]) -> Paired | No
         return None
     best, other = ranked[0]["trials"][0], ranked[1]["trials"][0]
     kept = {e: side_by_side.final_blocks(home, e, run_records(home, e)) for e in (best, other)}
-    return pair(kept[other], kept[best])  # the best minus the next
+    return side_by_side.pairing(kept, other, best)[0]  # the best minus the next; a blocks file not checked: unpaired
 
 
 def verdict(configurations: list[Configuration], metric: str, paired: Paired | None = None, name: str = "NAME") -> str:
