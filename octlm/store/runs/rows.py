@@ -71,6 +71,20 @@ class RunRows(RegistryBase):
         sql = "select * from runs where status = 'running' or status like 'unknown (host %' order by id"
         return [effective_status(row) for row in cast("list[RunRow]", self._rows(sql))]
 
+    def newest_records(self) -> dict[str, RunRecord]:
+        """{experiment ID: the newest record of its newest training run}, whole: its run row's ``latest_metrics``, every
+        field the run wrote (a newer octlm's too), so that the list reads a figure no registry column holds. An
+        experiment with no training run, or whose cell is damaged, is left out."""
+        newest = "select max(n.id) from runs n where n.experiment_id = r.experiment_id and n.kind in (?, ?)"
+        sql = f"select r.experiment_id, r.latest_metrics from runs r where r.id = ({newest})"
+        found = self._rows(sql, TRAINING_KINDS)
+        records = {row["experiment_id"]: row["latest_metrics"] for row in found}
+        return {
+            experiment_id: cast(RunRecord, record)
+            for experiment_id, record in records.items()
+            if isinstance(record, dict)
+        }
+
     def has_training_run(self, experiment_id: str) -> bool:
         sql = "select 1 from runs where experiment_id = ? and kind in (?, ?) limit 1"
         return bool(self._rows(sql, (experiment_id, *TRAINING_KINDS)))
