@@ -28,7 +28,7 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 WHERE = re.compile(r"\s*([A-Za-z_][\w.]*)\s*(==|!=|<=|>=|=|<|>|~)\s*(.*?)\s*")
 WHERE_HELP = (
-    "KEY OP VALUE, KEY a listing column, a run-file field or a config key, "
+    "KEY OP VALUE, KEY a listing column, a field of the run's newest record or a config key, "
     "OP one of == (or =), !=, <, <=, >, >=, ~ (contains)"
 )
 KNOWN = (
