@@ -8,9 +8,11 @@
   start in a fraction of a second).
 - No import cycle between modules at module level.
 - Small units, measured in logic, not in wrapped lines (the formatter decides those): functions of at most
-  ``MAX_FUNCTION`` logical lines (statements, a docstring not counted) and modules of at most ``MAX_MODULE``.
+  ``MAX_FUNCTION`` logical lines (statements, a docstring not counted) and modules of at most ``MAX_MODULE``, with
+  room to grow: none above ``ROOM_LINE`` (10% below the cap), held once ``HOLD_ROOM`` is set.
 - Rooms that say what they hold: each package holds 2 to 10 modules, and its ``__init__`` docstring says what
-  it owns and may import.
+  it owns and may import (``tests/test_map.py`` holds that docstring, and ``docs/modules.md``, to the modules and
+  to ``ALLOWED``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ ALLOWED: dict[str, set[str]] = {
 LAYERS = ["core", "config", "store", "exchange", "views", "runtime", "data", "train", "run", "tasks", "cli", ""]
 TORCH_FREE = {"", "core", "config", "store", "exchange", "views", "cli"}
 MAX_FUNCTION, MAX_MODULE = 30, 250
+# Room to grow (issue 47): a module stays 10% below MAX_MODULE, so that appending a migration, a column or a sweep
+# feature never meets the cap; a module that reaches ROOM_LINE splits by job first. Held once every module is below
+# it (HOLD_ROOM); until then the test says which are not.
+ROOM_LINE, HOLD_ROOM = MAX_MODULE * 9 // 10, False
 MODULES_PER_PACKAGE = (2, 10)
 
 
@@ -198,6 +204,13 @@ def module_offenders(root: Path) -> list[str]:
     return [f"{p.relative_to(root.parent)}:1 {p.stem} ({n} logical lines)" for p, n in sizes.items() if n > MAX_MODULE]
 
 
+def crowded_modules(root: Path, line: int = ROOM_LINE) -> list[str]:
+    """Every module of more than ``line`` logical lines, largest first."""
+    sizes = {path: len(logical_lines(path.read_text())) for path in sorted(root.rglob("*.py"))}
+    crowded = sorted(((n, p) for p, n in sizes.items() if n > line), key=lambda item: -item[0])
+    return [f"{p.relative_to(root.parent)}:1 {p.stem} ({n} logical lines)" for n, p in crowded]
+
+
 def room_offenders(root: Path) -> list[str]:
     """Each package (a folder with an ``__init__.py``) holds 2 to 10 modules and says in its ``__init__``
     docstring what it owns."""
@@ -231,6 +244,24 @@ RULES = {
 def test_package_obeys(rule: str) -> None:
     if offenders := RULES[rule](PACKAGE):
         pytest.fail(f"{rule}: {len(offenders)} offender(s):\n" + "\n".join(offenders), pytrace=False)
+
+
+def test_modules_leave_room_below_the_cap() -> None:
+    crowded = crowded_modules(PACKAGE)
+    if not HOLD_ROOM:
+        pytest.skip(f"not held yet: {len(crowded)} module(s) above {ROOM_LINE} logical lines: " + "; ".join(crowded))
+    if crowded:
+        pytest.fail(f"{len(crowded)} module(s) within 10% of {MAX_MODULE}:\n" + "\n".join(crowded), pytrace=False)
+
+
+def test_a_crowded_module_is_found(tmp_path: Path) -> None:
+    (tmp_path / "octlm" / "store").mkdir(parents=True)
+    (tmp_path / "octlm" / "store" / "registry.py").write_text("import json\n" * ROOM_LINE)
+    assert crowded_modules(tmp_path / "octlm") == []
+    (tmp_path / "octlm" / "store" / "registry.py").write_text("import json\n" * (ROOM_LINE + 1))
+    assert crowded_modules(tmp_path / "octlm") == [
+        f"octlm/store/registry.py:1 registry ({ROOM_LINE + 1} logical lines)"
+    ]
 
 
 def test_the_table_points_down() -> None:

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "octlm"
-LIMIT = 1  # 2026-12-03: from 151; the one left: store.base.decoded, any table's row before its reader types it
+LIMIT = 1  # 2026-12-03: from 151; the one left: store.base.cells.decoded, any table's row before its reader types it
 FREE_FORM = {"ConfigTree", "StateDict", "TableRow"}  # octlm/core/records/freeform.py says why each is free-form
 FREE_FORM_USES = 50  # 32 config trees, 12 state dicts, 6 rows of chosen columns
 

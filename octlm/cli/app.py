@@ -1,4 +1,7 @@
-"""The Typer app: the one place that creates it and registers every command.
+"""The Typer app: the one place that creates it and registers every command, and the classes its commands and
+groups are made of: every option value checked once parsed (finite, within its limit, valid UTF-8:
+``StrictCommand``), help that reads as a person writes it and ends with its examples (``EXAMPLES``), the root's
+commands listed in panels (``PANELS``), and usage errors as one line with exit 2 (``OctlmGroup``).
 
 Commands are thin: they parse options, call one use case and render the result.
 Exit codes: ``core/errors.EXIT_CODES``, which ``octlm -h`` says (and the scripting guide's table holds).
@@ -9,13 +12,16 @@ Torch and tokenizers are imported only inside the commands that train or sample,
 
 from __future__ import annotations
 
+import inspect
+import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from octlm.cli import render
+from octlm.cli import common, render
 from octlm.cli.commands import boxes as commands_boxes
 from octlm.cli.commands import canary as commands_canary
 from octlm.cli.commands import config as commands_config
@@ -26,8 +32,8 @@ from octlm.cli.commands import report as commands_report
 from octlm.cli.commands import sweeps as commands_sweeps
 from octlm.cli.commands import tools as commands_tools
 from octlm.cli.commands import training as commands_training
-from octlm.cli.common import OctlmGroup, StrictCommand
-from octlm.core.errors import exit_codes_said
+from octlm.config.validation import shown
+from octlm.core.errors import BAD_INPUT, BadInput, OctlmError, exit_codes_said
 from octlm.core.provenance import __version__
 
 HELP = (
@@ -231,6 +237,170 @@ def register(group: typer.Typer, commands: dict[str, Callable[..., Any]], prefix
         settings = {**HELP_OPTIONS, **commands_lifecycle.CONTEXT_SETTINGS.get(name, {})}  # `tag ID -old`
         group.command(name, cls=StrictCommand, context_settings=settings, epilog=examples(prefix + name))(command)
 
+
+# ---------------------------------------------------------------- the commands' classes: strict options, help
+
+# Upper limits of options, by parameter name, in every command (and 2**63 for any integer): generous,
+# but below where torch, an allocation or a loop over them would fail or run for ever.
+OPTION_LIMITS: dict[str, float] = {
+    "steps": 10**9,
+    "until": 10**9,
+    "step": 10**9,
+    "limit": 10**9,
+    "max_new_tokens": 100_000,
+    "top_k": 2**20,
+    "temperature": 1000.0,
+    "max_loss": 1e6,
+}
+PATH_OPTIONS = frozenset({"home"})  # a path may hold any bytes the filesystem allows
+
+
+def check_option(name: str, flag: str, value: Any) -> None:
+    """BadInput naming ``flag`` unless ``value`` is finite, within its limit and valid UTF-8 text."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    for item in values:
+        if isinstance(item, bool) or item is None:
+            continue
+        if isinstance(item, float) and not math.isfinite(item):
+            raise BadInput(f"{flag} {item}: must be a finite number")
+        limit = OPTION_LIMITS.get(name, 2**63 - 1)
+        if isinstance(item, (int, float)) and item > limit:
+            raise BadInput(f"{flag} {shown(item)}: must be at most {limit:,}")
+        if isinstance(item, (int, float)) and item < -(2**63):
+            raise BadInput(f"{flag} {shown(item)}: must be at least {-(2**63):,}")
+        if isinstance(item, str) and name not in PATH_OPTIONS and any("\ud800" <= c <= "\udfff" for c in item):
+            raise BadInput(f"{flag}: not valid UTF-8 text (undecodable bytes); give it in UTF-8")
+
+
+class StrictCommand(TyperCommand):
+    """A command whose every option value is checked (``check_option``) once parsed, before it runs; its
+    help reads as a person writes it (``ID``, ``[ID]...``, no Python types) and ends with its examples."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        return pieces + [usage_name(p) for p in self.get_params(ctx) if p.param_type_name == "argument"]
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        params = self.get_params(ctx)
+        arguments = [p for p in params if p.param_type_name == "argument" and not getattr(p, "hidden", False)]
+        if arguments:
+            with formatter.section("Arguments"):
+                formatter.write_dl([(usage_name(p).strip("[]."), getattr(p, "help", None) or "") for p in arguments])
+        options = [p.get_help_record(ctx) for p in params if p.param_type_name == "option"]
+        if any(options):
+            with formatter.section("Options"):
+                formatter.write_dl([record for record in options if record])
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return summary(self.help)
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        write_examples(self.epilog, formatter)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        for param in self.get_params(ctx):
+            option = param.param_type_name == "option"
+            flag = max(param.opts, key=len) if option else str(getattr(param, "human_readable_name", param.name))
+            check_option(param.name or "", flag, ctx.params.get(param.name or ""))
+        return rest
+
+
+def usage_name(param: Any) -> str:
+    """An argument as the usage line shows it: ``ID`` (required), ``[ID]`` (optional), ``[ID]...`` (several)."""
+    name = str(param.metavar or (param.name or "").upper())
+    if name.startswith("["):
+        return name
+    many = "..." if param.nargs != 1 else ""
+    return f"{name}{many}" if param.required else f"[{name}]{many}"
+
+
+def summary(help_text: str | None) -> str:
+    """A command's first paragraph, whole, as one line (``octlm --help`` never cuts it with ``...``)."""
+    return " ".join(inspect.cleandoc(help_text or "").split("\n\n")[0].split())
+
+
+def write_examples(epilog: str | None, formatter: Any) -> None:
+    """The ``Examples:`` section: one command a line, as written (never re-wrapped)."""
+    if not epilog:
+        return
+    formatter.write_paragraph()
+    formatter.write("Examples:\n")
+    for line in epilog.splitlines():
+        formatter.write(f"  {line}\n" if line.strip() else "\n")
+
+
+# The panels `octlm --help` lists its commands in, in order: where a user looks for each.
+PANELS: dict[str, tuple[str, ...]] = {
+    "Experiments": ("new", "show", "tag", "note", "archive", "unarchive", "rm"),
+    "Training": ("train", "resume", "verify-resume", "overfit", "eval", "sample"),
+    "Many runs": ("sweep", "work", "watch"),
+    "Moving runs": ("pack", "unpack", "registry", "export"),
+    "Tools": ("report", "bench", "canary", "prepare", "doctor", "config"),
+}
+
+
+class OctlmGroup(TyperGroup):
+    """The root group: usage errors as one line (``octlm: error: ...``) with exit 2, and stdout flushed
+    at the end with a closed pipe taken quietly, so no run of octlm ends in a traceback; its help lists the commands
+    in ``PANELS`` (a group below it, such as ``sweep``, lists its own as they are)."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return summary(self.help)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        if ctx.parent is not None:
+            super().format_commands(ctx, formatter)
+            return
+        known = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
+        shown = [name for names in PANELS.values() for name in names]
+        panels = {**PANELS, "Other": tuple(name for name in known if name not in shown)}
+        for panel, names in panels.items():
+            rows = [(name, command.get_short_help_str()) for name in names if (command := known.get(name)) is not None]
+            if rows:
+                with formatter.section(panel):
+                    formatter.write_dl(rows)
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        write_examples(self.epilog, formatter)
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            result = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+            code = result if isinstance(result, int) and not isinstance(result, bool) else 0
+        except typer.TyperException as error:
+            code = _usage_error(error)
+        except typer.Abort:
+            render.error("aborted")
+            code = 1
+        except OctlmError as error:  # a bad option value found by StrictCommand
+            code = common.report(error) or 1
+        if not standalone_mode:
+            return code
+        common.finish(code)
+
+
+def _usage_error(error: typer.TyperException) -> int:
+    if type(error).__name__ == "NoArgsIsHelpError":  # a bare `octlm`: the help, as usual
+        show = getattr(error, "show", None)
+        if show is not None:
+            show()
+    else:
+        ctx = getattr(error, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        render.error(error.format_message() + hint)
+    return int(getattr(error, "exit_code", BAD_INPUT))
+
+
+# ---------------------------------------------------------------- the app
 
 COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists them
     "new": commands_lifecycle.new,

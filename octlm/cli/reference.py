@@ -38,7 +38,7 @@ def shapes() -> dict[str, object]:
     from octlm.tasks.proof.bitcompare import Check, Differing
     from octlm.tasks.proof.verify import Resumed
     from octlm.tasks.sample import Sampled
-    from octlm.tasks.sweeps.trial_log import TallyJson
+    from octlm.tasks.sweeps.working.trial_log import TallyJson
     from octlm.train.canary import Canary
     from octlm.views.compare.noise import Effect, Verdict
     from octlm.views.compare.versus import Versus

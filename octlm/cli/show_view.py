@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from octlm.cli import render
+from octlm.cli import formats, render
 from octlm.config import flatten
 from octlm.core.reporting import counted
 from octlm.views import details
 from octlm.views import side_by_side as compare
+from octlm.views.listing import columns as listed
 from octlm.views.show import Request, Shown
 from octlm.views.sweeps import replicates
 
@@ -20,24 +21,6 @@ if TYPE_CHECKING:
     from octlm.store.registry import RunRow, VerificationRow
     from octlm.views.details import Detail
 
-LIST_HEADERS = (
-    "ID",
-    "description",
-    "tags",
-    "status",
-    "step",
-    "train loss",
-    "eval loss",
-    "ppl",
-    "bpb",
-    "tokens",
-    "verdict",
-    "updated (UTC)",
-)
-LIST_DROPPABLE = ("updated (UTC)", "ppl", "train loss", "tokens", "verdict", "bpb", "tags")
-# The verdicts are free text in the list: a proof's first, then what an evaluation read, which a narrow terminal
-# shortens (with an ellipsis) before it leaves the column out.
-LIST_KINDS = [render.kind_of(name) if name != "verdict" else "text" for name in LIST_HEADERS]
 RUN_HEADERS = (
     "#",
     "kind",
@@ -100,7 +83,7 @@ def print_compare(ids: list[str], rows: list[list[Any]], title: str) -> None:
     """Fields down, experiments across; each value formatted by its field's kind. On a terminal too narrow
     for every experiment, several tables of as many experiments as fit, with a note saying so."""
     body = [
-        [render.plain(row[0]), *(render.format_cell(render.kind_of(str(row[0])), v) for v in row[1:])] for row in rows
+        [render.plain(row[0]), *(formats.format_cell(formats.kind_of(str(row[0])), v) for v in row[1:])] for row in rows
     ]
     groups = _groups(["", *ids], body, render.out_console().width) if render.terminal() else [list(range(len(ids)))]
     if len(groups) > 1:
@@ -145,10 +128,14 @@ def _list(shown: Shown, request: Request) -> None:
     if not rows:
         hint = " match" if request.where else ": create one with `octlm new --preset day1`"
         render.info(f"no experiments in {shown.document['home']}{hint}")
-    elif request.columns:
-        render.print_table(shown.header, shown.rows)
-    else:
-        render.print_table(LIST_HEADERS, (_list_row(row) for row in rows), droppable=LIST_DROPPABLE, kinds=LIST_KINDS)
+    elif request.columns:  # headed by the keys asked for, each written as the spec says (else as its name suggests)
+        kinds = [listed.BY_KEY[key].format if key in listed.BY_KEY else formats.kind_of(key) for key in shown.header]
+        render.print_table(shown.header, shown.rows, kinds=kinds)
+    else:  # the spec's table: its headers, cells and formats, left out at a narrow terminal in its drop order
+        headers = [str(column.header) for column in listed.TABLE]
+        kinds = [column.format for column in listed.TABLE]
+        cells = (listed.cells(row) for row in rows)
+        render.print_table(headers, cells, droppable=listed.DROP_ORDER, kinds=kinds)
         for group in [g for g in shown.document.get("replicates") or [] if len(g["counted"]) > 1 and g["step"]]:
             spread = ", ".join(f"{name} {replicates.shown(group['metrics'][key])}" for key, name in SPREAD)
             at = f" at step {group['step']}" if group["step"] else ""
@@ -173,28 +160,7 @@ def print_sweep(shown: Shown) -> None:
 
 
 def _pairs(params: dict[str, Any]) -> str:
-    return " ".join(f"{key}={render.shown_value(value)}" for key, value in params.items()) or "-"
-
-
-def _list_row(r: dict[str, Any]) -> tuple[Any, ...]:
-    step = f"{r['step'] or 0}/{r['steps']}" if r["steps"] else "-"
-    updated = _cut(r["updated"], 16).replace("T", " ")
-    tags = " ".join(r.get("tags") or [])
-    marks = "archived" + (f" {tags}" if tags else "") if r.get("archived") else tags
-    return (
-        r["id"],
-        r["description"],
-        marks or "-",
-        r["status"],
-        step,
-        r["train_loss"],
-        r["eval_loss"],
-        r["perplexity"],
-        r["bits_per_byte"],
-        r["tokens"],
-        r["last_verdict"],
-        updated,
-    )
+    return " ".join(f"{key}={formats.shown_value(value)}" for key, value in params.items()) or "-"
 
 
 def headline(item: Detail) -> str:

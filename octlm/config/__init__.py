@@ -1,10 +1,11 @@
 """The experiment config: typed, frozen dataclasses, valid by construction, loaded from YAML (torch-free).
 
 Owns what an experiment's YAML may say and what it means: the config and its fingerprint (``schema``), its sections
-and their keys (``section_classes``, ``training_section``), the determinism tiers (``tiers``), how a raw
-value becomes a typed one with a one-line error naming the key (``validation``), the presets (``presets``),
-canonical JSON, dotted keys and diffs (``tree``), and reading files, ``--set`` overrides and key descriptions
-(``files``). Everything above imports the config from here: ``from octlm.config import Config, load``.
+and their keys (``section_classes``, ``training_section``), the determinism tiers (``tiers``), the learning-rate
+schedules, pure arithmetic of the step (``schedules``), how a raw value becomes a typed one with a one-line error
+naming the key (``validation``), the presets (``presets``), canonical JSON, dotted keys and diffs (``tree``), and
+reading files, ``--set`` overrides and key descriptions (``files``). Everything above imports the config from here:
+``from octlm.config import Config, load``.
 May import: ``core``.
 """
 

@@ -29,9 +29,6 @@ from octlm.config.section_classes import (
     SAMPLINGS as SAMPLINGS,
 )
 from octlm.config.section_classes import (
-    SCHEDULES as SCHEDULES,
-)
-from octlm.config.section_classes import (
     SPIKE_GUARDS as SPIKE_GUARDS,
 )
 from octlm.config.section_classes import (
@@ -89,6 +86,7 @@ BOOKKEEPING = frozenset(
         "init.checkpoint",
         "training.threads",
         "training.eval_tokens",
+        "training.eval_selection",
     }
 )
 
@@ -111,7 +109,11 @@ ADDED_LATER: dict[str, Any] = {
 }
 # What ``octlm new`` writes into a new experiment's file where its preset (or parent) does not say: the defaults
 # of experiments made now, where an absent key keeps what an experiment made before the key existed did.
-NEW_DEFAULTS: dict[str, Any] = {"data.sampling": "epochs", "training.eval_tokens": 8192}
+NEW_DEFAULTS: dict[str, Any] = {
+    "data.sampling": "epochs",
+    "training.eval_tokens": 8192,
+    "training.eval_selection": "spread",
+}
 
 
 @dataclass(frozen=True)

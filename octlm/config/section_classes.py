@@ -16,8 +16,8 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DETERMINISMS = tuple(TIERS)  # the determinism tiers, one record each in tiers.py
 SAMPLINGS = ("replacement", "epochs")
-SCHEDULES = ("cosine", "wsd", "constant", "linear")
 SPIKE_GUARDS = ("off", "stop", "skip")
+EVAL_SELECTIONS = ("first", "spread")  # training.eval_selection: how data.blocks.TokenBlocks.choose chooses
 
 
 def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str = "", maximum: int | None = None) -> Any:

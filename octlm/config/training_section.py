@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from octlm.config import schedules, tiers
 from octlm.config.section_classes import (
     DETERMINISMS,
     DEVICES,
+    EVAL_SELECTIONS,
     PRECISIONS,
-    SCHEDULES,
     SPIKE_GUARDS,
     _doc,
     _Section,
 )
-from octlm.config.tiers import TIERS
 from octlm.core.errors import ConfigError
 from octlm.core.reporting import counted
 
@@ -26,14 +26,7 @@ class TrainingConfig(_Section):
     warmup_steps: int = _doc("linear warmup steps", 20, bound="non-negative")
     learning_rate: float = _doc("peak learning rate", 3e-4, bound="positive")
     min_learning_rate: float = _doc("floor of the decay", 3e-5, bound="non-negative")
-    schedule: str = _doc(
-        "{choices}: after the linear warmup, cosine decays to the floor over the rest of the run (the seed's); "
-        "wsd stays at the peak, then decays linearly to the floor over the last training.decay_fraction of the "
-        "steps, so a run given more steps in its stable phase continues exactly; constant stays at the peak; "
-        "linear decays linearly to the floor",
-        "cosine",
-        choices=SCHEDULES,
-    )
+    schedule: str = _doc(schedules.documentation(), "cosine", choices=tuple(schedules.SCHEDULES))
     decay_fraction: float = _doc("wsd: the share of training.steps at the end that decays", 0.2, bound="fraction")
     batch_size: int = _doc("blocks per step: the global batch of all ranks", 8, bound="positive", maximum=2**16)
     grad_accum_steps: int = _doc("micro-batches per step (slices of the batch)", 1, bound="positive", maximum=2**16)
@@ -59,14 +52,7 @@ class TrainingConfig(_Section):
     precision: str = _doc("{choices} (autocast)", "fp32", choices=PRECISIONS)
     device: str = _doc("{choices}", "auto", choices=DEVICES)
     compile: bool = _doc("train through torch.compile (needs a C++ compiler on CPU, Triton on GPU)", False)
-    determinism: str = _doc(
-        "{choices}: local is exact on this machine; the others pin the CPU kernels (MKL, ATen, oneDNN) so that "
-        "machines whose `octlm canary` digests agree continue each other's runs bit for bit: vendor across one "
-        "vendor's x86-64 processors, cross-vendor across Intel and AMD (MKL's Intel path, needs a C compiler), "
-        "portable across Intel and AMD without one (2-3x slower)",
-        "local",
-        choices=DETERMINISMS,
-    )
+    determinism: str = _doc(tiers.documentation(), "local", choices=DETERMINISMS)
     threads: int = _doc(
         "CPU threads of a training process (0 = torch's default; under a tier other than local, the first start's)",
         0,
@@ -81,18 +67,27 @@ class TrainingConfig(_Section):
         maximum=10**9,
     )
     eval_blocks: int = _doc(
-        "validation blocks per evaluation, the first ones in order (0 = the whole validation split); "
+        "validation blocks per evaluation, chosen by training.eval_selection (0 = the whole validation split); "
         "training.eval_tokens, when set, decides instead",
         16,
         bound="non-negative",
         maximum=2**20,
     )
     eval_tokens: int = _doc(
-        "the evaluation's budget in target tokens: as many validation blocks from the start as it takes "
-        "(0 = training.eval_blocks decides; `octlm new` writes 8192)",
+        "the evaluation's budget in target tokens: as many validation blocks as it takes, chosen by "
+        "training.eval_selection (0 = training.eval_blocks decides; `octlm new` writes 8192)",
         0,
         bound="non-negative",
         maximum=2**34,
+    )
+    eval_selection: str = _doc(
+        "{choices}: which validation blocks an evaluation reads when it reads fewer than all: first takes them in "
+        "order from the start (a few documents); spread draws one at random in each of as many equal stretches of "
+        "the split, seeded by the split's tokens (not training.seed), so experiments on the same data evaluate the "
+        "same blocks and can be paired, and the errors' clusters (documents, else chunks of 8 blocks) are many "
+        "(`octlm new` writes spread)",
+        "first",
+        choices=EVAL_SELECTIONS,
     )
     spike_guard: str = _doc(
         "{choices}: a training loss or gradient norm above training.spike_sigma standard deviations of the last "
@@ -123,14 +118,10 @@ class TrainingConfig(_Section):
                 "min_learning_rate",
                 f"must not exceed training.learning_rate ({self.learning_rate}), got {self.min_learning_rate}",
             )
-        decay_start = self.steps - round(self.decay_fraction * self.steps)
-        if self.schedule == "wsd" and (self.decay_fraction == 0 or decay_start < self.warmup_steps):
-            self.fail(
-                "decay_fraction",
-                f"wsd decays over the last {self.decay_fraction} of {self.steps} steps, which must be above 0 and "
-                f"begin after the {self.warmup_steps} warmup steps",
-            )
-        if TIERS[self.determinism].pins_kernels and self.compile:
+        problem = schedules.SCHEDULES[self.schedule].problem(self)  # the rule the schedule's own keys keep together
+        if problem:
+            self.fail(*problem)
+        if tiers.TIERS[self.determinism].pins_kernels and self.compile:
             message = (
                 f"torch.compile generates code for this machine's instruction set, which {self.determinism} cannot pin"
             )

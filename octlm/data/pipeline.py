@@ -84,8 +84,8 @@ def prepare(
 
 
 def evaluation_size(training: TrainingConfig, available: int, context_length: int) -> int:
-    """How many validation blocks an evaluation reads, from the first: ``eval_tokens`` worth when set, else
-    ``eval_blocks`` (0: all of them)."""
+    """How many validation blocks an evaluation reads (the first, or spread: ``training.eval_selection``):
+    ``eval_tokens`` worth when set, else ``eval_blocks`` (0: all of them)."""
     if training.eval_tokens:
         wanted = -(-training.eval_tokens // context_length)
     else:
@@ -100,8 +100,10 @@ def _evaluation_set(
     trained: tuple[Tokenizer, data.TokenBlocks],
     notes: list[str],
 ) -> data.TokenBlocks:
-    """The blocks every evaluation reads, in a fixed order, each labelled with its data source (when there are
-    several); the training blocks when there are no validation documents."""
+    """The blocks every evaluation reads, in a fixed order, each with its document (for the errors' clusters) and
+    its data source (when there are several), chosen by ``training.eval_selection`` (``TokenBlocks.choose``: the
+    first, or spread across the split by a seed of its tokens); the training blocks when there are no validation
+    documents."""
     (tokenizer, train), width, names = trained, config.model.context_length, config.data.sources
     if len(streams.validation):
         split = data.make_blocks(streams.validation, tokenizer, width)
@@ -109,9 +111,12 @@ def _evaluation_set(
     else:
         notes.append("no validation documents: evaluating on training blocks (set data.validation_fraction)")
         split, lengths, documents = train, streams.lengths[0], found.train
-    if len(names) > 1 and len(lengths) == len(documents):
-        split = split.labelled(lengths, [d.source for d in documents], names)
-    return split.first(evaluation_size(config.training, len(split), width))
+    if len(lengths) == len(documents) and len(lengths):
+        split = split.with_documents(lengths)
+        if len(names) > 1:
+            split = split.labelled(lengths, [d.source for d in documents], names)
+    training = config.training
+    return split.choose(evaluation_size(training, len(split), width), training.eval_selection)
 
 
 @dataclass(frozen=True)

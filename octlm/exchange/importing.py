@@ -3,7 +3,8 @@
 ``plan`` decides everything before anything is written: each experiment is matched by UUID (one already here keeps
 its local ID, and is refused, exit 3, when its config fingerprint differs from the one here: a copied home, changed
 and retrained, is another experiment; a new one takes its ID, renamed by ``--prefix`` or ``--as``, and is refused,
-exit 3, when that ID is here with another UUID or as files without a row); runs, verdicts and notes by UUID;
+exit 3, when that ID is here with another UUID or as files without a row: ``admitting`` decides what may come
+in); runs, verdicts and notes by UUID;
 checkpoints by experiment, step and sha256 (registered as remote, on their box, unless ``unpack`` brought the
 files); a run file is written when there is none here, or replaced when the imported one extends it. ``apply`` then
 writes the YAML and run files, and the rows in one transaction, under each experiment's lock; a failure takes the
@@ -14,21 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from octlm import config as cfg
 from octlm.core import layout
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.home import Home, validate_id, validate_prefix
-from octlm.exchange import reading
+from octlm.exchange import admitting, reading
 from octlm.exchange import records as exchange
 from octlm.exchange.records import (
     TRACKS,
@@ -136,7 +133,7 @@ def plan(
     for experiment in kinds.experiments:
         _experiment(home, registry, result, experiment, known, rename, hint, strict)
         if experiment["uuid"] in known:
-            _same_data(registry, experiment, known[experiment["uuid"]], kinds.runs)
+            admitting.same_data(registry, experiment, known[experiment["uuid"]], kinds.runs)
     for item in found:
         key = owner(item)
         if key is not None and key not in result.targets:
@@ -171,17 +168,17 @@ def _experiment(
     former = sorted(set(item.get("former_ids") or []) | ({source} - {target}))
     entry: Arrival = {"id": target, "from": source, "uuid": key, "status": "new"}
     if key in known:
-        _same_config(registry, item, target)
+        admitting.same_config(registry, item, target)
         had = registry.former_ids(target)
         if set(former) - set(had):
             result.merge.former_ids[target] = sorted(set(had) | set(former))
         result.experiments.append({**entry, "status": "here"})
         return
-    if _taken(home, registry, target):
+    if admitting.taken(home, registry, target):
         raise Refused(f"{target} exists here as another experiment (another UUID): nothing was changed; {hint}")
-    text, sources = _yaml(item, target)
+    text, sources = admitting.renamed_yaml(item, target)
     if not result.outside:
-        _refuse_outside(home, sources, source)
+        admitting.refuse_outside(home, sources, source)
     result.files[home.config_path(target)] = text.encode("utf-8")
     fields = {k: item.get(k) for k in ("description", "preset", "created", "updated", "config_hash", "tags")}
     config: dict[str, Any] = item["config_json"] if isinstance(item.get("config_json"), dict) else {}
@@ -197,84 +194,6 @@ def _experiment(
     }
     result.merge.experiments.append(row)
     result.experiments.append({**entry, "status": "new"})
-
-
-def _same_config(registry: ExchangeRegistry, item: ExportedExperiment, target: str) -> None:
-    """An experiment known here by its UUID is merged only under the same config fingerprint: a copied home,
-    changed and retrained, holds another experiment under the same UUID."""
-    row = registry.experiment(target)
-    here = row["config_hash"] if row else None
-    theirs = item.get("config_hash")
-    if isinstance(here, str) and isinstance(theirs, str) and here != theirs:
-        raise Refused(
-            f"{item['id']} is experiment {item['uuid']}, here as {target} with config fingerprint {here[:12]}, but the "
-            f"file's has config fingerprint {theirs[:12]}: a copy changed and retrained is another experiment; nothing "
-            f"was written (in its home, fork it with `octlm new --from {item['id']}` and move the fork)"
-        )
-
-
-def _same_data(registry: ExchangeRegistry, item: ExportedExperiment, target: str, runs: list[ExportedRun]) -> None:
-    """An experiment known here is merged only when its runs there trained on the data and tokenizer its runs here
-    trained on: a copy retrained on changed data is another experiment (its hashes would read as this one's)."""
-    mine = [run for run in runs if run["experiment_uuid"] == item["uuid"]]
-    local = registry.runs(target)
-    for what, here, theirs in (
-        ("data", {str(r["data_hash"]) for r in local if r.get("data_hash")}, {str(r["data_hash"]) for r in mine}),
-        (
-            "tokenizer",
-            {str(r["tokenizer_hash"]) for r in local if r.get("tokenizer_hash")},
-            {str(r["tokenizer_hash"]) for r in mine},
-        ),
-    ):
-        theirs -= {"None", ""}
-        if here and theirs - here:
-            raise Refused(
-                f"{item['id']} is experiment {item['uuid']}, here as {target}, but the file's runs trained on other "
-                f"{what} ({sorted(theirs - here)[0][:12]}, here {sorted(here)[0][:12]}): a copy retrained on changed "
-                f"{what} is another experiment; nothing was written (in its home, fork it with "
-                f"`octlm new --from {item['id']}` and move the fork)"
-            )
-
-
-def _taken(home: Home, registry: ExchangeRegistry, experiment_id: str) -> bool:
-    paths = (
-        home.config_path(experiment_id),
-        home.checkpoint_dir(experiment_id),
-        home.run_file(experiment_id),
-        home.run_file(experiment_id, TRACKS["overfit"]),
-    )
-    return registry.experiment(experiment_id) is not None or any(path.exists() for path in paths)
-
-
-def _yaml(item: ExportedExperiment, target: str) -> tuple[str, tuple[str, ...]]:
-    """The experiment's YAML as exported, with its ``id`` set to ``target`` when renamed, checked to load; and its
-    data.sources."""
-    text, origin = item["yaml"], f"{item['id']}.yaml (imported)"
-    raw = cfg.parse_yaml(text, origin)
-    if not isinstance(raw, dict):
-        raise BadInput(f"{origin}: not a config (a mapping of sections)")
-    if raw.get("id") != target:
-        raw["id"] = target
-        dumped: str = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
-        text = dumped
-    return text, cfg.from_dict(cfg.resolve_preset(raw, origin), origin).data.sources
-
-
-def _refuse_outside(home: Home, sources: Sequence[str], experiment_id: str) -> None:
-    """Refused when a data source names files outside the home and OCTLM_DATA_ROOT (relative ones resolve as
-    training resolves them: against OCTLM_DATA_ROOT when set, else the home)."""
-    roots = [Path(os.path.realpath(home.root))]
-    if os.environ.get("OCTLM_DATA_ROOT"):
-        roots.append(Path(os.path.realpath(os.environ["OCTLM_DATA_ROOT"])))
-    for source in sources:
-        if source.startswith("builtin:"):
-            continue
-        where = Path(os.path.realpath(roots[-1] / os.path.expanduser(source)))
-        if not any(where.is_relative_to(root) for root in roots):
-            raise Refused(
-                f"{experiment_id}: data.sources {source[:200]!r} names files outside this home and OCTLM_DATA_ROOT: "
-                "training would read them here; nothing was written (pass --allow-outside-sources if you mean it)"
-            )
 
 
 def _children(registry: ExchangeRegistry, result: Plan, kinds: ByType) -> None:

@@ -27,7 +27,8 @@ from octlm.run.files import ExperimentFiles, Track
 from octlm.run.handoff import Handoff, Relay, check_world_size, exit_code, follow
 from octlm.run.keeper import CheckpointCadence, CheckpointKeeper
 from octlm.run.restore import init_from, parent_records, restore
-from octlm.run.session import Bookkeeping, RunSummary, Session
+from octlm.run.session import Bookkeeping, Session
+from octlm.run.summary import RunSummary
 from octlm.runtime import distributed
 from octlm.runtime import machine as runtime
 from octlm.store import experiments

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import torch
 from octlm.config import Config
 from octlm.core import provenance
 from octlm.core.errors import Diverged, Interrupted, Relayed
-from octlm.core.records import TOTALS, RunRecord, RunTotals, TrainResult
+from octlm.core.records import TOTALS, RunRecord, RunTotals
 from octlm.core.records.freeform import StateDict
 from octlm.core.reporting import Reporter
 from octlm.core.signals import SIGNAL_EXIT, SignalGuard
@@ -28,6 +27,7 @@ from octlm.data.blocks import TokenBlocks
 from octlm.data.fingerprints import Fingerprints
 from octlm.run.files import Track
 from octlm.run.keeper import CheckpointCadence, CheckpointKeeper
+from octlm.run.summary import RunSummary, Stopped
 from octlm.runtime import load, rng
 from octlm.runtime import machine as runtime
 from octlm.runtime.distributed import Ranks
@@ -39,73 +39,6 @@ from octlm.train.loop import LoopHooks
 from octlm.train.state import TrainState
 
 __all__ = ["Bookkeeping", "RankSession", "RunSummary", "Session", "Stopped"]
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What ``train`` and ``resume`` report about a run: the summary line, and ``--json`` (``as_json``)."""
-
-    id: str
-    kind: str
-    status: str  # completed | stopped (by --until) | complete (nothing to do) | interrupted (by a signal)
-    start_step: int
-    end_step: int
-    steps: int  # training.steps
-    tokens: int
-    seconds: float
-    tokens_per_second: float | None
-    checkpoint: Path | None  # the newest checkpoint of the run
-    metrics: RunRecord  # the newest value of each field of the run file
-    fingerprints: Fingerprints
-    run_id: int | None = None
-    discarded: tuple[str, ...] | None = None  # what ``train --restart`` discarded, relative to the home
-    eval_seconds: float = 0.0  # of ``seconds``, what the evaluations took
-    eval_split: str = "validation"  # what the evaluations read ("training": no validation documents)
-
-    def as_json(self) -> TrainResult:
-        metrics = self.metrics
-        shown: TrainResult = {
-            "id": self.id,
-            "kind": self.kind,
-            "status": self.status,
-            "run_id": self.run_id,
-            "start_step": self.start_step,
-            "step": self.end_step,
-            "end_step": self.end_step,
-            "steps": self.steps,
-            "tokens": self.tokens,
-            "train_loss": metrics.get("train_loss"),
-            "eval_loss": metrics.get("eval_loss"),
-            "perplexity": metrics.get("perplexity"),
-            "bits_per_byte": metrics.get("bits_per_byte"),
-            "eval_loss_se": metrics.get("eval_loss_se"),
-            "perplexity_se": metrics.get("perplexity_se"),
-            "bits_per_byte_se": metrics.get("bits_per_byte_se"),
-            "eval_tokens": metrics.get("eval_tokens"),
-            "epochs": metrics.get("epochs"),
-            "seconds": round(self.seconds, 3),
-            "tokens_per_second": self.tokens_per_second,
-            "eval_seconds": round(self.eval_seconds, 3),
-            "eval_split": self.eval_split,
-            "checkpoint": str(self.checkpoint) if self.checkpoint else None,
-            "metrics": metrics,
-            "data_hash": self.fingerprints.data,
-            "tokenizer_hash": self.fingerprints.tokenizer,
-            "config_hash": self.fingerprints.config,
-        }
-        if self.discarded is not None:
-            shown["discarded"] = list(self.discarded)
-        return shown
-
-
-class Stopped(Interrupted):
-    """A run stopped by a signal (exit 129, 130, 143), with what ``train --json`` and ``resume --json`` say of it
-    (``summary``: status ``interrupted``, the step of the checkpoint kept, that checkpoint): the stop is said on
-    stderr, and a script reading stdout learns how the run ended as it would of any other end."""
-
-    def __init__(self, message: str, exit_code: int, summary: RunSummary):
-        super().__init__(message, exit_code)
-        self.summary = summary
 
 
 class _Steps:
@@ -308,9 +241,9 @@ class Session(_Steps):
         one block has nothing to pair."""
         if self.track.kind != "train":
             return
-        kept = evalblocks.BlockEvaluation(
-            step, per_block.digest, per_block.nats.tolist(), per_block.targets.tolist(), per_block.target_bytes.tolist()
-        )
+        clusters = None if per_block.cluster_unit == "blocks" else per_block.clusters.tolist()
+        arrays = (per_block.nats.tolist(), per_block.targets.tolist(), per_block.target_bytes.tolist())
+        kept = evalblocks.BlockEvaluation(step, per_block.digest, *arrays, clusters, per_block.cluster_unit)
         evalblocks.append(evalblocks.path_for(self.track.run_file), kept)
 
     def save(self, state: TrainState, rng_states: list[StateDict]) -> None:

@@ -1,12 +1,14 @@
 """``octlm eval``: a checkpoint's held-out evaluation, or its evaluation on another corpus, with standard errors.
 
 The checkpoint is checked as ``sample`` checks it (experiment, track, fingerprints). Without ``on``, it reads the
-experiment's own validation split: all of it, or ``tokens`` worth from its start (the evaluation training runs
-reads the start of the same split). With ``on`` (paths, globs or builtins, as ``data.sources`` takes them), it
-reads every document of those sources, tokenized with the experiment's tokenizer (kept as a token file in the
-home's ``cache/``), per source when there are several. The figures are those of every evaluation during training
-(``train.evaluation``: mean loss, perplexity, bits per byte, each with its standard error over blocks); the result
-is recorded as a verdict (kind ``eval``), which ``show`` and ``report`` list.
+experiment's own validation split: all of it, or ``tokens`` worth chosen as the experiment's evaluations choose
+them (``training.eval_selection``: the first blocks, or spread across the split by a seed of its tokens), so that
+``--tokens`` of its budget reads the blocks its training evaluations read. With ``on`` (paths, globs or builtins, as
+``data.sources`` takes them), it reads every document of those sources (or ``tokens`` worth, chosen alike),
+tokenized with the experiment's tokenizer (kept as a token file in the home's ``cache/``), per source when there
+are several. The figures are those of every evaluation during training (``train.evaluation``: mean loss,
+perplexity, bits per byte, each with its standard error over clusters of blocks, documents or chunks, and their
+count); the result is recorded as a verdict (kind ``eval``), which ``show`` and ``report`` list.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def run(
     width = config.model.context_length
     count = min(len(blocks), -(-tokens_budget // width)) if tokens_budget else len(blocks)
     report.phase("evaluating", f"{counted(count, 'block')} of {counted(width, 'token')} at step {loaded.record.step}")
-    figures = evaluate(model, blocks.first(count), device, config.training.precision, config.training.batch_size)
+    chosen = blocks.choose(count, config.training.eval_selection)
+    figures = evaluate(model, chosen, device, config.training.precision, config.training.batch_size)
     where = ", ".join(on) if on else f"the {VALIDATION} split"
     error = figures["eval_loss_se"]
     shown = f"{figures['eval_loss']:.4f}" + (f" ± {error:.4f}" if error is not None else "")
@@ -71,7 +74,8 @@ def run(
 
 def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...], report: Reporter) -> TokenBlocks:
     """The blocks to evaluate: the experiment's validation split (``evaluation_size`` with eval_blocks 0: all of
-    it), or every document of ``on``; labelled with their sources when there are several."""
+    it), or every document of ``on``; each with its document, and labelled with its source when there are
+    several."""
     data = config.data
     root = sources.data_root(home)
     report.phase("reading", ", ".join(on) if on else "the validation split")
@@ -91,5 +95,5 @@ def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...
         report.warn(streams.warning)
     blocks = make_blocks(streams.train, tokenizer, config.model.context_length)
     if len(names) > 1:
-        blocks = blocks.labelled(streams.lengths[0], [d.source for d in found.train], names)
-    return blocks
+        return blocks.labelled(streams.lengths[0], [d.source for d in found.train], names)
+    return blocks.with_documents(streams.lengths[0])  # each block's document: the errors' clusters

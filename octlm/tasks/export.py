@@ -1,5 +1,7 @@
 """``octlm export``: a checkpoint as a Hugging Face Llama model (``--format hf``), or its weights alone under
-octlm's names (``--format safetensors``).
+octlm's names (``--format safetensors``): one ``Format`` row each, in one table, ``FORMATS``, which the ``--format``
+option's choices and help are built from (torch-free at import, so the command line reads it). Adding a format: its
+writer and its row here; tests/tasks/test_export.py exports with every row (docs/modules.md, "Families").
 
 octlm's model is Llama's (RMSNorm, rotary, SwiGLU, no biases, tied embeddings) but for one detail: it
 rotates interleaved pairs of each head's dimensions, (0, 1), (2, 3), ..., where ``transformers`` rotates
@@ -22,6 +24,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -33,8 +36,6 @@ from octlm.core.records.freeform import ConfigTree
 if TYPE_CHECKING:
     import torch
 
-FORMATS = ("hf", "safetensors")
-NEEDS = {"hf": ("safetensors", "transformers"), "safetensors": ("safetensors",)}
 FLOAT32_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps: nn.RMSNorm's eps when none is given
 LAYER_NAMES = {  # octlm's name inside blocks.N -> transformers' inside model.layers.N
     "attention_norm.weight": "input_layernorm.weight",
@@ -56,7 +57,7 @@ class Exported(TypedDict):
 
     id: str
     step: int
-    format: str  # hf | safetensors
+    format: str  # a name of FORMATS
     dir: str
     files: list[str]
     checkpoint: str  # the checkpoint's path under the home ("" when it lies elsewhere)
@@ -78,11 +79,31 @@ class ModelSizes(TypedDict):
     yaml: str
 
 
+@dataclass(frozen=True)
+class Exporting:
+    """What a format writes from: the experiment, its checkpoint as ``sample`` loads it, the model's tensors on the
+    CPU under octlm's names, and the tokenizer."""
+
+    experiment_id: str
+    loaded: Any  # tasks.sample.Loaded
+    state: dict[str, torch.Tensor]
+    tokenizer: Any  # data.tokenizer.Tokenizer
+
+
+@dataclass(frozen=True)
+class Format:
+    """One member of the family."""
+
+    help: str  # what it writes, in the ``--format`` option's help
+    needs: tuple[str, ...]  # the packages it imports (the hf extra's), checked before anything is read
+    write: Callable[[Path, Exporting], list[str]]  # writes its files into the folder, returns their names
+
+
 def check_extra(export_format: str) -> None:
     """BadInput naming the extra to install when a package the format needs is missing."""
     if export_format not in FORMATS:
         raise BadInput(f"--format {export_format}: must be one of {', '.join(FORMATS)}")
-    missing = [name for name in NEEDS[export_format] if importlib.util.find_spec(name) is None]
+    missing = [name for name in FORMATS[export_format].needs if importlib.util.find_spec(name) is None]
     if missing:
         raise BadInput(
             f"export --format {export_format} needs {' and '.join(missing)}: install the hf extra, "
@@ -108,17 +129,8 @@ def export(
 
     loaded, model, tokenizer, _ = load_model(home, experiment_id, step, warn)
     state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
-    config = model_config(loaded.record.config)
-
-    def build(folder: Path) -> list[str]:
-        if export_format == "safetensors":
-            return [write_weights(folder, state, _metadata(experiment_id, loaded))]
-        files = [write_weights(folder, hf_state(state, config["n_heads"]), {"format": "pt"})]
-        files += write_configs(folder, config, tokenizer)
-        files.append(write_card(folder, experiment_id, loaded, config))
-        return files
-
-    files = publish(target, force, build)
+    exporting = Exporting(experiment_id, loaded, state, tokenizer)
+    files = publish(target, force, lambda folder: FORMATS[export_format].write(folder, exporting))
     return {
         "id": experiment_id,
         "step": loaded.record.step,
@@ -127,6 +139,31 @@ def export(
         "files": sorted(files),
         "checkpoint": str(loaded.path.relative_to(home.root)) if loaded.path.is_relative_to(home.root) else "",
     }
+
+
+def write_hf(folder: Path, what: Exporting) -> list[str]:
+    """A folder ``transformers`` loads: the weights under its names, its configs and tokenizer, a model card."""
+    config = model_config(what.loaded.record.config)
+    files = [write_weights(folder, hf_state(what.state, config["n_heads"]), {"format": "pt"})]
+    files += write_configs(folder, config, what.tokenizer)
+    files.append(write_card(folder, what.experiment_id, what.loaded, config))
+    return files
+
+
+def write_safetensors(folder: Path, what: Exporting) -> list[str]:
+    """The weights alone under octlm's names, with the checkpoint's provenance as the file's metadata."""
+    return [write_weights(folder, what.state, _metadata(what.experiment_id, what.loaded))]
+
+
+# The family's one table: a new format is a writer above and a row here.
+FORMATS: dict[str, Format] = {
+    "hf": Format(
+        "a folder transformers loads (weights, config, tokenizer, model card)",
+        ("safetensors", "transformers"),
+        write_hf,
+    ),
+    "safetensors": Format("the weights alone, under octlm's names", ("safetensors",), write_safetensors),
+}
 
 
 # ---------------------------------------------------------------- the folder

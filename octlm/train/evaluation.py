@@ -1,13 +1,18 @@
 """Evaluation: loss, perplexity and bits per byte of a model on fixed blocks, with their standard errors.
 
 The blocks are read in a fixed order and the evaluation draws from no random stream, so it never changes the
-trajectory. The mean loss is the nats of every non-PAD target over their count; its standard error treats the
-blocks as the units sampled (a ratio estimator over blocks: ``se^2 = k/(k-1) * sum_i (a_i - L b_i)^2 / B^2`` with
-block i's nats ``a_i`` and targets ``b_i``, ``B = sum b_i``, ``k`` blocks), so it says how much the figure would
-move on another draw of as many blocks. Bits per byte is the same ratio over target bytes, divided by ln 2;
-perplexity's error is ``exp(L) * se``. With one block there is no error to give (None). Blocks labelled with their
-data source (``TokenBlocks.sources``) are also evaluated per source. Each block's nats, targets and bytes are kept
-(``PerBlock``, with a digest of the blocks' tokens), so two evaluations of the same blocks can be paired later.
+trajectory. The mean loss is the nats of every non-PAD target over their count; its standard error is a ratio
+estimator's over clusters of blocks (``se^2 = G/(G-1) * sum_g (A_g - L B_g)^2 / B^2`` with cluster g's nats ``A_g``
+and targets ``B_g``, ``B = sum B_g``, ``G`` clusters), so it says how much the figure would move on another draw of
+as many documents (or chunks): the clusters are ``TokenBlocks.cluster_ids``'s (the blocks' documents when they come
+from at least 4, else chunks of 8 consecutive blocks of the split, else the blocks), because adjacent blocks of one
+document are not independent draws and an error over blocks understated it (1.3-1.9x on the calibration config, issue
+46). The record says over what (``eval_clusters``: G, ``eval_cluster_unit``: documents, chunks or blocks): a reader
+judges with Student's t at G-1 degrees of freedom. Bits per byte is the same ratio over target bytes, divided by ln 2;
+perplexity's error is ``exp(L) * se``. With one cluster there is no error to give (None). Blocks labelled with their
+data source (``TokenBlocks.sources``) are also evaluated per source, each over its own clusters. Each block's nats,
+targets, bytes and cluster are kept (``PerBlock``, with a digest of the blocks' tokens), so two evaluations of the
+same blocks can be paired later.
 """
 
 from __future__ import annotations
@@ -29,8 +34,12 @@ from octlm.runtime.machine import autocast
 from octlm.train.model.decoder import loss_sums
 
 
-def ratio_error(numerators: np.ndarray, denominators: np.ndarray) -> float | None:
-    """The standard error of ``sum(numerators) / sum(denominators)`` over its units (None for fewer than two)."""
+def ratio_error(numerators: np.ndarray, denominators: np.ndarray, clusters: np.ndarray | None = None) -> float | None:
+    """The standard error of ``sum(numerators) / sum(denominators)`` over its units (None for fewer than two): each
+    value alone, or with ``clusters`` (one id per value), the sums of each cluster."""
+    if clusters is not None:
+        ids = np.unique(clusters, return_inverse=True)[1]
+        numerators, denominators = np.bincount(ids, weights=numerators), np.bincount(ids, weights=denominators)
     k, total = len(numerators), float(np.sum(denominators))
     if k < 2 or total <= 0:
         return None
@@ -47,13 +56,16 @@ def _per_block(logits: torch.Tensor, targets: torch.Tensor, pad_id: int) -> torc
 
 @dataclass(frozen=True)
 class PerBlock:
-    """One evaluation, block by block: each block's summed nats, its target tokens and their bytes, and the sha256
-    of the blocks' tokens in the order read (two evaluations with the same digest read the same blocks)."""
+    """One evaluation, block by block: each block's summed nats, its target tokens and their bytes, the sha256
+    of the blocks' tokens in the order read (two evaluations with the same digest read the same blocks), and each
+    block's cluster with the clusters' unit (``TokenBlocks.cluster_ids``)."""
 
     nats: np.ndarray  # float64, one per block
     targets: np.ndarray  # int64
     target_bytes: np.ndarray  # int64
     digest: str
+    clusters: np.ndarray  # int64, numbered from 0
+    cluster_unit: str  # documents, chunks or blocks
 
 
 def evaluate(model: nn.Module, blocks: TokenBlocks, device: torch.device, precision: str, batch_size: int) -> RunRecord:
@@ -85,20 +97,26 @@ def evaluate_blocks(
     if not units:
         raise ValueError("an evaluation needs at least one block")
     a, b, y = (torch.cat(parts).numpy().astype(np.float64) for parts in zip(*units, strict=True))
-    found = _figures(float(nats.item()), a, b, y)
-    found |= {"eval_tokens": int(b.sum()), "eval_seconds": round(time.perf_counter() - started, 4)}
+    clusters, unit = blocks.cluster_ids()
+    found = _figures(float(nats.item()), a, b, y, clusters)
+    found |= {"eval_tokens": int(b.sum()), "eval_clusters": _count(clusters), "eval_cluster_unit": unit}
+    found["eval_seconds"] = round(time.perf_counter() - started, 4)
     if blocks.sources is not None and len(blocks.source_names) > 1:
-        found["eval_sources"] = _by_source(blocks, a, b, y)
-    return found, PerBlock(a, b.astype(np.int64), y.astype(np.int64), read.hexdigest())
+        found["eval_sources"] = _by_source(blocks, (a, b, y), clusters, unit)
+    return found, PerBlock(a, b.astype(np.int64), y.astype(np.int64), read.hexdigest(), clusters, unit)
+
+
+def _count(clusters: np.ndarray) -> int:
+    return len(np.unique(clusters))
 
 
 def _bytes(blocks: TokenBlocks, targets: torch.Tensor) -> torch.Tensor:
     return blocks.target_bytes(targets).sum(dim=1)
 
 
-def _figures(total_nats: float, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> RunRecord:
+def _figures(total_nats: float, a: np.ndarray, b: np.ndarray, y: np.ndarray, clusters: np.ndarray) -> RunRecord:
     mean = total_nats / max(1.0, float(b.sum()))
-    loss_se, bytes_se = ratio_error(a, b), ratio_error(a, y)
+    loss_se, bytes_se = ratio_error(a, b, clusters), ratio_error(a, y, clusters)
     perplexity = math.exp(min(mean, 700.0))
     return {
         "eval_loss": mean,
@@ -110,15 +128,24 @@ def _figures(total_nats: float, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> 
     }
 
 
-def _by_source(blocks: TokenBlocks, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> dict[str, dict[str, Any]]:
-    """Loss, its error and the tokens of each data source among the blocks (by the source's name)."""
+def _by_source(
+    blocks: TokenBlocks, sums: tuple[np.ndarray, np.ndarray, np.ndarray], clusters: np.ndarray, unit: str
+) -> dict[str, dict[str, Any]]:
+    """Loss, its error over the source's own clusters (in the evaluation's unit), the clusters and the tokens of each
+    data source among the blocks (by the source's name)."""
     assert blocks.sources is not None
+    a, b, _ = sums
     out: dict[str, dict[str, Any]] = {}
     for index, name in enumerate(blocks.source_names):
         mine = blocks.sources == index
         if not mine.any():
             continue
         mean = float(a[mine].sum()) / max(1.0, float(b[mine].sum()))
-        tokens = int(b[mine].sum())
-        out[name] = {"eval_loss": mean, "eval_loss_se": ratio_error(a[mine], b[mine]), "eval_tokens": tokens}
+        out[name] = {
+            "eval_loss": mean,
+            "eval_loss_se": ratio_error(a[mine], b[mine], clusters[mine]),
+            "eval_tokens": int(b[mine].sum()),
+            "eval_clusters": _count(clusters[mine]),
+            "eval_cluster_unit": unit,
+        }
     return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from octlm.config.schedules import rate_of
 from octlm.core.records import RunRecord
 from octlm.data.blocks import TokenBlocks
 from octlm.data.sampler import epochs_of
@@ -20,7 +21,6 @@ from octlm.runtime import lean, rng
 from octlm.train.evaluation import PerBlock, evaluate_blocks
 from octlm.train.model.decoder import loss as model_loss
 from octlm.train.model.piecewise import PiecePlan, pass_size
-from octlm.train.schedule import for_config
 from octlm.train.state import TrainState
 
 
@@ -178,7 +178,7 @@ def train_until(
     since the previous record. Checkpoints where ``hooks.checkpoint_due`` says and when stopped.
     """
     training = state.config.training
-    schedule = for_config(training)
+    schedule = rate_of(training)
     cadence = LogCadence(training.eval_interval, training.log_interval, training.steps)
     state.model.train()
     while state.step < until:

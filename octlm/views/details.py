@@ -98,6 +98,8 @@ def detail(home: Home, experiment_id: str) -> Detail:
         "perplexity_se": _number(figures.get("perplexity_se")),
         "bits_per_byte_se": _number(figures.get("bits_per_byte_se")),
         "eval_tokens": _number(figures.get("eval_tokens")),
+        "eval_clusters": _number(figures.get("eval_clusters")),
+        "eval_cluster_unit": _text(figures.get("eval_cluster_unit")),
         "fingerprints": {
             "config": fingerprint,
             "data": _newest(runs, "data_hash"),
@@ -230,6 +232,10 @@ def _record(fields: dict[str, Any]) -> RunRecord:
 
 def _number(value: Any) -> Any:
     return value if _finite(value) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _finite(value: Any) -> bool:

@@ -22,7 +22,7 @@ from octlm.store.runs.evalblocks import BlockEvaluation
 from octlm.views.compare import noise, seeds, versus
 from octlm.views.compare.versus import Versus
 from octlm.views.details import SCHEMA_VERSION, Detail, detail, run_records
-from octlm.views.paired import Paired, pair
+from octlm.views.paired import Paired, Unused, pair
 from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import Group
 
@@ -188,20 +188,35 @@ def _figures(item: Detail, records: Records, common: int) -> Figures:
     }
 
 
-def final_blocks(home: Home, experiment_id: str, records: Records) -> evalblocks.BlockEvaluation | None:
-    """The experiment's final evaluation block by block (``store.runs.evalblocks``), None where it was not kept."""
-    step = next((r.get("step") for r in reversed(records) if r.get("eval_loss") is not None), None)
-    if step is None:
+def final_blocks(home: Home, experiment_id: str, records: Records) -> evalblocks.BlockEvaluation | Unused | None:
+    """The experiment's final evaluation block by block (``store.runs.evalblocks``), None where it was not kept, or
+    ``Unused`` with why where it must not carry a verdict: its checksum does not match its arrays, or its sums are
+    not the evaluation the run file recorded at that step (``evalblocks.disagreement``)."""
+    record = next((r for r in reversed(records) if r.get("eval_loss") is not None), None)
+    step = record.get("step") if record is not None else None
+    if record is None or step is None:
         return None
-    return evalblocks.at_step(evalblocks.path_for(home.run_file(experiment_id)), step)
+    path = evalblocks.path_for(home.run_file(experiment_id))
+    found = evalblocks.at_step(path, step)
+    why = evalblocks.disagreement(found, record) if found is not None else None
+    return found if why is None else Unused(step, why, f"{path.parent.name}/{path.name}")
 
 
-def pairing(kept: dict[str, evalblocks.BlockEvaluation | None], first: str, other: str) -> tuple[Paired | None, str]:
-    """The paired figures of ``other - first``, or None and why not (the unpaired test's words)."""
+def pairing(
+    kept: dict[str, evalblocks.BlockEvaluation | Unused | None], first: str, other: str
+) -> tuple[Paired | None, str]:
+    """The paired figures of ``other - first``, or None and why not (the unpaired test's words, one line): a blocks
+    file not used is named, with why, before one not kept."""
+    for experiment_id in (first, other):
+        if isinstance(unused := kept[experiment_id], Unused):
+            return None, f"unpaired: {unused.file} is not used, {unused.reason}"
     missing = [experiment_id for experiment_id in (first, other) if kept[experiment_id] is None]
     if missing:
         return None, f"unpaired: {' and '.join(missing)} kept no evaluation block by block"
-    found = pair(kept[first], kept[other])
+    a, b = kept[first], kept[other]
+    found = (
+        pair(a, b) if isinstance(a, evalblocks.BlockEvaluation) and isinstance(b, evalblocks.BlockEvaluation) else None
+    )
     return found, "paired" if found is not None else "unpaired: not evaluated on the same blocks"
 
 

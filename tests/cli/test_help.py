@@ -45,7 +45,7 @@ def test_examples_of_owned_commands_name_real_options() -> None:
 
 def test_root_help_lists_whole_summaries_in_panels(tmp_path: Path) -> None:
     """Issue 35 item 7: the commands in panels, every one of them in one, each summary whole."""
-    from octlm.cli.common import PANELS
+    from octlm.cli.app import PANELS
 
     result = cli(tmp_path, "-h")
     listed = result.stdout.split("Experiments:")[1].split("Examples:")[0]

@@ -2,7 +2,7 @@
 side) and ``new`` run in a fresh interpreter without loading torch, tokenizers, jinja2, optuna or pydantic: what each
 would cost at every start (torch alone is seconds; typer 0.29 builds a pydantic adapter per parameter, 0.1 s more at
 every start here, hence pyproject's ``typer<0.29``). numpy is not on the list: sqlite-utils imports it whenever it is
-installed (75 ms here), and a paired comparison uses it for its bootstrap. Their speed is measured in
+installed (75 ms here), and a paired comparison uses it for its clustered errors. Their speed is measured in
 ``benchmarks/light_path.py``, not here."""
 
 from __future__ import annotations

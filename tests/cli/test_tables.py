@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import IDS, cli
 
-from octlm.cli import render, show_view
+from octlm.cli import formats, render, show_view
 from octlm.cli.commands import tools as commands_tools
 from octlm.core.home import Home
 from octlm.views import show as shows
@@ -133,15 +133,15 @@ def test_bench_table_never_cuts_a_number(
 
 
 def test_formats_per_column_kind() -> None:
-    cell = render.format_cell
-    assert cell(render.kind_of("pid"), 17537) == "17537" and cell(render.kind_of("ID"), "EXP-008") == "EXP-008"
+    cell = formats.format_cell
+    assert cell(formats.kind_of("pid"), 17537) == "17537" and cell(formats.kind_of("ID"), "EXP-008") == "EXP-008"
     assert [cell("metric", v) for v in (191.5, 80.7791, 5.9629, 357.8)] == ["191.5", "80.78", "5.963", "357.8"]
-    assert cell(render.kind_of("duration s"), 18.7) == "18.7" and cell("seconds", 18.70001) == "18.7"
-    assert cell(render.kind_of("size"), 146_000_000) == "146.0 MB"
-    yaml = [cell(render.kind_of("data.sources"), v) for v in (["builtin:docs"], False, 10000.0, None, "yes")]
+    assert cell(formats.kind_of("duration s"), 18.7) == "18.7" and cell("seconds", 18.70001) == "18.7"
+    assert cell(formats.kind_of("size"), 146_000_000) == "146.0 MB"
+    yaml = [cell(formats.kind_of("data.sources"), v) for v in (["builtin:docs"], False, 10000.0, None, "yes")]
     assert yaml == ["[builtin:docs]", "false", "10000", "null", "yes"]  # text unquoted in a table (issue 33 item 11)
-    assert render.yaml_value("yes") == '"yes"'  # as YAML writes it (config keys' defaults)
-    assert render.kind_of("final eval_loss") == "metric" and render.kind_of("tokens_per_second") == "count"
+    assert formats.yaml_value("yes") == '"yes"'  # as YAML writes it (config keys' defaults)
+    assert formats.kind_of("final eval_loss") == "metric" and formats.kind_of("tokens_per_second") == "count"
 
 
 def test_stderr_notes_are_never_wrapped_when_piped(tmp_path: Path) -> None:

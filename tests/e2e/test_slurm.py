@@ -119,7 +119,7 @@ def slurm(tmp_path: Path) -> Iterator[dict[str, str]]:
 def readme_script(ship: Path, nodes: Path, data: Path) -> str:
     """The sweeps guide's job-array script, its shared and node-local paths pointed into this test's folders."""
     text = GUIDE.read_text()
-    start = text.index("**A sweep on a Slurm job array.**")
+    start = text.index("### A sweep on a Slurm job array")
     script = re.search(r"```bash\n(#!/bin/bash\n.*?)```", text[start:], re.S)
     assert script is not None, "the sweeps guide lost its job-array script"
     body = script.group(1)

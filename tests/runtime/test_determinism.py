@@ -333,23 +333,26 @@ def test_the_tiers_and_what_each_covers(tmp_path: Path) -> None:
         cfg.Config().with_keys({"training.determinism": "intel"})
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", list(TIERS))  # every member of the table: a new tier is tested without a line here
-def test_every_tier_of_the_table_is_a_choice_documented_and_pinned_by_a_real_canary(name: str, tmp_path: Path) -> None:
-    """Issue 34 item 2: the tiers' one table (config/tiers.TIERS) against the config's choices, the key's
-    documentation (``octlm config keys``, docs/reference/config.md) and docs/performance.md's figures; then a real
-    ``octlm canary`` under the tier, in a process of its own, holds the tier's pins and says what it covers."""
-    import json
-    import subprocess
-    import sys
+def test_every_tier_of_the_table_is_a_choice_of_the_config_and_the_commands_documented_and_in_the_guide(
+    name: str,
+) -> None:
+    """Issue 34 item 2, issue 47 item 1: each record of the tiers' one table (config/tiers.TIERS) is a choice of
+    training.determinism and of ``canary`` and ``bench --determinism``, the key's documentation carries its own
+    ``help`` (``octlm config keys``, docs/reference/config.md), and docs/guide/determinism.md's table its pins and
+    measured cost."""
+    import typing
 
+    from octlm.cli.commands import canary, tools
     from octlm.config import describe_keys
     from octlm.config.schema import DETERMINISMS
 
     assert list(TIERS) == list(DETERMINISMS)  # the table and the config's choices
     tier = TIERS[name]
     documented = next(key for key in describe_keys() if key["key"] == "training.determinism")["doc"]
-    assert name in documented
+    assert name in documented.split(":")[0] and f"{name} {tier.help}" in documented
+    for option in (canary.CanaryDeterminismOption, tools.DeterminismOption):
+        assert name in typing.get_args(option)[1].help.split(" (")[0]
     docs = Path(__file__).resolve().parents[2] / "docs"
     table = (docs / "guide" / "determinism.md").read_text()  # the guide's table: its pins, what it covers, its cost
     assert (
@@ -357,8 +360,22 @@ def test_every_tier_of_the_table_is_a_choice_documented_and_pinned_by_a_real_can
         and (tier.cost in table or not tier.pins)
         and all(f"{k}={v}" in table for k, v in tier.pins.items())
     )
-    assert name in (docs / "reference" / "config.md").read_text()
-    env = {key: value for key, value in os.environ.items() if key not in TIERS["portable"].pins}
+    assert tier.help in (docs / "reference" / "config.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(TIERS))  # every member of the table: a new tier is tested without a line here
+def test_every_tier_of_the_table_is_pinned_by_a_real_canary(name: str, tmp_path: Path) -> None:
+    """Issue 34 item 2: a real ``octlm canary`` under each tier, in a process of its own (none of the variables a
+    tier pins inherited), holds the tier's pins and says what it covers."""
+    import json
+    import subprocess
+    import sys
+
+    from octlm.runtime.determinism import VARIABLES
+
+    tier = TIERS[name]
+    env = {key: value for key, value in os.environ.items() if key not in VARIABLES}
     done = subprocess.run(
         [sys.executable, "-m", "octlm_cli", "--home", str(tmp_path), "canary", "--determinism", name, "--json"],
         capture_output=True,

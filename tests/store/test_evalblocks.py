@@ -87,3 +87,64 @@ def test_what_at_step_finds_is_what_the_whole_file_says(tmp_path: Path) -> None:
     lone = tmp_path / "lone-blocks.jsonl"
     lone.write_bytes(path.read_bytes().splitlines(keepends=True)[0].rstrip(b"\n"))  # one line, no newline
     assert evalblocks.at_step(lone, None) == one
+
+
+def test_the_first_format_is_still_read_its_blocks_its_units(tmp_path: Path) -> None:
+    """Issue 46 item 1: a blocks file written before clusters (``octlm-eval-blocks-v1``, no clusters, no checksum)
+    is still read, its blocks its units (``cluster_unit`` blocks), so old runs' verdicts still work and say so."""
+    import base64
+    import json
+    import struct
+
+    from octlm.views.paired import pair
+
+    def v1(step: int, nats: list[float]) -> str:
+        packed = {
+            k: base64.b64encode(struct.pack(f"<{len(v)}{f}", *v)).decode()
+            for k, f, v in (("nats", "d", nats), ("targets", "i", [16] * 4), ("bytes", "i", [40] * 4))
+        }
+        return json.dumps({"format": "octlm-eval-blocks-v1", "step": step, "blocks": 4, "digest": "d", **packed})
+
+    path = evalblocks.path_for(tmp_path / "EXP-001.jsonl")
+    path.write_text(v1(10, [60.0, 61.0, 59.0, 62.0]) + "\n" + v1(20, [50.0, 52.0, 49.0, 50.5]) + "\n")
+    first, other = evalblocks.at_step(path, 10), evalblocks.at_step(path, 20)
+    assert first is not None and other is not None and first.nats == [60.0, 61.0, 59.0, 62.0]
+    assert (other.clusters, other.cluster_unit, other.checked) == (None, "blocks", None)
+    found = pair(first, other)
+    assert found is not None and (found["clusters"], found["cluster_unit"], found["df"]) == (4, "blocks", 3.0)
+
+
+def test_the_current_format_keeps_each_blocks_cluster_and_a_checksum_of_its_arrays(tmp_path: Path) -> None:
+    """Issue 46 items 1 and 6: each block's cluster and its unit, and a checksum of the arrays: a line edited after
+    the run, even to another valid structure (a value changed, an array cut short with its count), reads unchecked."""
+    import json
+
+    path = evalblocks.path_for(tmp_path / "EXP-001.jsonl")
+    kept = BlockEvaluation(10, "d", [60.0, 61.0, 59.0, 62.0], [16] * 4, [40] * 4, [0, 0, 1, 1], "chunks")
+    evalblocks.append(path, kept)
+    line = json.loads(path.read_text())
+    assert line["format"] == "octlm-eval-blocks-v2" and len(line["checksum"]) == 64
+    found = evalblocks.at_step(path, 10)
+    assert found == kept and found is not None and found.checked is True and found.units == [0, 0, 1, 1]
+    for change in ("flip", "cut"):
+        edited = dict(line)
+        if change == "flip":  # one base64 character of the nats: still a valid array of 4 floats
+            edited["nats"] = edited["nats"][:5] + ("A" if edited["nats"][5] != "A" else "B") + edited["nats"][6:]
+        else:  # every array one block shorter, and the count with them
+            edited |= {"blocks": 3} | {
+                key: b64_cut(line[key], 3, 8 if key == "nats" else 4)
+                for key in ("nats", "targets", "bytes", "clusters")
+            }
+        path.write_text(json.dumps(edited) + "\n")
+        read = evalblocks.at_step(path, 10)
+        assert read is not None and read.checked is False, change
+        assert read.blocks == (4 if change == "flip" else 3)
+    path.write_text(json.dumps(line | {"checksum": "0" * 64}) + "\n")
+    assert (read := evalblocks.at_step(path, 10)) is not None and read.checked is False and read == kept
+
+
+def b64_cut(text: str, count: int, size: int) -> str:
+    """A base64 array cut to its first ``count`` items of ``size`` bytes."""
+    import base64
+
+    return base64.b64encode(base64.b64decode(text)[: count * size]).decode()

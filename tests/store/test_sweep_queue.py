@@ -16,7 +16,7 @@ from conftest import cli
 from octlm.store import migrations
 from octlm.store.registry import Registry
 from octlm.store.sweeps import records as sweeps
-from octlm.tasks.sweeps import halving
+from octlm.tasks.sweeps.working import halving
 
 WORKER = {"host": None, "pid": None, "pid_start": None, "threads": 1, "device": "cpu"}
 
@@ -208,7 +208,7 @@ def test_a_signal_between_a_claim_and_its_trial_releases_only_that_workers_claim
     from octlm.core.errors import Interrupted
     from octlm.core.home import Home
     from octlm.core.liveness import start_time
-    from octlm.tasks.sweeps.worker import releasing
+    from octlm.tasks.sweeps.working.stopping import releasing
 
     path = tmp_path / "registry.db"
     sweep_id, me = queue(path, 2), worker()

@@ -119,7 +119,7 @@ def test_a_sweep_spec_is_refused_at_once_before_anything_is_written(home: Path, 
 
 def test_later_tpe_trials_are_made_from_the_base_kept_with_the_sweep(home: Path) -> None:
     from octlm.store.registry import Registry
-    from octlm.tasks.sweeps import plan
+    from octlm.tasks.sweeps.planning import plan
 
     made = cli(
         home,

@@ -7,6 +7,7 @@ half-written, no traceback, no worker killed. Real homes, real registries, the f
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -178,3 +179,70 @@ def test_a_worker_refuses_a_damaged_sweep_in_one_line_and_fails_its_trials_witho
     assert rows(home, "select status, value from sweep_trials") == [("failed", None), ("failed", None)]
     assert rows(home, "select count(*) from sweep_claims where released is null") == [(0,)]
     assert not (home / "checkpoints" / "EXP-002").exists()  # refused before it trained
+
+
+def test_a_sampler_not_in_the_table_is_refused_in_one_line_by_every_command_that_uses_it(
+    home: Path, tmp_path: Path
+) -> None:
+    """Issue 47 item 1: a spec naming a sampler the table does not hold (a hand's edit, a newer octlm's sampler) was
+    read as grid: `extend` grew it with the grid's configurations, a TPE sweep's workers stopped asking, silently.
+    Now every command that uses the sampler refuses in one line naming the registry, the sweep and the key; nothing
+    is changed."""
+    from octlm.core.errors import BadInput
+    from octlm.core.home import Home
+    from octlm.store.registry import Registry
+    from octlm.tasks.sweeps.planning import plan
+
+    swept(home)
+    damage_row(home, "sampler", "sobol")
+    said = "registry.db: sweep s: spec.sampler must be one of grid, random, tpe (not 'sobol')"
+    for command in (
+        ("sweep", "extend", "s", "--seeds", "2"),
+        ("sweep", "retry", "s"),
+        ("sweep", "pack", "s", "-o", str(tmp_path / "shipped")),
+        ("sweep", "pack", "s", "-o", str(tmp_path / "sharded"), "--shards", "2"),
+        ("work", "s", "--until-empty"),
+    ):
+        result = cli(home, *command)
+        line = one_line(result)
+        assert result.exit_code == 2 and said in line, (command, line)
+    assert not (tmp_path / "shipped").exists() and not (tmp_path / "sharded").exists()
+    assert rows(home, "select count(*), min(status), max(status) from sweep_trials") == [(2, "queued", "queued")]
+    assert rows(home, "select count(*) from sweep_claims") == [(0,)]
+    with Registry(home / "registry.db") as registry:
+        sweep = registry.sweep("s")
+    assert sweep is not None
+    with pytest.raises(BadInput, match=re.escape(said)):
+        plan.top_up(Home(home), sweep)  # the workers' top-up: before, nothing asked, silently
+
+
+def test_a_shipped_sweep_naming_no_sampler_of_the_table_is_not_unpacked(tmp_path: Path) -> None:
+    home = small_home(tmp_path)
+    swept(home)
+    folder = tmp_path / "shipped"
+    assert cli(home, "sweep", "pack", "s", "-o", str(folder)).exit_code == 0
+    manifest = json.loads((folder / "sweep.json").read_text())
+    manifest["sweep"]["spec"]["sampler"] = "cmaes"
+    (folder / "sweep.json").write_text(json.dumps(manifest))
+    target = small_home(tmp_path, "target")
+    result = cli(target, "sweep", "unpack", str(folder))
+    line = one_line(result)
+    assert result.exit_code == 2 and f"{folder / 'sweep.json'}: sweep: spec.sampler must be one of" in line, line
+    assert line.endswith("nothing was changed") and sorted(p.name for p in (target / "experiments").iterdir()) == [
+        "EXP-001.yaml"
+    ]
+
+
+@pytest.mark.slow
+def test_every_sweep_worker_fails_the_trials_of_a_sweep_naming_no_sampler_and_goes_on(home: Path) -> None:
+    """`work` on every sweep: the trials of the sweep whose sampler is not in the table fail with the line before
+    anything trains (before: trained as grid's), and the worker ends the queue, every claim released."""
+    swept(home)
+    damage_row(home, "sampler", "sobol")
+    every = octlm(home, "work", "--until-empty")
+    assert every.returncode == 5, every.stderr
+    assert every.stderr.count("spec.sampler must be one of grid, random, tpe (not 'sobol')") == 2, every.stderr
+    assert "Traceback" not in every.stderr
+    assert rows(home, "select status, value from sweep_trials") == [("failed", None), ("failed", None)]
+    assert rows(home, "select count(*) from sweep_claims where released is null") == [(0,)]
+    assert not (home / "checkpoints" / "EXP-002").exists()

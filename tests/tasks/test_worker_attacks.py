@@ -75,7 +75,7 @@ def test_a_stop_caught_on_its_way_up_still_stops_the_worker_before_it_claims_aga
     while a worker read a trial's config, whose reader turns errors into a verdict, and the worker, which ignores
     the signals once stopping, went on to train. The stop is kept and raised again before every claim."""
     from octlm.core.errors import Interrupted, OctlmError
-    from octlm.tasks.sweeps.worker import stop_if_signalled, stoppable
+    from octlm.tasks.sweeps.working.stopping import stop_if_signalled, stoppable
 
     with pytest.raises(Interrupted) as stopped, stoppable():
         try:
@@ -174,7 +174,7 @@ def test_an_imported_run_of_this_host_without_a_start_time_blocks_nothing(home: 
 
 def test_pool_workers_die_with_their_pool_even_when_it_dies_first() -> None:
     """The arrangement itself: a child whose parent is gone before it runs stops at once."""
-    from octlm.tasks.sweeps import pool
+    from octlm.tasks.sweeps.working import pool
 
     script = "import time; time.sleep(30)"
     parent = subprocess.Popen(
@@ -182,7 +182,7 @@ def test_pool_workers_die_with_their_pool_even_when_it_dies_first() -> None:
             sys.executable,
             "-c",
             "import subprocess, sys\n"
-            "from octlm.tasks.sweeps import pool\n"
+            "from octlm.tasks.sweeps.working import pool\n"
             f"child = pool._start([sys.executable, '-c', {script!r}], dict())\n"
             "print(child.pid, flush=True)\n",
         ],

@@ -25,7 +25,7 @@ def test_a_local_trial_after_a_cross_vendor_one_runs_in_a_fresh_process(tmp_path
     done = octlm(home, "work", "tiers", "--until-empty", "--json")
     assert done.returncode == 0, done.stderr
     assert rows(home, "select status from sweep_trials order by position") == [("done",), ("done",)], done.stderr
-    assert "need another determinism tier than this process holds: starting afresh" in done.stderr
+    assert "1 queued trial needs another determinism tier than this process holds: starting afresh" in done.stderr
     assert sorted(json_out(done)["done"]) == ["EXP-002", "EXP-003"]
     crossed, local = (
         checkpoint.read(home / "checkpoints" / name / "step-000004.pt").environment for name in ("EXP-002", "EXP-003")

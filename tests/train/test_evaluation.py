@@ -111,3 +111,114 @@ def test_a_resumed_run_keeps_the_same_blocks_file_as_a_straight_one(home: Path) 
     assert cli(home, "train", "EXP-002", "--restart", "--yes", "--until", "2", "-q").exit_code == 0
     assert not resumed.exists()  # no evaluation yet since the restart
     assert cli(home, "rm", "EXP-001", "--yes").exit_code == 0 and not straight.exists()
+
+
+def _tiny_model_and_blocks(count: int, lengths: list[int] | None):
+    """A tiny decoder and ``count`` blocks of 9 tokens, with their documents' lengths when given."""
+    from octlm.config import from_dict
+    from octlm.data.blocks import TokenBlocks
+    from octlm.train.model.decoder import Decoder
+
+    config = from_dict(
+        {"tokenizer": {"vocab_size": 300}, "model": {"context_length": 8, "d_model": 16, "n_layers": 1, "n_heads": 2}}
+    )
+    torch.manual_seed(0)
+    stream = (np.arange(9 * count) * 37 + 5) % 300
+    blocks = TokenBlocks(stream, 9, np.arange(300) % 4, pad_id=0)
+    return Decoder(config), blocks.with_documents(np.array(lengths)) if lengths else blocks
+
+
+def _by_hand(model, blocks) -> tuple[np.ndarray, np.ndarray]:
+    """Each block's nats and targets, one block at a time."""
+    nats, counts = [], []
+    with torch.no_grad():
+        for i in range(len(blocks)):
+            inputs, targets = blocks.batch(slice(i, i + 1))
+            losses = torch.nn.functional.cross_entropy(model(inputs)[0].double(), targets[0], reduction="none")
+            nats.append(float(losses[targets[0] != 0].sum()))
+            counts.append(int((targets[0] != 0).sum()))
+    return np.array(nats), np.array(counts, dtype=np.float64)
+
+
+def _clustered(a: np.ndarray, b: np.ndarray, clusters: list[int]) -> float:
+    """``sqrt(G/(G-1) * sum_g (A_g - L B_g)^2) / B`` over the clusters, summed by hand."""
+    groups = sorted(set(clusters))
+    sums = [
+        (sum(a[i] for i, c in enumerate(clusters) if c == g), sum(b[i] for i, c in enumerate(clusters) if c == g))
+        for g in groups
+    ]
+    loss, g = a.sum() / b.sum(), len(groups)
+    return math.sqrt(g / (g - 1) * sum((n - loss * t) ** 2 for n, t in sums)) / b.sum()
+
+
+def test_the_standard_error_is_over_documents_else_chunks_else_blocks() -> None:
+    """Issue 46 item 1: adjacent blocks of one document are not independent draws, so the error is a ratio
+    estimator's over clusters: the blocks' documents (the one holding each block's first target token) when they
+    are at least 4, else chunks of 8 consecutive blocks, else the blocks; the record says how many and what."""
+    from octlm.train.evaluation import evaluate
+
+    # 40 blocks of 9 tokens in 10 documents of 36 tokens: block i's first target (token 9i+1) is in document 9i//36
+    model, blocks = _tiny_model_and_blocks(40, [36] * 10)
+    found = evaluate(model, blocks, torch.device("cpu"), "fp32", batch_size=7)
+    a, b = _by_hand(model, blocks)
+    documents = [(9 * i + 1) // 36 for i in range(40)]
+    assert found["eval_clusters"] == 10 and found["eval_cluster_unit"] == "documents"
+    assert found["eval_loss_se"] == pytest.approx(_clustered(a, b, documents), rel=1e-5)
+    assert found["eval_loss_se"] != pytest.approx(_clustered(a, b, list(range(40))), rel=1e-3)  # not over blocks
+    # 3 documents: chunks of 8 consecutive blocks (positions 0-7, 8-15, ...), 5 of them
+    model, blocks = _tiny_model_and_blocks(40, [120] * 3)
+    found = evaluate(model, blocks, torch.device("cpu"), "fp32", batch_size=7)
+    assert found["eval_clusters"] == 5 and found["eval_cluster_unit"] == "chunks"
+    assert found["eval_loss_se"] == pytest.approx(_clustered(a, b, [i // 8 for i in range(40)]), rel=1e-5)
+    # blocks chosen from a split keep their positions in it: 3 blocks of chunk 0 and 2 of chunk 4
+    chosen = blocks.select(np.array([1, 2, 5, 33, 38]))
+    found = evaluate(model, chosen, torch.device("cpu"), "fp32", batch_size=7)
+    assert (found["eval_clusters"], found["eval_cluster_unit"]) == (2, "chunks")
+    assert found["eval_loss_se"] == pytest.approx(
+        _clustered(a[[1, 2, 5, 33, 38]], b[[1, 2, 5, 33, 38]], [0, 0, 0, 1, 1]), rel=1e-5
+    )
+    # 6 consecutive blocks of one chunk: no clusters to speak of, each block its own unit (and said so)
+    found = evaluate(model, blocks.select(slice(0, 6)), torch.device("cpu"), "fp32", batch_size=7)
+    assert (found["eval_clusters"], found["eval_cluster_unit"]) == (6, "blocks")
+    assert found["eval_loss_se"] == pytest.approx(_clustered(a[:6], b[:6], list(range(6))), rel=1e-5)
+
+
+def test_runs_record_their_clusters_pair_across_seeds_and_an_edited_blocks_file_is_not_used(home: Path) -> None:
+    """Issue 46 items 1, 2 and 6 on real runs: with ``eval_selection: spread`` two experiments of other seeds
+    evaluate the same blocks (paired); every evaluation record, its registry row and its blocks file carry the
+    clusters; ``octlm eval --tokens`` of the budget reads the same blocks as training's evaluation; a blocks file
+    edited after its run is not used by ``show A B``, which says why."""
+    import sqlite3
+
+    from octlm.store.runs import evalblocks
+
+    for experiment, seed in (("EXP-001", 1), ("EXP-002", 2)):
+        training = {"eval_blocks": 12, "eval_selection": "spread", "seed": seed}
+        write_experiment(home, experiment, data={"validation_fraction": 0.5}, training=training)
+        assert cli(home, "train", experiment, "-q").exit_code == 0
+    records = [json.loads(line) for line in (home / "runs" / "EXP-001.jsonl").read_text().splitlines()]
+    evaluations = [r for r in records if "eval_loss" in r]
+    assert evaluations and all(r["eval_cluster_unit"] == "documents" and r["eval_clusters"] >= 4 for r in evaluations)
+    with sqlite3.connect(home / "registry.db") as conn:
+        rows = conn.execute(
+            "select eval_clusters, eval_cluster_unit from metrics where eval_loss is not null"
+        ).fetchall()
+    assert rows and set(rows) == {(r["eval_clusters"], r["eval_cluster_unit"]) for r in evaluations}
+    kept = evalblocks.at_step(evalblocks.path_for(home / "runs" / "EXP-001.jsonl"), None)
+    assert kept is not None and kept.checked is True and len(set(kept.units)) == evaluations[-1]["eval_clusters"]
+    final = evaluations[-1]
+    again = json_out(cli(home, "eval", "EXP-001", "--tokens", "192", "--json"))  # the budget: 12 blocks of 16
+    assert again["eval_loss"] == pytest.approx(final["eval_loss"], rel=1e-6)
+    assert (again["eval_clusters"], again["eval_cluster_unit"]) == (final["eval_clusters"], "documents")
+    versus = json_out(cli(home, "show", "EXP-001", "EXP-002", "--json"))["versus"][0]
+    assert versus["test"] == "paired" and versus["paired"]["clusters"] == final["eval_clusters"]
+    assert versus["paired"]["df"] == final["eval_clusters"] - 1
+    path = evalblocks.path_for(home / "runs" / "EXP-002.jsonl")
+    lines = path.read_text().splitlines()
+    last = json.loads(lines[-1])
+    last["nats"] = last["nats"][:3] + ("A" if last["nats"][3] != "A" else "B") + last["nats"][4:]  # one value moved
+    path.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    versus = json_out(cli(home, "show", "EXP-001", "EXP-002", "--json"))["versus"][0]
+    assert versus["test"] == "unpaired" and versus["paired"] is None
+    text = cli(home, "show", "EXP-001", "EXP-002").stdout
+    assert "runs/EXP-002-blocks.jsonl is not used, its checksum does not match its arrays" in text

@@ -1,18 +1,22 @@
-"""Learning-rate schedules: their edges, and a wsd run forked in its stable phase with more steps equal to a run
-started with them.
+"""Learning-rate schedules: every row of the family's table (config/schedules.SCHEDULES) against its own edges and
+keys, wsd's promise and rule, and a wsd run forked in its stable phase with more steps equal to a run started with
+them.
 """
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from conftest import assert_same_training_state, cli, json_out, write_experiment
+from conftest import assert_same_training_state, cli, json_out, tiny_config, write_experiment
 
+from octlm.config import TrainingConfig, describe_keys, from_dict
+from octlm.config.schedules import EXAMPLE, SCHEDULES, rate_of, wsd
 from octlm.core import layout
 from octlm.store.runs import runfile
 from octlm.train import checkpoint
-from octlm.train.schedule import SCHEDULES
 
 
 def final(home: Path, step: int, experiment: str = "EXP-001") -> checkpoint.Record:
@@ -48,42 +52,54 @@ def test_a_wsd_run_forked_in_its_stable_phase_with_more_steps_equals_a_run_start
     assert records[0] == records[1]
 
 
-def test_the_schedules_at_their_edges() -> None:
-    from octlm.train.schedule import constant, linear, wsd
+def test_wsd_before_its_decay_does_not_depend_on_the_steps_and_refuses_a_decay_it_cannot_make() -> None:
+    """wsd's own promise (a longer budget changes nothing before the decay) and its rule (``wsd_problem``), which
+    the config applies through the row: one line naming training.decay_fraction."""
+    from octlm.config import from_dict
+    from octlm.core.errors import ConfigError
 
-    assert wsd(0, peak=1.0, floor=0.1, warmup_steps=10, total_steps=100, decay_fraction=0.2) == pytest.approx(0.1)
-    assert wsd(79, peak=1.0, floor=0.1, warmup_steps=10, total_steps=100, decay_fraction=0.2) == 1.0
-    assert wsd(100, peak=1.0, floor=0.1, warmup_steps=10, total_steps=100, decay_fraction=0.2) == pytest.approx(0.1)
-    longer = [wsd(s, peak=1.0, floor=0.1, warmup_steps=10, total_steps=500, decay_fraction=0.2) for s in range(80)]
-    assert longer == [
-        wsd(s, peak=1.0, floor=0.1, warmup_steps=10, total_steps=100, decay_fraction=0.2) for s in range(80)
-    ]
-    assert linear(10, peak=1.0, floor=0.0, warmup_steps=10, total_steps=110) == 1.0
-    assert linear(60, peak=1.0, floor=0.0, warmup_steps=10, total_steps=110) == pytest.approx(0.5)
-    assert (
-        constant(5, peak=2.0, warmup_steps=10) == pytest.approx(1.2) and constant(50, peak=2.0, warmup_steps=10) == 2.0
-    )
+    def rates(steps: int) -> list[float]:
+        return [wsd(s, **{**EXAMPLE, "steps": steps}) for s in range(80)]
+
+    assert rates(500) == rates(100)
+    for decay_fraction, steps in ((0.0, 100), (0.95, 100)):  # no decay; a decay that begins inside the warmup
+        training = {"schedule": "wsd", "steps": steps, "warmup_steps": 10, "decay_fraction": decay_fraction}
+        with pytest.raises(ConfigError, match=r"training\.decay_fraction: wsd decays over the last"):
+            from_dict(tiny_config(training=training))
+    from_dict(tiny_config(training={"schedule": "cosine", "warmup_steps": 10, "decay_fraction": 0.0}))  # wsd's alone
+
+
+# Each key a row reads, moved so that the config stays valid and far enough that a floor or a clamp binds (the floor
+# near the peak): the rates must move with it (the key is read, not named for show).
+MOVED = {"steps": 120, "warmup_steps": 12, "learning_rate": 0.5, "min_learning_rate": 0.9, "decay_fraction": 0.3}
 
 
 @pytest.mark.parametrize("name", list(SCHEDULES))  # every member of the table: a new one is tested without a line here
-def test_every_schedule_of_the_table_is_a_choice_documented_and_shaped_as_a_schedule(name: str) -> None:
-    """Issue 34 item 2: the schedules' one table (train/schedule.SCHEDULES) against the config's choices and the
-    key's documentation (octlm config keys, docs/reference/config.md), and each member's shape: a warmup from
-    peak/warmup to the peak, never above the peak nor below the floor, at the floor (or the peak) at the end."""
-    from octlm.config import describe_keys
-    from octlm.config import from_dict as config_from
-    from octlm.config.schema import SCHEDULES as CHOICES
+def test_every_schedule_of_the_table_is_a_documented_choice_that_reads_its_keys_and_meets_its_edges(name: str) -> None:
+    """Issue 47 item 1: each row of the schedules' one table (config/schedules.SCHEDULES) is a choice of
+    training.schedule whose documentation carries the row's help (``octlm config keys``, docs/reference/config.md);
+    its function takes exactly the keys the row names, each of which moves its rates, and no other key does; under
+    the family's worked example (``EXAMPLE``) it passes through the row's own ``edges``, never leaves (0, peak] and
+    stays at its last value past the last step."""
+    row = SCHEDULES[name]
+    key = next(key for key in describe_keys() if key["key"] == "training.schedule")
+    assert name in key["doc"].split(":")[0] and f"{name} {row.help}" in key["doc"]
+    reference = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "config.md").read_text()
+    assert row.help in reference
+    parameters = inspect.signature(row.rate).parameters
+    assert list(parameters)[0] == "step" and set(list(parameters)[1:]) == set(row.keys)
+    assert set(row.keys) <= {field.name for field in fields(TrainingConfig)}
 
-    assert set(SCHEDULES) == set(CHOICES)  # the table and the config's choices agree
-    documented = next(key for key in describe_keys() if key["key"] == "training.schedule")["doc"]
-    assert name in documented
-    keys = {key["key"] for key in describe_keys()}
-    assert set(SCHEDULES[name].keys) <= keys
-    from conftest import tiny_config
+    def rates(**changed: float) -> list[float]:
+        training = from_dict(tiny_config(training={**EXAMPLE, **changed, "schedule": name})).training
+        assert row.problem(training) is None
+        return [rate_of(training)(step) for step in range(2 * EXAMPLE["steps"] + 50)]  # past every moved last step
 
-    training = {"schedule": name, "steps": 100, "warmup_steps": 10, "learning_rate": 1.0, "min_learning_rate": 0.1}
-    schedule = SCHEDULES[name].build(config_from(tiny_config(training=training)).training)
-    rates = [schedule(step) for step in range(120)]
-    assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
-    assert all(0.1 - 1e-12 <= rate <= 1.0 + 1e-12 for rate in rates)
-    assert rates[-1] == pytest.approx(1.0 if name == "constant" else 0.1)
+    example = rates()
+    for step, rate in row.edges:
+        assert example[step] == pytest.approx(rate), step
+    assert all(0 < rate <= EXAMPLE["learning_rate"] for rate in example)
+    assert len(set(example[EXAMPLE["steps"] :])) == 1  # past the last step, its value there
+    for moved, value in MOVED.items():
+        assert (rates(**{moved: value}) != example) == (moved in row.keys), moved
+    assert set(row.keys) <= set(MOVED)  # a row reading another key adds how to move it to MOVED

@@ -7,15 +7,15 @@ import pytest
 import torch
 
 from octlm import config as cfg
+from octlm.config.schedules import cosine
 from octlm.core import layout
 from octlm.train import checkpoint
 from octlm.train.model.decoder import Decoder
 from octlm.train.optim import parameter_groups
-from octlm.train.schedule import learning_rate
 
 
 def lr(step: int) -> float:
-    return learning_rate(step, peak=3e-4, floor=3e-5, warmup_steps=20, total_steps=200)
+    return cosine(step, learning_rate=3e-4, min_learning_rate=3e-5, warmup_steps=20, steps=200)
 
 
 def test_schedule_edges_midpoint_end_and_beyond() -> None:

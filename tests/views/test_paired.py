@@ -1,6 +1,8 @@
 """Issue 36 items 1-2: evaluations kept block by block, and two evaluations of the same blocks paired. The figures
 are checked against their definitions computed another way (a direct delta-method sum, a jackknife), on synthetic
-blocks whose difficulty is shared by both runs, as it is when two models read the same validation blocks."""
+blocks whose difficulty is shared by both runs, as it is when two models read the same validation blocks. Issue 46
+items 1 and 3: the paired error is over clusters of blocks (documents, chunks) with Student's t at G-1 degrees of
+freedom, the percentile bootstrap gone; two groups of replicates paired block by block (``group_pair``)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 
 from octlm.store.runs import evalblocks
 from octlm.store.runs.evalblocks import BlockEvaluation
-from octlm.views.paired import RESAMPLES, pair
+from octlm.views.compare import student
+from octlm.views.paired import group_pair, pair
 
 
 def correlated(blocks: int, shift: float, seed: int = 1) -> tuple[BlockEvaluation, BlockEvaluation]:
@@ -32,6 +35,7 @@ def test_the_paired_error_is_the_spread_of_the_block_differences() -> None:
     first, other = correlated(200, -0.02)
     found = pair(first, other)
     assert found is not None and found["blocks"] == 200 and found["steps"] == [100, 200]
+    assert (found["clusters"], found["cluster_unit"]) == (200, "blocks")  # no clusters recorded: the blocks
     a, c, b = np.array(first.nats), np.array(other.nats), np.array(first.targets, dtype=float)
     difference = c.sum() / b.sum() - a.sum() / b.sum()
     assert found["eval_loss_difference"] == pytest.approx(difference, rel=1e-12)
@@ -49,13 +53,82 @@ def test_the_paired_error_is_the_spread_of_the_block_differences() -> None:
     assert found["perplexity_difference"] == pytest.approx(math.exp(c.sum() / b.sum()) - math.exp(a.sum() / b.sum()))
 
 
-def test_the_bootstrap_is_seeded_and_brackets_the_difference() -> None:
-    first, other = correlated(300, -0.02)
-    once, again = pair(first, other), pair(first, other)
-    assert once == again and once is not None and once["resamples"] == RESAMPLES
-    assert once["bootstrap_low"] < once["eval_loss_difference"] < once["bootstrap_high"] < 0
-    width = once["bootstrap_high"] - once["bootstrap_low"]
-    assert width == pytest.approx(2 * 1.96 * once["eval_loss_se"], rel=0.15)  # normal enough at 300 blocks
+def clustered(first: BlockEvaluation, other: BlockEvaluation, clusters: list[int]) -> float:
+    """The paired loss error over clusters, by hand: each block's influence ``(c_i - L_c b_i) - (a_i - L_a b_i)``
+    over ``B``, summed per cluster, ``sqrt(G/(G-1) * sum_g s_g^2)``."""
+    a, c, b = (np.array(v, dtype=float) for v in (first.nats, other.nats, first.targets))
+    influence = ((c - c.sum() / b.sum() * b) - (a - a.sum() / b.sum() * b)) / b.sum()
+    sums = {g: 0.0 for g in clusters}
+    for g, value in zip(clusters, influence, strict=True):
+        sums[g] += value
+    g = len(sums)
+    return math.sqrt(g / (g - 1) * sum(v * v for v in sums.values()))
+
+
+def in_documents(evaluation: BlockEvaluation, clusters: list[int]) -> BlockEvaluation:
+    return BlockEvaluation(
+        evaluation.step,
+        evaluation.digest,
+        evaluation.nats,
+        evaluation.targets,
+        evaluation.target_bytes,
+        clusters,
+        "documents",
+    )
+
+
+def test_the_paired_error_is_over_clusters_with_t_at_g_minus_one() -> None:
+    """Issue 46 items 1 and 3: 120 blocks in 10 documents whose difference shifts by document: the error is over
+    the 10 documents (a hand computation), judged at t(9) = 2.262, the interval difference -/+ t x se; no bootstrap."""
+    first, other = correlated(120, -0.02)
+    documents = [i // 12 for i in range(120)]
+    shift = [0.02 * ((i // 12) % 3 - 1) * t for i, t in enumerate(other.targets)]  # a document-level effect
+    other = BlockEvaluation(
+        200, "same", [n + s for n, s in zip(other.nats, shift, strict=True)], other.targets, other.target_bytes
+    )
+    found = pair(in_documents(first, documents), in_documents(other, documents))
+    assert found is not None and (found["clusters"], found["cluster_unit"], found["df"]) == (10, "documents", 9.0)
+    assert found["eval_loss_se"] == pytest.approx(clustered(first, other, documents), rel=1e-12)
+    over_blocks = pair(first, other)  # the same blocks taken as units: a smaller, wrong error
+    assert over_blocks is not None and (over_blocks["clusters"], over_blocks["cluster_unit"]) == (120, "blocks")
+    assert over_blocks["eval_loss_se"] == pytest.approx(clustered(first, other, list(range(120))), rel=1e-12)
+    assert found["eval_loss_se"] > 1.5 * over_blocks["eval_loss_se"]
+    assert found["critical"] == pytest.approx(2.2622, abs=1e-4) == student.t_critical(9)
+    difference, se, t = found["eval_loss_difference"], found["eval_loss_se"], found["critical"]
+    assert (found["low"], found["high"]) == pytest.approx((difference - t * se, difference + t * se), rel=1e-12)
+    assert not {"bootstrap_low", "bootstrap_high", "resamples"} & set(found)
+    # a file of the first format (no clusters) paired with one that has them: the blocks are the same, so are the
+    # clusters; the first's are taken
+    mixed = pair(first, in_documents(other, documents))
+    assert mixed is not None and mixed["clusters"] == 10 and mixed["eval_loss_se"] == found["eval_loss_se"]
+
+
+def test_two_groups_are_paired_block_by_block() -> None:
+    """Issue 46: the evaluation-noise part of a seed-level verdict: each group's replicates averaged block by block,
+    the difference of the group means with its clustered paired error."""
+    draw = random.Random(5)
+    targets = [draw.randint(100, 128) for _ in range(40)]
+    difficulty = [draw.uniform(3.0, 7.0) for _ in range(40)]
+    documents = [i // 4 for i in range(40)]
+
+    def replicate(step: int, shift: float) -> BlockEvaluation:
+        nats = [t * (d + shift + draw.gauss(0, 0.05)) for t, d in zip(targets, difficulty, strict=True)]
+        return BlockEvaluation(step, "same", nats, targets, [3 * t for t in targets], documents, "documents")
+
+    firsts, others = [replicate(10, 0.0) for _ in range(3)], [replicate(10, -0.03) for _ in range(2)]
+    found = group_pair(firsts, others)
+    assert found is not None and found["clusters"] == 10 and found["df"] == 9.0
+    losses = [sum(e.nats) / sum(targets) for e in (*firsts, *others)]
+    assert found["eval_loss_difference"] == pytest.approx(sum(losses[3:]) / 2 - sum(losses[:3]) / 3, rel=1e-12)
+    mean_a = BlockEvaluation(
+        10, "same", [sum(v) / 3 for v in zip(*(e.nats for e in firsts), strict=True)], targets, targets
+    )
+    mean_b = BlockEvaluation(
+        10, "same", [sum(v) / 2 for v in zip(*(e.nats for e in others), strict=True)], targets, targets
+    )
+    assert found["eval_loss_se"] == pytest.approx(clustered(mean_a, mean_b, documents), rel=1e-9)
+    elsewhere = BlockEvaluation(10, "other", firsts[0].nats, targets, targets)
+    assert group_pair([*firsts, elsewhere], others) is None and group_pair([], others) is None
 
 
 def test_only_the_same_blocks_are_paired() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from octlm import config as cfg
-from octlm.cli import render
+from octlm.cli import formats, render
 from octlm.cli.common import JsonOption, handled
 
 KEY_HEADERS = ("key", "type", "default", "fingerprinted", "help")
@@ -29,4 +29,4 @@ def keys(as_json: JsonOption = False) -> None:
 
 def default_text(value: Any) -> str:
     """A default as one would write it in YAML: ``[builtin:docs]``, ``false``, ``10000``, ``""``."""
-    return render.yaml_value(value)
+    return formats.yaml_value(value)

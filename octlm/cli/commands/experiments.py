@@ -30,7 +30,7 @@ SortOption = Annotated[
     typer.Option(
         "--sort",
         metavar="KEY",
-        help="Sort the list by a column or config key; prefix - for descending.",
+        help="Sort the list by a column, a field of the run's newest record or a config key; prefix - for descending.",
         show_default=False,
     ),
 ]
@@ -39,7 +39,8 @@ WhereOption = Annotated[
     typer.Option(
         "--where",
         metavar="EXPR",
-        help="Filter the list (repeatable; all must hold): KEY OP VALUE, KEY a listing column or a config key, "
+        help="Filter the list (repeatable; all must hold): KEY OP VALUE, KEY a listing column, a field of the "
+        "run's newest record (tokens_per_second, lr, ...) or a config key, "
         "OP one of == (or =), !=, <, <=, >, >=, ~ (contains), e.g. 'eval_loss<2.5', 'model.n_layers==4', "
         "'status=stopped', 'description~warmup', 'tags=baseline'. A number with decimals matches at that "
         "precision (eval_loss==4.39 matches 4.3912). An unknown key or a malformed expression is exit 2.",
@@ -55,7 +56,8 @@ ColumnsOption = Annotated[
     typer.Option(
         "--columns",
         metavar="A,B,...",
-        help="Comma-separated columns of the list (listing columns or config keys).",
+        help="Comma-separated columns of the list: listing columns, fields of the run's newest record "
+        "(tokens_per_second, lr, ...) or config keys.",
         show_default=False,
     ),
 ]

@@ -147,7 +147,7 @@ def new(
 
 def _replicates(home: Home, config: Config, seeds: int, prefix: str, as_json: bool) -> None:
     """``new --seeds S``: the replicates, their IDs one a line (``--json``: each with its seed)."""
-    from octlm.tasks.sweeps import plan
+    from octlm.tasks.sweeps.planning import plan
 
     made = plan.replicates(home, config, seeds, prefix)
     if as_json:

@@ -1,6 +1,6 @@
 """``octlm report`` (an experiment's notebook page as one HTML file) and ``octlm export`` (a checkpoint in
-Hugging Face's format, or its tensors alone). ``report`` is torch-free; ``export`` imports its module, which
-loads torch, inside the command.
+Hugging Face's format, or its tensors alone). ``report`` is torch-free; ``export``'s use case loads torch inside the
+command, and its table of formats (``tasks.export.FORMATS``, torch-free) gives ``--format`` its choices and help.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home_of
+from octlm.tasks.export import FORMATS
 
 IdsArgument = Annotated[
     list[str],
@@ -33,9 +34,8 @@ FormatOption = Annotated[
     str,
     typer.Option(
         "--format",
-        metavar="hf|safetensors",
-        help="hf: a folder transformers loads (weights, config, tokenizer, model card); safetensors: the "
-        "weights alone, under octlm's names.",
+        metavar="|".join(FORMATS),
+        help="; ".join(f"{name}: {row.help}" for name, row in FORMATS.items()) + ".",
     ),
 ]
 DirOption = Annotated[
@@ -89,9 +89,9 @@ def export(
     written beside DIR, then renamed into place: DIR is whole or untouched. Needs the hf extra:
     pip install 'octlm[hf]'.
     """
-    from octlm.tasks import export as export_hf  # imports torch
+    from octlm.tasks import export as exporting
 
-    result = export_hf.export(
+    result = exporting.export(
         home_of(ctx), experiment_id, output, step=step, export_format=export_format, force=force, warn=render.warn
     )
     if as_json:

@@ -28,7 +28,7 @@ from octlm.runtime import launch
 if TYPE_CHECKING:
     from octlm.core.home import Home
     from octlm.run.overfit import Overfitted  # imports torch
-    from octlm.run.session import RunSummary  # imports torch
+    from octlm.run.summary import RunSummary  # loads tokenizers and numpy (data.fingerprints)
     from octlm.tasks.proof.verify import Resumed  # imports torch
 
 RestartOption = Annotated[
@@ -236,7 +236,7 @@ def _train(
         try:
             result = use_case(home, experiment_id, reporter=reporter, config=config, **options)
         except Interrupted as stop:  # a signal: the run is recorded, and --json says how it ended all the same
-            from octlm.run.session import Stopped  # loaded already: the use case imported it
+            from octlm.run.summary import Stopped  # loaded already: the use case imported it
 
             if leader and as_json and isinstance(stop, Stopped):
                 _finish(stop.summary, as_json)

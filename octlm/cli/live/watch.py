@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from octlm.cli import render
+from octlm.cli import formats, render
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.views.sweeps import live
@@ -57,7 +57,7 @@ def draw(screen: live.Screen, width: int = 200) -> Group:
             render.plain(cell)
             for cell in (
                 *(e.id, e.status, f"{e.step or 0}/{e.steps or '?'}", _metric(e.train_loss), _metric(e.eval_loss)),
-                *(render.format_cell("count", e.tokens_per_second), e.eta or "-", e.spark),
+                *(formats.format_cell("count", e.tokens_per_second), e.eta or "-", e.spark),
             )
         ]
         for e in screen.experiments

@@ -1,5 +1,6 @@
 """The records that cross layers, each spelled once: what one logged step of a run says (``runs``: ``RunRecord`` and
-its fields) and the documents ``--json`` writes (``documents``). Imported from here.
+its fields), the documents ``--json`` writes (``documents``), and the mappings that are free-form by nature, each
+named with its reason (``freeform``). Imported from here.
 """
 
 from octlm.core.records.documents import Checkup, EvalResult, Figures, Problem, TrainResult

@@ -11,7 +11,9 @@ from octlm.core.records.runs import RunRecord
 
 
 class Figures(TypedDict):
-    """An evaluation's figures, each with its standard error over blocks (None: one block)."""
+    """An evaluation's figures, each with its standard error over clusters of blocks (None: one cluster), and the
+    clusters: how many (G: judge with Student's t at G-1 degrees of freedom) and what they are (documents, chunks of
+    8 consecutive blocks, or blocks; None: a run made before octlm said, its errors over blocks)."""
 
     eval_loss: float | None
     perplexity: float | None
@@ -20,6 +22,8 @@ class Figures(TypedDict):
     perplexity_se: float | None
     bits_per_byte_se: float | None
     eval_tokens: int | None
+    eval_clusters: int | None
+    eval_cluster_unit: str | None
 
 
 class TrainResult(Figures):

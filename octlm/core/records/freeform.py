@@ -19,6 +19,7 @@ tensors and nested state keyed by parameter names or by torch's own internals, s
 
 TableRow: TypeAlias = dict[str, Any]
 """A row of ``octlm show``'s table after the user chose its columns (``--columns``, ``--where``, ``--sort``): the fixed
-columns of ``views.listing.ListingRow`` and any config key asked for, by its dotted name."""
+columns of the list's spec (``views.listing.columns``), any field of a run's newest record and any config key asked
+for, by its dotted name: which keys a row has is the user's choice, so no one TypedDict types it."""
 
 FREE_FORM = ("ConfigTree", "StateDict", "TableRow")

@@ -19,10 +19,12 @@ class RunRecord(TypedDict, total=False):
     eval_loss: float  # at evaluation steps: the held-out loss (nats per target token)
     perplexity: float  # exp(eval_loss)
     bits_per_byte: float  # eval nats / (ln 2 x target bytes)
-    eval_loss_se: float | None  # the standard error of eval_loss over the evaluation's blocks (None: one block)
+    eval_loss_se: float | None  # the standard error of eval_loss over the evaluation's clusters (None: one)
     perplexity_se: float | None  # of perplexity (perplexity x eval_loss_se)
-    bits_per_byte_se: float | None  # of bits_per_byte over the blocks
+    bits_per_byte_se: float | None  # of bits_per_byte over the clusters
     eval_tokens: int  # the target tokens the evaluation read
+    eval_clusters: int  # the clusters of blocks the errors are over (G: judged with Student's t at G-1 df)
+    eval_cluster_unit: str  # what they are: documents, chunks (of 8 consecutive blocks) or blocks (train.evaluation)
     eval_seconds: float  # what the evaluation took
     eval_sources: dict[str, dict[str, Any]]  # with several data sources: eval_loss, its error, tokens per source
     gradient_norm: float  # the global gradient norm of that step, before clipping
@@ -47,7 +49,7 @@ class RunTotals(TypedDict):
 
 TOTALS = "totals"  # the key of a run's ``RunTotals`` in its row's ``final_metrics`` (beside the newest record's fields)
 RUN_RECORD_FIELDS: tuple[str, ...] = tuple(RunRecord.__annotations__)  # in the order above
-TEXT_FIELDS = ("data_receipt",)
+TEXT_FIELDS = ("data_receipt", "eval_cluster_unit")
 NESTED_FIELDS = ("eval_sources",)  # in the run file only: the registry's metrics table holds the others
 NUMBER_FIELDS = tuple(n for n in RUN_RECORD_FIELDS if n not in (*TEXT_FIELDS, *NESTED_FIELDS))  # views compute
 METRIC_FIELDS = tuple(name for name in RUN_RECORD_FIELDS if name not in NESTED_FIELDS)
@@ -59,10 +61,14 @@ EVALUATION_FIELDS = (
     "perplexity_se",
     "bits_per_byte_se",
     "eval_tokens",
+    "eval_clusters",
+    "eval_cluster_unit",
     "eval_seconds",
 )
 TIMING_FIELDS = ("elapsed_seconds", "tokens_per_second", "eval_seconds")  # they differ between equal runs
 OPTIONAL_FIELDS = ("skipped_steps", "eval_sources")  # only where the feature is on
+# eval_clusters and eval_cluster_unit are absent from the evaluations of runs made before issue 46: their errors
+# were over blocks (the views say so, as they do for a blocks file of the first format)
 LOOP_FIELDS = tuple(name for name in RUN_RECORD_FIELDS if name not in TIMING_FIELDS)  # what the loop writes
 
 

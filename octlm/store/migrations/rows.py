@@ -126,6 +126,8 @@ class MetricRow(TypedDict):
     bits_per_byte_se: float | None
     eval_tokens: int | None
     eval_seconds: float | None
+    eval_clusters: int | None
+    eval_cluster_unit: str | None
 
 
 class SummaryRow(TypedDict):

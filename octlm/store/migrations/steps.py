@@ -138,6 +138,7 @@ ADDED: dict[str, tuple[Added, ...]] = {
         ("metrics", "eval_seconds", float, None),
     ),
     "m008_run_resources": (("runs", "load_average", float, None), ("runs", "peak_rss", int, None)),
+    "m012_eval_clusters": (("metrics", "eval_clusters", int, None), ("metrics", "eval_cluster_unit", str, None)),
 }
 
 
@@ -402,6 +403,14 @@ def m011_id_marks(db: Database) -> None:
         f"insert into id_marks (prefix, highest) select {prefix}, max({number}) from experiments"
         f" where {an_id} group by 1"
     )
+
+
+@migration
+def m012_eval_clusters(db: Database) -> None:
+    # Errors a reviewer would sign (issue 46): each evaluation's standard errors are over clusters of blocks
+    # (documents, or chunks of consecutive blocks), and each metrics row says how many and what they are; rows of
+    # earlier evaluations leave them null (their errors were over blocks).
+    _add_columns(db, "m012_eval_clusters")
 
 
 NAMES = [step.__name__ for step in STEPS]

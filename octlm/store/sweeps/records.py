@@ -36,7 +36,7 @@ class SweepSpec(TypedDict, total=False):
     ranges: dict[str, Range]
     random: int
     seeds: int
-    sampler: str  # a name of tasks/sweeps/samplers.SAMPLERS
+    sampler: str  # a name of tasks/sweeps/planning/samplers.SAMPLERS
     trials: int | None
     parallel: int
     metric: str

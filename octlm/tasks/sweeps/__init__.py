@@ -1,7 +1,8 @@
-"""Many experiments, not one: sweeps over a durable queue in the registry. What a sweep tries and its trials as
-ordinary experiments (``plan``, torch-free; Optuna's samplers in ``asking``, imported only when used), the worker
-that claims and trains them in its process as ``resume`` would (``worker``), several workers on one box splitting
-its cores or GPUs (``pool``), successive halving's decisions (``halving``), and a sweep's trials moved to and from
-node-local homes for a job array (``shipping``). The queue's SQL is ``store/sweeps/``.
+"""Many experiments, not one: sweeps over a durable queue in the registry, in three rooms by job. What a sweep tries
+and its trials as ordinary experiments (``planning/``: its options, the samplers' table, Optuna's asking, the trials
+made and written); the workers that claim and train them and what they keep (``working/``: the claim loop, one
+trial trained and its end recorded, several workers on one box, halving's decisions); a sweep grown, healed and
+moved to and from node-local homes (``upkeep/``: extend and retry, pack and unpack). The queue's SQL is
+``store/sweeps/``.
 May import: ``core``, ``config``, ``runtime``, ``data``, ``train``, ``store``, ``run`` (and ``exchange``, to ship).
 """

@@ -1,8 +1,8 @@
 """``octlm report``: an experiment's lab-notebook page (or several side by side, or a sweep's) as one
-self-contained HTML file, built from the registry and run files through the views (``details``, ``compare``,
-``charts``; this package's ``sections``, the page's parts as data, and ``sweep``, a sweep's page: its metric
-against each swept key with the seeds' error bars, and the best so far) and written by the Jinja2 templates in
-``views/templates/``. Torch-free.
+self-contained HTML file, built from the registry and run files through the views (``views.details``,
+``views.side_by_side``, ``views.curves.charts``; this package's ``sections``, the page's parts as data, and
+``sweep``, a sweep's page: its metric against each swept key with the seeds' error bars, and the best so far) and
+written by the Jinja2 templates in ``views/templates/``. Torch-free.
 
 The page has no script, no external font, image or link, and works from a file offline. The same
 registry and run files give the same bytes (no time but the runs' own). The templates escape every value

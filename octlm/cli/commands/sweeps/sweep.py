@@ -1,31 +1,26 @@
-"""Many experiments: ``sweep new``, ``sweep status``, ``sweep pack`` / ``sweep unpack`` (a job array's node-local
-homes), ``work`` (the queue's workers) and ``watch`` (the live view). Torch-free at import: ``work`` imports its
-worker (and torch) inside the command, after pinning the trials' determinism profile.
+"""The ``octlm sweep`` group: ``new`` (its ``--sampler`` choices and their words read from the samplers' table),
+``status`` (the queue, halving's decisions and the sweep's history in its commands' words), ``extend``, ``retry``,
+``pack`` and ``unpack`` (a job array's node-local homes). Torch-free at import.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 if TYPE_CHECKING:
     from octlm.store.sweeps.records import DecisionRow, Extended, Retried
-    from octlm.tasks.sweeps.trial_log import Tally
 
 from octlm.cli import render
-from octlm.cli.common import JsonOption, QuietOption, SetOption, handled, home_of
-from octlm.core.errors import BadInput, Interrupted
-from octlm.core.home import DEFAULT_PREFIX, Home, validate_prefix
+from octlm.cli.common import JsonOption, SetOption, handled, home_of
+from octlm.core.errors import BadInput
+from octlm.core.home import DEFAULT_PREFIX, validate_prefix
 from octlm.core.reporting import counted
+from octlm.tasks.sweeps.planning import samplers  # torch-free: the --sampler option is made from its table
 
 NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The sweep, e.g. lr-2026 (lowercase).")]
-SweepsArgument = Annotated[
-    list[str] | None,
-    typer.Argument(metavar="[SWEEP]...", help="The sweeps to work on (default: every sweep).", show_default=False),
-]
 FromOption = Annotated[str, typer.Option("--from", metavar="ID", help="The experiment every trial is made from.")]
 GridOption = Annotated[
     list[str] | None,
@@ -41,7 +36,8 @@ RangeOption = Annotated[
     typer.Option(
         "--range",
         metavar="KEY=LOW:HIGH[:log]",
-        help="A numeric key drawn between LOW and HIGH (log-uniformly with :log), by --random N or --sampler tpe.",
+        help="A numeric key drawn between LOW and HIGH (log-uniformly with :log), by --sampler "
+        f"{samplers.readers('ranges')} (--random N chooses random).",
         show_default=False,
     ),
 ]
@@ -55,17 +51,28 @@ SamplerOption = Annotated[
     str | None,
     typer.Option(
         "--sampler",
-        metavar="grid|random|tpe",
-        help="grid and random make every trial now; tpe (Optuna) asks for new ones as earlier ones finish.",
+        metavar="|".join(samplers.SAMPLERS),
+        help="; ".join(f"{name}: {sampler.help}" for name, sampler in samplers.SAMPLERS.items())
+        + " (default: random with --random N, else grid).",
         show_default=False,
     ),
 ]
 TrialsOption = Annotated[
     int | None,
-    typer.Option("--trials", metavar="N", help="With --sampler tpe: configurations in all.", show_default=False),
+    typer.Option(
+        "--trials",
+        metavar="N",
+        help=f"With --sampler {samplers.readers('trials')}: configurations in all.",
+        show_default=False,
+    ),
 ]
 ParallelOption = Annotated[
-    int, typer.Option("--parallel", metavar="K", help="With --sampler tpe: configurations asked for ahead.")
+    int,
+    typer.Option(
+        "--parallel",
+        metavar="K",
+        help=f"With --sampler {samplers.readers('parallel')}: configurations asked for ahead.",
+    ),
 ]
 MetricOption = Annotated[
     str,
@@ -82,25 +89,14 @@ HalvingOption = Annotated[
     ),
 ]
 KeepOption = Annotated[float, typer.Option("--keep", metavar="FRACTION", help="With --halving: the share promoted.")]
-SweepSeedOption = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the random draws and of Optuna.")]
+SweepSeedOption = Annotated[
+    int, typer.Option("--seed", metavar="N", help=f"Seed of the draws of --sampler {samplers.readers('seed')}.")
+]
 PrefixOption = Annotated[
     str | None,
     typer.Option(
         "--id-prefix", metavar="PREFIX", help="The trials' IDs: PREFIX then NNN (default: EXP-).", show_default=False
     ),
-]
-WorkersOption = Annotated[
-    int,
-    typer.Option("--workers", metavar="N", help="Workers on this box, each with its share of the cores (or a GPU)."),
-]
-ThreadsOption = Annotated[
-    int | None,
-    typer.Option(
-        "--threads", metavar="N", help="Threads of each worker (default: the cores // --workers).", show_default=False
-    ),
-]
-UntilEmptyOption = Annotated[
-    bool, typer.Option("--until-empty", help="Stop once no trial is queued or running (default: wait for more).")
 ]
 
 
@@ -132,8 +128,8 @@ def sweep_new(
     as_json: JsonOption = False,
 ) -> None:
     """Create a sweep: its trials as experiments (tagged sweep:NAME, each its own config), in one transaction."""
-    from octlm.tasks.sweeps import plan, samplers
-    from octlm.tasks.sweeps.spec import Request
+    from octlm.tasks.sweeps.planning import plan
+    from octlm.tasks.sweeps.planning.spec import Request
 
     request = Request(
         name=name,
@@ -209,7 +205,7 @@ def sweep_extend(
     as_json: JsonOption = False,
 ) -> None:
     """Grow a sweep: more seeds, grid values or draws, as new trials; nothing done is renumbered or trained again."""
-    from octlm.tasks.sweeps import mending
+    from octlm.tasks.sweeps.upkeep import mending
 
     if seeds is None and not grid and not draws:
         raise BadInput("sweep extend: give --seeds S, --grid KEY=V1,V2,... or --random N")
@@ -235,7 +231,7 @@ def sweep_retry(
     as_json: JsonOption = False,
 ) -> None:
     """Queue a sweep's failed (or stopped) trials to run once more, each from its newest checkpoint."""
-    from octlm.tasks.sweeps import mending
+    from octlm.tasks.sweeps.upkeep import mending
 
     chosen = tuple(status for status, asked in (("failed", failed), ("stopped", stopped)) if asked) or ("failed",)
     event = mending.retry(home_of(ctx), name, chosen)
@@ -312,89 +308,6 @@ def _params(params: dict[str, Any]) -> str:
     return " ".join(f"{key}={render.shown_value(value)}" for key, value in params.items()) or "-"
 
 
-@handled
-def work(
-    ctx: typer.Context,
-    sweeps: SweepsArgument = None,
-    workers: WorkersOption = 1,
-    threads: ThreadsOption = None,
-    until_empty: UntilEmptyOption = False,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-) -> None:
-    """Train the queue's trials: claim the next one in the registry, train it as resume would, record it, repeat.
-    SIGTERM: the running trial checkpoints, its claim is released, exit 143. A trial that failed: exit 5."""
-    from octlm.tasks.sweeps import pool
-    from octlm.tasks.sweeps.trial_log import Tally
-
-    home, names = home_of(ctx), tuple(sweeps or ())
-    if not 1 <= workers <= 256:
-        raise BadInput(f"--workers {workers}: give 1 to 256")
-    if threads is not None and threads < 1:
-        raise BadInput(f"--threads {threads}: give 1 or more")
-    if workers > 1:
-        code, total = pool.run(home.root, names, workers, threads or 0, until_empty, quiet, render.info)
-        if total is not None:
-            _worked(total, names, as_json, quiet)
-        raise typer.Exit(code)
-    _pin(home, names)
-    from octlm.tasks.sweeps import worker  # imports torch when the first trial trains
-
-    say = (lambda _: None) if quiet else render.info
-    options = worker.Options(names, until_empty, pool.share(1, threads or 0), _device(), worker.POLL_S)
-    tally = Tally.resumed()
-    try:
-        worker.work(home, options, say, tally)
-    except Interrupted:
-        tally.status = "interrupted"  # --json still says what was done; the signal's own line says the rest
-        _worked(tally, names, as_json, quiet)
-        raise
-    _worked(tally, names, as_json, quiet)
-    raise typer.Exit(tally.exit_code)
-
-
-def _worked(tally: Tally, names: tuple[str, ...], as_json: bool, quiet: bool) -> None:
-    """What ``work`` did, once: its document with ``--json``, else one line when the queue is empty (a worker stopped
-    by a signal has said so), naming the failed trials and where to look."""
-    if as_json:
-        render.emit_json(tally.as_json())
-        return
-    if quiet or tally.status != "empty":
-        return
-    by = f" by {tally.workers} workers" if tally.workers > 1 else ""
-    failed = f"{len(tally.failed)} failed"
-    if tally.failed:
-        sweep = names[0] if len(names) == 1 else "NAME"
-        failed += f": {', '.join(tally.failed)} (why: `octlm sweep status {sweep}`; again: `octlm sweep retry {sweep}`)"
-    render.info(f"work: {counted(len(tally.done), 'trial')} done{by}, {failed}; the queue is empty")
-
-
-def _device() -> str:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    return f"gpu {visible}" if visible and "," not in visible and visible != "-1" else "cpu"
-
-
-def _pin(home: Home, names: tuple[str, ...]) -> None:
-    """Pin the determinism tier of the first queued trial before torch loads; a trial of another tier is left for a
-    fresh process of this worker (``worker.runnable``, ``worker.restart``)."""
-    from octlm.runtime import determinism
-    from octlm.store.registry import Registry
-    from octlm.tasks.sweeps import worker
-
-    with Registry(home.registry, create=False) as registry:
-        ids = worker.sweep_ids(registry, names) or [row["id"] for row in registry.sweeps()]
-        configs = registry.configs()
-        queued = [t["experiment_id"] for i in ids for t in registry.trials(i) if t["status"] in ("queued", "running")]
-    if queued and configs.get(queued[0]):
-        from octlm.config import from_dict
-        from octlm.core.errors import OctlmError
-
-        try:
-            determinism.pin(from_dict(configs[queued[0]], "registry"))
-        except OctlmError:
-            return  # its config is wrong: training it says so
-
-
 FolderOption = Annotated[
     str, typer.Option("--output", "-o", metavar="DIR", help="The folder to write the sweep to (created).")
 ]
@@ -411,7 +324,7 @@ def sweep_pack(
     """Write a sweep (its rows and each trial's pack) to a folder, in N shards, for node-local homes."""
     from pathlib import Path
 
-    from octlm.tasks.sweeps import shipping
+    from octlm.tasks.sweeps.upkeep import shipping
 
     if not output.strip():
         raise BadInput("-o '': give the folder to write the sweep to, e.g. -o /shared/lr")
@@ -428,7 +341,7 @@ def sweep_unpack(ctx: typer.Context, folder: FolderArgument, as_json: JsonOption
     """Add a packed sweep (or one shard of it) to this home: every trial's pack, then its rows (again: nothing)."""
     from pathlib import Path
 
-    from octlm.tasks.sweeps import shipping
+    from octlm.tasks.sweeps.upkeep import shipping
 
     result = shipping.unpack(home_of(ctx), Path(folder))
     if as_json:
@@ -437,39 +350,3 @@ def sweep_unpack(ctx: typer.Context, folder: FolderArgument, as_json: JsonOption
     counts = {state: sum(1 for v in result["trials"].values() if v == state) for state in ("new", "further", "kept")}
     said = ", ".join(f"{n} {state}" for state, n in counts.items() if n) or "no trials"
     render.info(f"sweep {result['sweep']}: {said}" + ("" if result["changed"] else "; nothing changed"))
-
-
-WatchArgument = Annotated[
-    list[str] | None,
-    typer.Argument(
-        metavar="[ID | SWEEP]...",
-        help="Experiments and sweeps to watch (default: every running experiment and busy sweep).",
-        show_default=False,
-    ),
-]
-IntervalOption = Annotated[float, typer.Option("--interval", metavar="SECONDS", help="How often to look again.")]
-OnceOption = Annotated[bool, typer.Option("--once", help="Print what it sees once, then exit.")]
-
-
-@handled
-def watch(
-    ctx: typer.Context, targets: WatchArgument = None, interval: IntervalOption = 1.0, once: OnceOption = False
-) -> None:
-    """Watch experiments and sweeps live: step, loss, tokens/s, ETA and a sparkline each; each sweep's queue.
-    Read-only, never takes a lock; off a terminal one line per change; Ctrl-C leaves (exit 0)."""
-    from octlm.cli.live import watch as live
-
-    if not 0.05 <= interval <= 3600:
-        raise BadInput(f"--interval {interval}: give 0.05 to 3600 seconds")
-    raise typer.Exit(live.watch(home_of(ctx), tuple(targets or ()), interval, once))
-
-
-COMMANDS: dict[str, Callable[..., Any]] = {"work": work, "watch": watch}
-SWEEP_COMMANDS: dict[str, Callable[..., Any]] = {
-    "new": sweep_new,
-    "status": sweep_status,
-    "extend": sweep_extend,
-    "retry": sweep_retry,
-    "pack": sweep_pack,
-    "unpack": sweep_unpack,
-}

@@ -1,7 +1,8 @@
 """``octlm sweep new``'s options, parsed and checked before anything is built or written (torch-free): the sweep's
 name, ``--grid`` values (typed as the config holds them, each once, only keys that change what a trial trains),
-``--range`` bounds, halving's rungs, the metric a sweep minimises, and how many trials the options make, counted
-from them (``MAX_TRIALS`` at most), never by making them. One line each, naming the option.
+``--range`` bounds, halving's rungs, the metric a sweep minimises and the options every sampler takes (what each
+sampler reads and how many trials it makes are the samplers' table's: ``samplers``). One line each, naming the
+option.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import DEFAULT_PREFIX
 from octlm.store.sweeps.records import Range
-from octlm.store.sweeps.specs import MAX_SEEDS, MAX_TRIALS, METRICS
+from octlm.store.sweeps.specs import MAX_SEEDS, METRICS
 from octlm.store.sweeps.specs import validate_name as validate_name  # the check is the store's: every reader's
 
 SEED = "training.seed"
@@ -138,15 +139,8 @@ def check_metric(metric: str) -> None:
         raise BadInput(f"--metric {metric!r}: a sweep minimises one of {', '.join(METRICS)}")
 
 
-def check_size(count: int) -> None:
-    """The trials a sweep would make, counted from its options by its sampler (never by making them): at most
-    ``MAX_TRIALS``."""
-    if count > MAX_TRIALS:
-        raise BadInput(f"{count:,} trials: at most {MAX_TRIALS:,} in one sweep; fewer values, draws, --trials or seeds")
-
-
 def check_options(request: Request, grid: dict[str, list[Any]], ranges: dict[str, Range]) -> None:
-    """The options every sampler takes (each sampler checks its own: ``samplers``)."""
+    """The options every sampler takes (what each sampler reads, needs and checks: ``samplers.check``)."""
     if not 1 <= request.seeds <= MAX_SEEDS:
         raise BadInput(f"--seeds {request.seeds}: give 1 to {MAX_SEEDS} replicates")
     if not 0 < request.keep < 1:

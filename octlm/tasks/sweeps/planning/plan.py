@@ -1,12 +1,13 @@
 """``octlm sweep new`` and ``octlm new --seeds``: what a sweep tries, as trials that are ordinary experiments.
 Torch-free (``sweep new`` and ``new`` start fast); Optuna is imported only by a sweep that asks it (``asking``).
 
-A sweep's configurations are the product of its ``--grid`` keys, crossed with ``--random N`` draws of its
-``--range`` keys (seeded: the same command draws the same values), or, with ``--sampler tpe``, asked of Optuna
-as earlier trials finish. Each configuration has ``--seeds S`` replicates differing only in ``training.seed``
-(the base's seed, then +1, +2, ...). With ``--halving RUNGS`` every trial's ``training.steps`` is the last rung.
-Everything is validated (every trial's config built) before anything is written; then every trial's file is
-written and every row (experiments, sweep, trials) goes in in one transaction: a failure leaves neither.
+A sweep's configurations are its sampler's (a row of ``samplers.SAMPLERS``): the product of its ``--grid`` keys,
+crossed with ``--random N`` draws of its ``--range`` keys (seeded: the same command draws the same values), or,
+with ``--sampler tpe``, asked of Optuna as earlier trials finish. Each configuration has ``--seeds S`` replicates
+differing only in ``training.seed`` (the base's seed, then +1, +2, ...). With ``--halving RUNGS`` every trial's
+``training.steps`` is the last rung. Everything is validated (every trial's config built) before anything is
+written; then every trial's file is written and every row (experiments, sweep, trials) goes in in one transaction:
+a failure leaves neither.
 """
 
 from __future__ import annotations
@@ -27,13 +28,12 @@ from octlm.store.base import Fields
 from octlm.store.registry import Registry
 from octlm.store.sweeps import specs
 from octlm.store.sweeps.records import Made, SweepCreated, SweepRow, SweepSpec
-from octlm.tasks.sweeps import asking, samplers
-from octlm.tasks.sweeps.spec import (
+from octlm.tasks.sweeps.planning import asking, samplers
+from octlm.tasks.sweeps.planning.spec import (
     SEED,
     Request,
     check_metric,
     check_options,
-    check_size,
     parse_grid,
     parse_ranges,
     parse_rungs,
@@ -124,32 +124,33 @@ def replicates(home: Home, config: cfg.Config, seeds: int, prefix: str) -> list[
 
 
 def plan(home: Home, request: Request) -> Plan:
-    """The sweep's spec and its first trials (all of them, but with an Optuna sampler), validated."""
+    """The sweep's spec and its first trials (all of them, but with a sampler that asks), validated: the options
+    its sampler reads and needs, and the trials it makes, counted before a single trial's config is built."""
     validate_name(request.name)
     base = experiments.load(home, request.base)
     check_metric(request.metric)
     grid, ranges = parse_grid(request.grid, base), parse_ranges(request.ranges)
-    sampler = samplers.chosen(request)
+    name = samplers.chosen(request)
     check_options(request, grid, ranges)
-    sampler.check(request, grid, ranges)
-    check_size(sampler.count(request, grid))  # before a single trial's config is built
-    rungs = parse_rungs(request.halving, base)
     spec: SweepSpec = {
         "grid": grid,
         "ranges": ranges,
         "random": request.random,
         "seeds": request.seeds,
-        "sampler": sampler.name,
+        "sampler": name,
         "trials": request.trials,
         "parallel": request.parallel,
         "metric": request.metric,
         "seed": request.seed,
-        "halving": rungs,
+        "halving": [],
         "keep": request.keep,
         "overrides": list(request.overrides),
         "prefix": request.prefix,
         "base_config": base.to_dict(),  # the config its trials are made from, whatever happens to the base's YAML later
     }
+    sampler = samplers.check(spec)
+    samplers.size(spec)  # before a single trial's config is built
+    spec["halving"] = parse_rungs(request.halving, base)
     trials = build_trials(base, sampler.first(spec), spec, request.name)
     return Plan(spec, check_sources(home, trials))
 
@@ -223,10 +224,12 @@ class Raced(Exception):
 
 
 def top_up(home: Home, sweep: SweepRow) -> list[str]:
-    """Ask for as many configurations as keep ``parallel`` of them pending, within the ``trials`` budget, and add
-    their trials (files, rows) to the sweep; the new experiment IDs. Nothing when another worker asked first."""
-    spec, sampler = sweep["spec"], samplers.of(sweep["spec"])
-    if not sampler.asks:
+    """Ask the sweep's sampler for as many configurations as keep ``parallel`` of them pending, within the ``trials``
+    budget, and add their trials (files, rows) to the sweep; the new experiment IDs. Nothing when its sampler makes
+    every trial at once, or another worker asked first; BadInput when its spec names no sampler of the table."""
+    spec = sweep["spec"]
+    sampler = samplers.of(spec, f"{home.registry}: sweep {sweep['name']}")
+    if sampler.more is None:
         return []
     with Registry(home.registry, create=False) as registry:
         finished, pending, total = asking.history(registry.trials(sweep["id"]))

@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from octlm.core.signals import SIGNAL_EXIT, handled_signals
 from octlm.runtime.load import cores
-from octlm.tasks.sweeps.trial_log import Tally, TallyJson
+from octlm.tasks.sweeps.working.trial_log import Tally, TallyJson
 
 NVIDIA = Path("/proc/driver/nvidia/gpus")
 PR_SET_PDEATHSIG = 1  # from linux/prctl.h

@@ -28,7 +28,7 @@ from octlm.store.registry import Registry, now
 from octlm.store.sweeps import specs
 from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepPacked, SweepRow, SweepSpec, SweepUnpacked
 from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, picked
-from octlm.tasks.sweeps import samplers
+from octlm.tasks.sweeps.planning import samplers
 
 if TYPE_CHECKING:
     from octlm.train.checkpoint import Record
@@ -57,7 +57,8 @@ def pack(home: Home, name: str, output: Path, shards: int = 1) -> SweepPacked:
             raise BadInput(f"unknown sweep {name}")
         trials, claims = registry.trials(sweep["id"]), len(registry.claims(sweep["id"]))
     spec = sweep["spec"] or {}
-    if shards != 1 and (spec.get("halving") or samplers.of(spec).asks):
+    asks = samplers.of(spec, f"{home.registry}: sweep {name}").asks  # a spec that names no sampler: refused
+    if shards != 1 and (spec.get("halving") or asks):
         raise BadInput(
             f"--shards {shards}: sweep {name} decides across all its trials (halving, Optuna): ship it whole"
         )
@@ -202,7 +203,7 @@ def read_manifest(folder: Path) -> ShippedSweep:
     if not isinstance(sweep, dict) or not isinstance(trials, list) or not all(isinstance(t, dict) for t in trials):
         raise BadInput(f"{path}: malformed: expected a sweep and a list of trials")
     try:  # field by field, as every reader of a sweep checks one (``store/sweeps/specs``)
-        specs.check_sweep(sweep, str(path))
+        samplers.of(specs.check_sweep(sweep, str(path)), f"{path}: sweep")  # a sampler of the table too
         for index, trial in enumerate(trials):
             specs.check_trial(trial, str(path), index)
     except BadInput as error:

@@ -1,13 +1,13 @@
-"""A sweep that grows and heals: ``sweep extend`` adds trials to a sweep without renumbering or retraining what is
-done; ``sweep retry`` queues failed trials (and, asked, the ones halving stopped) to run once more.
-A failed trial goes back to the step it was going to; a stopped one is promoted to the sweep's last rung, past every
-decision (so no rung is decided twice). Its worker continues it from its newest checkpoint where it has one, exactly
-as a takeover does. One transaction (``Registry.requeue``), the reason each trial stopped before kept in the sweep's
-history, the record beside the registry kept too. Torch-free."""
+"""A sweep that grows and heals: ``sweep extend`` adds trials to a sweep without renumbering or retraining what is done,
+made by the sweep's own sampler (the row of ``planning/samplers`` its spec names); ``sweep retry`` queues failed
+trials (and, asked, the ones halving stopped) to run once more. A failed trial goes back to the step it was going to;
+a stopped one is promoted to the sweep's last rung, past every decision (so no rung is decided twice). Its worker
+continues it from its newest checkpoint where it has one, exactly as a takeover does. One transaction
+(``Registry.requeue``), the reason each trial stopped before kept in the sweep's history, the record beside the
+registry kept too. Torch-free."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from octlm.core.errors import BadInput, Refused
@@ -15,7 +15,8 @@ from octlm.core.home import DEFAULT_PREFIX, Home
 from octlm.store import kept
 from octlm.store.registry import Registry, now
 from octlm.store.sweeps.records import ExtendAsked, Extended, SweepExtended, SweepRetried, SweepSpec, TrialRow
-from octlm.tasks.sweeps import samplers, shipping
+from octlm.tasks.sweeps.planning import samplers
+from octlm.tasks.sweeps.upkeep import shipping
 
 RETRYABLE = ("failed", "stopped")
 
@@ -30,6 +31,7 @@ def retry(home: Home, name: str, statuses: tuple[str, ...]) -> SweepRetried:
         sweep = registry.sweep(name)
         if sweep is None:
             raise BadInput(f"unknown sweep {name}: `octlm sweep new {name} --from ID ...` creates it")
+        samplers.of(sweep["spec"], f"{home.registry}: sweep {name}")  # a spec that names no sampler: refused
         shipping.refuse_shipped(sweep["spec"] or {}, name, "retried")
         rungs = list((sweep["spec"] or {}).get("halving") or [])
         event = registry.requeue(name, statuses, lambda trial: _going(trial, rungs))
@@ -49,20 +51,22 @@ def _going(trial: TrialRow, rungs: list[int]) -> tuple[int, int] | None:
 
 def extend(home: Home, name: str, seeds: int | None, grid: tuple[str, ...], draws: int) -> SweepExtended:
     """``sweep extend``: the same sweep with more seeds (``seeds``: the new count per configuration), more values of
-    its grid keys (``grid``: KEY=V,... added to the key's values) or ``draws`` more random draws; only the trials it
-    did not have are made, numbered after the last, nothing done is trained again (a trial's config is the one it
-    would have had in a sweep made so from the start). One transaction; the sweep's history says what was added."""
-    from octlm.tasks.sweeps import plan
+    its grid keys (``grid``: KEY=V,... added to the key's values) or ``draws`` more random draws, its configurations
+    made by its own sampler (``samplers.of``: the row its spec names); only the trials it did not have are made,
+    numbered after the last, nothing done is trained again (a trial's config is the one it would have had in a sweep
+    made so from the start). One transaction; the sweep's history says what was added."""
+    from octlm.tasks.sweeps.planning import plan
 
     with Registry(home.registry) as registry:
         sweep = registry.sweep(name)
         if sweep is None:
             raise BadInput(f"unknown sweep {name}: `octlm sweep new {name} --from ID ...` creates it")
         spec, trials = (sweep["spec"] or {}).copy(), registry.trials(sweep["id"])
+    sampler = samplers.of(spec, f"{home.registry}: sweep {name}")
     shipping.refuse_shipped(spec, name, "extended")
     base = plan.base_of(home, sweep)
-    grown = _grown(name, spec, base, seeds, grid, draws)
-    cells = samplers.configurations(grown["grid"], grown["ranges"], grown["random"], grown["seed"])
+    grown = _grown(name, spec, sampler, base, seeds, grid, draws)
+    cells = sampler.first(grown)
     have = {(t["group_key"], t["replicate"]) for t in trials}
     new = [t for t in plan.build_trials(base, cells, grown, name) if (t.group_key, t.replicate) not in have]
     plan.check_sources(home, new)  # a source added that holds nothing: refused here, not at its trials' train
@@ -101,12 +105,22 @@ def _raced(registry: Registry, name: str) -> None:
     )
 
 
-def _grown(name: str, spec: SweepSpec, base: Any, seeds: int | None, grid: tuple[str, ...], draws: int) -> SweepSpec:
-    """The sweep's spec with what ``extend`` adds, each addition checked (one line naming the option)."""
-    from octlm.tasks.sweeps.spec import MAX_TRIALS, parse_grid
+def _grown(
+    name: str,
+    spec: SweepSpec,
+    sampler: samplers.Sampler,
+    base: Any,
+    seeds: int | None,
+    grid: tuple[str, ...],
+    draws: int,
+) -> SweepSpec:
+    """The sweep's spec with what ``extend`` adds, each addition checked and the trials it would then make counted
+    by its sampler (``samplers.size``), one line naming the option."""
+    from octlm.tasks.sweeps.planning.spec import parse_grid
 
-    if spec.get("halving") or samplers.of(spec).asks:
-        raise BadInput(f"sweep {name}: extend takes grid and random sweeps without --halving (this one is not)")
+    if spec.get("halving") or sampler.asks:
+        at_once = " and ".join(row.name for row in samplers.SAMPLERS.values() if not row.asks)
+        raise BadInput(f"sweep {name}: extend takes {at_once} sweeps without --halving (this one is not)")
     added = parse_grid(grid, base)
     unknown = sorted(set(added) - set(spec["grid"]))
     if unknown:
@@ -116,11 +130,9 @@ def _grown(name: str, spec: SweepSpec, base: Any, seeds: int | None, grid: tuple
         raise BadInput(f"--seeds {seeds}: sweep {name} has {spec['seeds']} already; give more")
     if draws < 0:
         raise BadInput(f"--random {draws}: give the number of draws to add (1 or more)")
-    if draws and not spec.get("ranges"):
-        raise BadInput(f"--random {draws}: sweep {name} draws no --range keys")
+    if draws and "random" not in sampler.reads:
+        raise BadInput(f"--random {draws}: sweep {name} draws no --range keys (its sampler is {sampler.name})")
     grown: SweepSpec = {**spec, "seeds": seeds or spec["seeds"], "random": spec["random"] + draws}
     grown["grid"] = {k: [*v, *(x for x in added.get(k, []) if x not in v)] for k, v in spec["grid"].items()}
-    count = math.prod(len(v) for v in grown["grid"].values()) * max(grown["random"], 1) * grown["seeds"]
-    if count > MAX_TRIALS:
-        raise BadInput(f"{count:,} trials: at most {MAX_TRIALS:,} in one sweep")
+    samplers.size(grown)
     return grown

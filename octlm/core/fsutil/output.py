@@ -1,196 +1,34 @@
-"""Safe file handling. Torch-free.
+"""A file the user named (torch-free): every output file (``-o FILE`` of ``report``, ``pack``, ``registry export``,
+and the files ``sweep pack`` names in its folder) is written by ``output_writer``.
 
-Writing: every file octlm creates is created exclusively (``O_CREAT|O_EXCL|O_NOFOLLOW``) under a
-random temporary name in its target folder, written, flushed, fsynced and renamed over the
-target, so a link planted at any name can never redirect a write, and the new file's mode
-follows the umask (``0o666 & ~umask``). A file written here is either wholly the new content or
-wholly the old one.
-
-Reading: ``open_regular`` / ``read_regular`` refuse anything that is not a regular file (devices,
-FIFOs, sockets) before opening it in a way that could block, refuse files over a size cap, and,
-for octlm's own files (``follow=False``), refuse a final path component that is a symbolic link
-(a linked folder above it is fine). The refusals are ``UnsafeFile`` (an ``OSError`` whose
-``strerror`` says why), which each caller turns into its own one-line error.
-
-Every output file (``-o FILE`` of ``report``, ``pack``, ``registry export``, and the files ``sweep pack`` names in
-its folder): ``output_writer`` owns it. The target is looked at with ``lstat`` first: nothing there or a regular
-file is replaced atomically (as above). A file the user named may also be a character device or a FIFO, or a link
-to one (``/dev/stdout``, ``/dev/null``), written in place, as the user means (a FIFO without a reader is refused at
-once rather than waited on). A link to a regular file is refused (anyone who can write the folder could have
-planted it to have octlm overwrite its target), but for the links the system makes for a process's own files
-(``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``: ``-o /dev/stdout`` with stdout redirected to a
-file). No link is followed that another user could have planted: one in a folder that others can write (group- or
-world-writable, the sticky ``/tmp`` and ``/dev/shm`` included) or that belongs to someone else, or a link owned by
-another user, is refused whatever it points to (a link to ``/dev/null`` in the user's own folder is written through).
-A file octlm names itself (``own_name``: a trial's pack in
-``sweep pack``'s folder) is written only as a regular file: any link, device or FIFO there is refused. A folder, a
-socket, a block device or a link to nothing is always refused. Every refusal and every failed write is
-``Refused``: one line naming the path, what it is and why; nothing is written then.
+The target is looked at with ``lstat`` first: nothing there or a regular file is replaced atomically (``atomic``).
+A file the user named may also be a character device or a FIFO, or a link to one (``/dev/stdout``, ``/dev/null``),
+written in place, as the user means (a FIFO without a reader is refused at once rather than waited on). A link to a
+regular file is refused (anyone who can write the folder could have planted it to have octlm overwrite its target),
+but for the links the system makes for a process's own files (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``,
+``/proc/self/fd/N``: ``-o /dev/stdout`` with stdout redirected to a file). No link is followed that another user
+could have planted: one in a folder that others can write (group- or world-writable, the sticky ``/tmp`` and
+``/dev/shm`` included) or that belongs to someone else, or a link owned by another user, is refused whatever it
+points to (a link to ``/dev/null`` in the user's own folder is written through). A file octlm names itself
+(``own_name``: a trial's pack in ``sweep pack``'s folder) is written only as a regular file: any link, device or FIFO
+there is refused. A folder, a socket, a block device or a link to nothing is always refused. Every refusal and every
+failed write is ``Refused``: one line naming the path, what it is and why; nothing is written then.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import os
 import re
-import secrets
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
 
 from octlm.core.errors import Refused
-
-TEMPORARY_SUFFIX = ".tmp"
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISLNK, "a symbolic link"),
-)
-
-
-class UnsafeFile(OSError):
-    """A path octlm will not read or write: not a regular file, a link, or over a size cap."""
-
-    def __init__(self, path: Path, reason: str, *, too_large: bool = False):
-        super().__init__(errno.EINVAL, reason, str(path))
-        self.too_large = too_large
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def create_exclusive(path: Path, mode: int = 0o666) -> int:
-    """A new file at ``path`` (never an existing one, never through a link); its fd, for writing."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.open(path, flags, mode)
-
-
-def create_temporary(folder: Path, name: str) -> tuple[int, Path]:
-    """A new, exclusively created ``.{name}.{random}.tmp`` in ``folder``: (fd, path)."""
-    for _ in range(100):
-        candidate = folder / f".{name}.{secrets.token_hex(8)}{TEMPORARY_SUFFIX}"
-        try:
-            return create_exclusive(candidate), candidate
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temporary name", str(folder))
-
-
-@contextmanager
-def atomic_writer(path: Path, *, sync_dir: bool = False) -> Iterator[BinaryIO]:
-    """A binary handle whose content replaces ``path`` atomically when the block ends without error."""
-    fd, temporary = create_temporary(path.parent, path.name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    if sync_dir:
-        fsync_dir(path.parent)
-
-
-def atomic_write(path: Path, payload: bytes, *, sync_dir: bool = False) -> None:
-    with atomic_writer(path, sync_dir=sync_dir) as handle:
-        handle.write(payload)
-
-
-def open_append(path: Path) -> int:
-    """An fd appending to ``path`` (created if missing), never through a link, only to a regular file."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o666)
-    except OSError as error:
-        raise _explained(path, error) from None
-    try:
-        _require_regular(path, os.fstat(fd), None)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def kind_of(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
-
-
-def _require_regular(path: Path, info: os.stat_result, max_bytes: int | None) -> os.stat_result:
-    if not stat.S_ISREG(info.st_mode):
-        raise UnsafeFile(path, f"not a regular file ({kind_of(info.st_mode)})")
-    if max_bytes is not None and info.st_size > max_bytes:
-        raise UnsafeFile(path, f"{info.st_size} bytes, larger than the cap of {max_bytes} bytes", too_large=True)
-    return info
-
-
-def _explained(path: Path, error: OSError) -> OSError:
-    if error.errno == errno.ELOOP:
-        return UnsafeFile(path, "a symbolic link (octlm does not follow links to its own files)")
-    return error
-
-
-def check_regular(path: Path, *, max_bytes: int | None = None, follow: bool = True) -> os.stat_result:
-    """``path``'s status if it is a regular file within ``max_bytes``; never opens it."""
-    info = os.stat(path, follow_symlinks=follow)
-    return _require_regular(path, info, max_bytes)
-
-
-def open_regular(path: Path, *, max_bytes: int | None, follow: bool = True) -> int:
-    """A read-only fd of ``path``, checked to be a regular file within ``max_bytes`` before and
-    after opening (opened non-blocking, so a FIFO swapped in between cannot hang the open)."""
-    check_regular(path, max_bytes=max_bytes, follow=follow)
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
-    try:
-        fd = os.open(path, flags)
-    except OSError as error:
-        raise _explained(path, error) from None
-    try:
-        _require_regular(path, os.fstat(fd), max_bytes)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def read_regular(path: Path, *, max_bytes: int, follow: bool = True) -> bytes:
-    """The bytes of the regular file ``path``, never more than ``max_bytes`` (a file that grows
-    past the cap while being read is refused too)."""
-    fd = open_regular(path, max_bytes=max_bytes, follow=follow)
-    try:
-        chunks, total = [], 0
-        while chunk := os.read(fd, min(1 << 24, max_bytes + 1 - total)):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise UnsafeFile(path, f"larger than the cap of {max_bytes} bytes", too_large=True)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def file_sha256(path: Path, *, follow: bool = False) -> tuple[str, int]:
-    """(sha256, size) of the regular file ``path``, read in one pass (never through a final link unless
-    ``follow``)."""
-    with open(open_regular(path, max_bytes=None, follow=follow), "rb") as handle:
-        digest = hashlib.file_digest(handle, "sha256").hexdigest()
-        return digest, os.fstat(handle.fileno()).st_size
-
-
-# ---------------------------------------------------------------- a file the user named
+from octlm.core.fsutil.atomic import create_temporary
+from octlm.core.fsutil.regular import kind_of
 
 
 class Output:
