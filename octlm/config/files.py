@@ -48,6 +48,7 @@ def from_dict(raw: Any, origin: str = "<config>") -> Config:
             known = ", ".join((*TOP_LEVEL, *SECTIONS))
             raise ConfigError(f"{origin}: {shown(key)}: unknown key; known keys: {known}")
     top = {key: raw[key] for key in TOP_LEVEL if raw.get(key) is not None}
+    raw = file_vocabulary(raw)
     try:
         sections: dict[str, Any] = {n: cls(**_section_values(cls, raw.get(n), n)) for n, cls in SECTIONS.items()}
         return Config(**top, **sections)
@@ -121,7 +122,17 @@ def resolve_preset(raw: Any, origin: str) -> Any:
     if not isinstance(name, str):
         raise ConfigError(f"{origin}: preset: expected text, got {kind_of(name)}")
     base = presets.preset(name, origin=f"{origin}: preset")
-    return merge(base, raw)
+    return merge(base, file_vocabulary(raw))
+
+
+def file_vocabulary(raw: ConfigTree, named: bool = False) -> ConfigTree:
+    """``raw`` with ``tokenizer.vocab_size: 0`` (the file's) where its tokenizer section names a file and no
+    vocab_size (or, ``named``, where it names a file at all): a preset's vocabulary, the default's or that of the
+    experiment it was copied from is for the BPE octlm trains, not the user's word on a file's."""
+    section = raw.get("tokenizer")
+    if isinstance(section, dict) and section.get("file") and (named or "vocab_size" not in section):
+        return {**raw, "tokenizer": {**section, "vocab_size": 0}}
+    return raw
 
 
 def merge(base: ConfigTree, override: ConfigTree) -> ConfigTree:
@@ -154,7 +165,8 @@ def apply_overrides(raw: ConfigTree, overrides: list[str], origin: str = "--set"
         if not isinstance(target, dict):
             target = out[section] = {}
         target[name] = value
-    return out
+    keys = {item.partition("=")[0].strip() for item in overrides}
+    return file_vocabulary(out, named="tokenizer.file" in keys and "tokenizer.vocab_size" not in keys)
 
 
 def to_yaml(config: Config) -> str:

@@ -106,6 +106,8 @@ ADDED_LATER: dict[str, Any] = {
     "training.spike_window": 100,
     "init.step": 0,
     "training.micro_batches": 0,
+    "tokenizer.file": "",
+    "tokenizer.special_tokens": [],
 }
 # What ``octlm new`` writes into a new experiment's file where its preset (or parent) does not say: the defaults
 # of experiments made now, where an absent key keeps what an experiment made before the key existed did.
@@ -140,10 +142,11 @@ class Config:
                 raise ConfigError(f"{name}: expected a {cls.__name__}, got {kind_of(getattr(self, name))}")
 
     def to_dict(self) -> ConfigTree:
-        """The config as nested dicts, a new one each call (what ``dataclasses.asdict`` gives, ``data.sources`` a list;
+        """The config as nested dicts, a new one each call (what ``dataclasses.asdict`` gives, its lists as lists;
         written out by hand: a sweep of 1,000 trials asks it some 7,000 times, and ``asdict`` deep-copies)."""
         out: ConfigTree = _plain(self)
         out["data"]["sources"] = list(self.data.sources)
+        out["tokenizer"]["special_tokens"] = list(self.tokenizer.special_tokens)
         return out
 
     def canonical_json(self) -> str:
@@ -154,11 +157,14 @@ class Config:
         return canonical(self.to_dict())
 
     def trajectory_dict(self) -> ConfigTree:
-        """The fingerprinted part: everything but ``BOOKKEEPING``."""
+        """The fingerprinted part: everything but ``BOOKKEEPING``, and ``tokenizer.vocab_size`` when a tokenizer file
+        is brought (``tokenizer.file``): the file's hash, the tokenizer's fingerprint, fixes it, and the config names
+        it as 0 (the file's) where the run's checkpoints hold the number."""
+        brought = {"tokenizer.vocab_size"} if self.tokenizer.file else set()
         return {
             k: v
             for k, v in flatten(self.to_dict()).items()
-            if k not in BOOKKEEPING and not (k in ADDED_LATER and v == ADDED_LATER[k])
+            if k not in BOOKKEEPING and k not in brought and not (k in ADDED_LATER and v == ADDED_LATER[k])
         }
 
     @functools.cached_property

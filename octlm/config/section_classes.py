@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NoReturn
 
 from octlm.config.tiers import TIERS
-from octlm.config.validation import check_bound, check_choice, coerce
+from octlm.config.validation import check_bound, check_choice, coerce, shown
 from octlm.core.errors import ConfigError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -17,15 +17,33 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 DETERMINISMS = tuple(TIERS)  # the determinism tiers, one record each in tiers.py
 SAMPLINGS = ("replacement", "epochs")
 SPIKE_GUARDS = ("off", "stop", "skip")
+# tokenizer.special_tokens: the roles, each with the spellings a brought tokenizer's token is found by, first found
+# first (octlm's own first, GPT-2's <|endoftext|> last: it is both bos and eos there). data.tokenizer reads them.
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "bos": ("<|bos|>", "<s>", "<bos>", "<|begin_of_text|>", "<|startoftext|>", "[BOS]", "<|endoftext|>"),
+    "eos": ("<|eos|>", "</s>", "<eos>", "<|end_of_text|>", "[EOS]", "<|endoftext|>"),
+    "pad": ("<|pad|>", "<pad>", "[PAD]", "<|padding|>"),
+}
+SPELLINGS = "; ".join(f"{role}: {', '.join(names)}" for role, names in CANDIDATES.items())
 EVAL_SELECTIONS = ("first", "spread")  # training.eval_selection: how data.blocks.TokenBlocks.choose chooses
 
 
-def _doc(text: str, default: Any, *, choices: tuple[str, ...] = (), bound: str = "", maximum: int | None = None) -> Any:
+def _doc(
+    text: str,
+    default: Any,
+    *,
+    choices: tuple[str, ...] = (),
+    bound: str = "",
+    maximum: int | None = None,
+    empty: bool = False,
+) -> Any:
     """A dataclass field with its help text, allowed values, range rule (see ``validation.BOUNDS``) and
     upper limit in metadata; ``{choices}`` in the text stands for the allowed values (shown by ``describe_keys``,
     which also names the limit). Every size has a limit: generous, but below where torch, the tokenizer
-    library or an allocation would fail with something other than one clear line."""
-    return field(default=default, metadata={"doc": text, "choices": choices, "bound": bound, "maximum": maximum})
+    library or an allocation would fail with something other than one clear line. ``empty``: a list that may be
+    empty (``data.sources`` may not; ``tokenizer.special_tokens`` may)."""
+    metadata = {"doc": text, "choices": choices, "bound": bound, "maximum": maximum, "empty": empty}
+    return field(default=default, metadata=metadata)
 
 
 def field_kinds(cls: type) -> dict[str, object]:
@@ -48,8 +66,11 @@ class _Section:
     def __post_init__(self) -> None:
         kinds = field_kinds(type(self))
         for spec in fields(self):
-            where = f"{self.KEY}.{spec.name}"
-            value = coerce(getattr(self, spec.name), kinds[spec.name], where)
+            where, value = f"{self.KEY}.{spec.name}", getattr(self, spec.name)
+            if not (spec.metadata["empty"] and isinstance(value, (list, tuple)) and not value):
+                value = coerce(value, kinds[spec.name], where)
+            else:
+                value = ()
             check_choice(value, spec.metadata["choices"], where)
             check_bound(value, spec.metadata["bound"], where, spec.metadata["maximum"])
             object.__setattr__(self, spec.name, value)  # the normalised value (a tuple, a float)
@@ -81,14 +102,61 @@ class DataConfig(_Section):
 
 @dataclass(frozen=True)
 class TokenizerConfig(_Section):
+    """Byte-level BPE trained on the corpus (``vocab_size``), or a tokenizer brought along (``file``), whose
+    vocabulary is the file's: a config file that names one and leaves ``vocab_size`` out holds 0 there (what
+    ``config.files`` writes), and ``vocab_size`` is then left out of the config's fingerprint, the file's hash (the
+    tokenizer's fingerprint) fixing it. ``special_tokens`` is kept as ``ROLE=TOKEN`` texts in bos, eos, pad order,
+    whether given so or as a mapping."""
+
     KEY = "tokenizer"
     vocab_size: int = _doc(
-        "byte-level BPE vocabulary size, special tokens included", 1024, bound="positive", maximum=2**20
+        "the model's vocabulary, special tokens included: byte-level BPE is trained to this size; with "
+        "tokenizer.file it is the file's (0, which a config naming a file and leaving vocab_size out holds, or the "
+        "same number: another is refused) and left out of the config's fingerprint",
+        1024,
+        bound="non-negative",
+        maximum=2**20,
+    )
+    file: str = _doc(
+        "a tokenizers JSON file (a tokenizer.json saved from GPT-2, SmolLM or your own tokenizers BPE) used instead "
+        "of training byte-level BPE; relative to the home or OCTLM_DATA_ROOT, as data.sources are; its hash is the "
+        "tokenizer's fingerprint",
+        "",
+    )
+    special_tokens: tuple[str, ...] = _doc(
+        "the file's bos, eos and pad tokens, as a mapping of role to token (bos: <s>, eos: </s>) or ROLE=TOKEN texts; "
+        f"a role left out is found by name ({SPELLINGS}); "
+        "a file with no pad token gets <|pad|> added after its vocabulary",
+        (),
+        empty=True,
     )
 
+    def __post_init__(self) -> None:
+        given: Any = self.special_tokens  # YAML gives a mapping, a list or a text: the section makes it a tuple
+        if isinstance(given, dict):  # {bos: <s>, ...}: kept as ROLE=TOKEN texts
+            object.__setattr__(
+                self, "special_tokens", [f"{r}={t}" if isinstance(t, str) else t for r, t in given.items()]
+            )
+        super().__post_init__()
+
     def check(self) -> None:
-        if self.vocab_size < 260:
+        if not self.file and self.vocab_size < 260:
             self.fail("vocab_size", f"must be at least 260 (256 bytes + 3 special tokens + 1), got {self.vocab_size}")
+        if self.special_tokens and not self.file:
+            self.fail("special_tokens", "names tokens of a tokenizer file: set tokenizer.file too")
+        object.__setattr__(self, "special_tokens", tuple(f"{r}={t}" for r, t in self.named().items()))
+
+    def named(self) -> dict[str, str]:
+        """The tokens ``special_tokens`` names, by role, in bos, eos, pad order."""
+        found: dict[str, str] = {}
+        for entry in self.special_tokens:
+            role, equals, token = entry.partition("=")
+            if role not in CANDIDATES or not equals or not token:
+                self.fail("special_tokens", f"{shown(entry, quote=True)}: expected ROLE=TOKEN, a role of bos, eos, pad")
+            if role in found:
+                self.fail("special_tokens", f"names {role} twice")
+            found[role] = token
+        return {role: found[role] for role in CANDIDATES if role in found}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from octlm.core.errors import Refused
 from octlm.core.home import Home
 from octlm.data import corpus, sources
 from octlm.data.corpus import Corpus
-from octlm.data.tokenizer import Tokenizer
+from octlm.data.tokenizer import Tokenizer, brought_path
 
 
 @dataclass(frozen=True)
@@ -29,15 +29,20 @@ class Fingerprints:
 
 def now(home: Home, config: Config, tokenizer_path: Path) -> Fingerprints:
     """What a run would train under now, computed without writing anything: the config's fingerprint,
-    the tokenizer file's, and the dataset hash (the corpus is read and hashed, nothing is encoded)."""
+    the tokenizer file's (the one brought along in ``tokenizer.file``, if any), and the dataset hash (the corpus is
+    read and hashed, nothing is encoded)."""
     if not tokenizer_path.exists():
         raise Refused(
             f"{tokenizer_path} is missing, so {config.id}'s final checkpoint cannot be checked against it: "
             f"restore it, or start over with `octlm train {config.id} --restart`"
         )
-    tokenizer = Tokenizer.load(tokenizer_path)
+    section, root = config.tokenizer, sources.data_root(home)
+    if section.file:
+        tokenizer = Tokenizer.bring(brought_path(section.file, root), section.named())
+    else:
+        tokenizer = Tokenizer.load(tokenizer_path, section.named())
     data = config.data
-    found = corpus.load(data.sources, sources.data_root(home), data.validation_fraction, data.max_bytes)
+    found = corpus.load(data.sources, root, data.validation_fraction, data.max_bytes)
     return Fingerprints(config.fingerprint, dataset_hash(found, tokenizer), tokenizer.fingerprint)
 
 

@@ -1,4 +1,5 @@
-"""From a config to training data: corpus, tokenizer (trained once, then reused), token streams, blocks.
+"""From a config to training data: corpus, tokenizer (trained once, then reused, or brought along in
+``tokenizer.file``), token streams, blocks.
 
 Each long phase (reading, training the tokenizer, encoding, then the first step) is told to the reporter."""
 
@@ -12,14 +13,14 @@ from pathlib import Path
 import torch
 
 from octlm.config import Config, TrainingConfig
-from octlm.core.errors import BadInput
+from octlm.core.errors import BadInput, OctlmError, Refused
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, Reporter, counted
 from octlm.data import apart as apart_process
 from octlm.data import blocks as data
 from octlm.data import corpus, sources, tokens
 from octlm.data.fingerprints import Fingerprints, dataset_hash
-from octlm.data.tokenizer import Tokenizer, cache_path, from_cache, load_or_train, to_cache
+from octlm.data.tokenizer import Tokenizer, brought_path, cache_path, from_cache, load_or_train, to_cache
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,13 @@ def prepare(
     both, as a warm start does. The tokens are the same either way."""
     report = reporter or QuietReporter()
     found = _read_corpus(home, config, report)
-    cached = cache_path(home.cache, (d.text for d in found.train), config.tokenizer.vocab_size)  # reads them all
-    where = _Where(home, config, tokenizer_path, cached)
+    brought = _bring(home, config, tokenizer_path, report)
+    if brought is not None:  # the model's vocabulary is the file's: the checkpoints hold it
+        config = config.with_keys({"tokenizer.vocab_size": brought.vocab_size})
+        cached = None
+    else:
+        cached = cache_path(home.cache, (d.text for d in found.train), config.tokenizer.vocab_size)  # reads them all
+    where = _Where(home, config, tokenizer_path, cached, brought)
     notes = _apart(where, found, report) if apart and _cold(where, found) else None
     tokenizer, data_hash, streams, more = _tokens(where, found, report if notes is None else None)
     if streams.warning:  # said here, once (never by the child that trained the tokenizer)
@@ -122,12 +128,13 @@ def _evaluation_set(
 @dataclass(frozen=True)
 class _Where:
     """Where the data's artefacts are: the home (its ``cache/``), the experiment's tokenizer file and the
-    shared cache's tokenizer for this corpus and vocabulary."""
+    shared cache's tokenizer for this corpus and vocabulary; or the tokenizer brought along (``tokenizer.file``)."""
 
     home: Home
     config: Config
     tokenizer: Path
-    cached: Path
+    cached: Path | None
+    brought: Tokenizer | None = None
 
 
 def _tokens(
@@ -144,7 +151,7 @@ def _tokens(
     if how != "loaded":
         tokenizer.save(path)
         notes.append(_tokenizer_note(how, tokenizer, path, cached))
-    if how == "trained":
+    if how == "trained" and cached is not None:
         to_cache(tokenizer, cached)
     return tokenizer, data_hash, streams, notes
 
@@ -153,14 +160,18 @@ def _cold(where: _Where, found: corpus.Corpus) -> bool:
     """Whether a tokenizer is to be trained or a token file written (a warm start has both; without a signing key
     no token file is written: ``tokens.signing_key``)."""
     writes = tokens.signing_key().secret is not None
+    if where.brought is not None:
+        return writes and not _token_file(where.home, found, where.brought).exists()
+    assert where.cached is not None
     if os.path.lexists(where.tokenizer):
         return writes and not _token_file(where.home, found, where.tokenizer).exists()
     return not os.path.lexists(where.cached) or writes and not _token_file(where.home, found, where.cached).exists()
 
 
-def _token_file(home: Home, found: corpus.Corpus, tokenizer: Path) -> Path:
+def _token_file(home: Home, found: corpus.Corpus, tokenizer: Path | Tokenizer) -> Path:
     try:
-        return home.cache / f"tokens-{dataset_hash(found, Tokenizer.load(tokenizer))}.bin"
+        loaded = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+        return home.cache / f"tokens-{dataset_hash(found, loaded)}.bin"
     except Exception:  # a damaged tokenizer file: the work in this process says what is wrong with it
         return home.cache / "tokens-unreadable.bin"
 
@@ -196,8 +207,11 @@ def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
 
 def _tokenizer(where: _Where, found: corpus.Corpus, report: Reporter) -> tuple[Tokenizer, str]:
     """The experiment's tokenizer, the cached one, or a newly trained one (said as a phase of octlm's own display:
-    the library's progress bars stay off); and how it was found."""
+    the library's progress bars stay off), or the one brought along; and how it was found."""
     vocab_size, count, path = where.config.tokenizer.vocab_size, len(found.train), where.tokenizer
+    if where.brought is not None:  # its copy in the experiment is the same tokenizer (``_bring``)
+        return where.brought, "loaded" if os.path.lexists(path) else "brought"
+    assert where.cached is not None  # a corpus to train on, without a file
     if not os.path.lexists(path) and from_cache(where.cached) is None:
         detail = f"{counted(vocab_size, 'token')} on {counted(count, 'document')}"
         report.phase("training tokenizer", detail)
@@ -205,10 +219,43 @@ def _tokenizer(where: _Where, found: corpus.Corpus, report: Reporter) -> tuple[T
     return load_or_train(path, texts, vocab_size, where.cached, length=count)
 
 
-def _tokenizer_note(how: str, tokenizer: Tokenizer, path: Path, cached: Path) -> str:
-    if how == "cached":
+def _tokenizer_note(how: str, tokenizer: Tokenizer, path: Path, cached: Path | None) -> str:
+    if how == "cached" and cached is not None:
         return f"reused tokenizer from cache/{cached.name} ({tokenizer.vocab_size} tokens) -> {path}"
+    if how == "brought":
+        pad = f"{tokenizer.pad} (added: the file has none)" if tokenizer.pad_added else tokenizer.pad
+        if tokenizer.pad_id == tokenizer.eos_id:
+            pad += ", the eos token: the loss leaves out every pad target, so every eos too"
+        named = f"bos {tokenizer.bos}, eos {tokenizer.eos}, pad {pad}"
+        return f"tokenizer from tokenizer.file ({tokenizer.vocab_size:,} tokens; {named}) -> {path}"
     return f"trained tokenizer ({tokenizer.vocab_size} tokens) -> {path}"
+
+
+def _bring(home: Home, config: Config, experiment_tokenizer: Path, report: Reporter) -> Tokenizer | None:
+    """The tokenizer brought along in ``tokenizer.file`` (None without one), checked against the config's vocabulary
+    and against the experiment's copy of the one it trained with; each fault one line naming the experiment's file."""
+    section = config.tokenizer
+    if not section.file:
+        return None
+    report.phase("loading tokenizer", section.file)
+    try:
+        path = brought_path(section.file, sources.data_root(home))
+        tokenizer = Tokenizer.bring(path, section.named())
+        if section.vocab_size not in (0, tokenizer.vocab_size):
+            raise BadInput(
+                f"tokenizer.vocab_size is {section.vocab_size:,} but tokenizer.file {path} holds "
+                f"{tokenizer.vocab_size:,} tokens: leave vocab_size out (or 0: the file's)"
+            )
+    except OctlmError as error:
+        raise type(error)(f"experiments/{config.id}.yaml: {error}" if config.id else str(error)) from None
+    if os.path.lexists(experiment_tokenizer):
+        kept = Tokenizer.load(experiment_tokenizer, section.named())
+        if kept.fingerprint != tokenizer.fingerprint:
+            raise Refused(
+                f"tokenizer.file {path} is not the tokenizer {config.id} trained with ({experiment_tokenizer}): "
+                f"restore that file, or start over with `octlm train {config.id} --restart`"
+            )
+    return tokenizer
 
 
 def _first_step(config: Config, device: torch.device, report: Reporter) -> None:

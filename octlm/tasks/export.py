@@ -146,7 +146,7 @@ def write_hf(folder: Path, what: Exporting) -> list[str]:
     config = model_config(what.loaded.record.config)
     files = [write_weights(folder, hf_state(what.state, config["n_heads"]), {"format": "pt"})]
     files += write_configs(folder, config, what.tokenizer)
-    files.append(write_card(folder, what.experiment_id, what.loaded, config))
+    files.append(write_card(folder, what.experiment_id, what.loaded, config, what.tokenizer.bos))
     return files
 
 
@@ -335,24 +335,23 @@ def llama_config(config: ModelSizes, tokenizer: Any) -> dict[str, object]:
 
 
 def write_configs(folder: Path, config: ModelSizes, tokenizer: Any) -> list[str]:
-    """config.json, generation_config.json, tokenizer.json (with a post-processor that puts ``<|bos|>``
-    first, as octlm does with a prompt) and tokenizer_config.json."""
+    """config.json, generation_config.json, tokenizer.json (the experiment's, octlm's BPE or the file brought along
+    in ``tokenizer.file`` with the pad octlm added to it, if any, and a post-processor that puts the bos token first,
+    as octlm does with a prompt) and tokenizer_config.json."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import processors
 
-    from octlm.data.tokenizer import BOS, EOS, PAD
-
     ids = {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
-    inner = HFTokenizer.from_str(tokenizer.inner.to_str())
+    inner, bos = HFTokenizer.from_str(tokenizer.inner.to_str()), tokenizer.bos
     inner.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, tokenizer.bos_id)]
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokenizer.bos_id)]
     )
     atomic_write(folder / "tokenizer.json", inner.to_str(pretty=True).encode("utf-8"))
     settings = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": BOS,
-        "eos_token": EOS,
-        "pad_token": PAD,
+        "bos_token": tokenizer.bos,
+        "eos_token": tokenizer.eos,
+        "pad_token": tokenizer.pad,
         "model_max_length": config["context_length"],
         "clean_up_tokenization_spaces": False,
     }
@@ -364,7 +363,7 @@ def write_configs(folder: Path, config: ModelSizes, tokenizer: Any) -> list[str]
     ]
 
 
-def write_card(folder: Path, experiment_id: str, loaded: Any, config: ModelSizes) -> str:
+def write_card(folder: Path, experiment_id: str, loaded: Any, config: ModelSizes, bos: str) -> str:
     """README.md: what the model is, where it came from (fingerprints), its metrics, how to load it."""
     record, prints = loaded.record, loaded.record.fingerprints
     metrics = "\n".join(f"| {key} | {record.metrics[key]} |" for key in METRICS if key in record.metrics)
@@ -399,11 +398,11 @@ def write_card(folder: Path, experiment_id: str, loaded: Any, config: ModelSizes
         "",
         'model = AutoModelForCausalLM.from_pretrained("path/to/this/folder")',
         'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")',
-        'ids = tokenizer("def ", return_tensors="pt").input_ids  # <|bos|> first, as octlm encodes a prompt',
+        f'ids = tokenizer("def ", return_tensors="pt").input_ids  # {bos} first, as octlm encodes a prompt',
         "print(tokenizer.decode(model.generate(ids, max_new_tokens=20, do_sample=False)[0], skip_special_tokens=True))",
         "```",
         "",
-        f"The tokenizer puts `<|bos|>` before a text, as octlm does; octlm keeps only the last "
+        f"The tokenizer puts `{bos}` before a text, as octlm does; octlm keeps only the last "
         f"{config['context_length']} tokens as context, so generate within that length to get its results.",
         "",
         "The config it was trained under:",

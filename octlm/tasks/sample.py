@@ -17,7 +17,7 @@ from octlm.config import from_dict
 from octlm.core.errors import BadInput, Refused
 from octlm.core.home import Home
 from octlm.data.fingerprints import Fingerprints
-from octlm.data.tokenizer import BOS, EOS, PAD, Tokenizer
+from octlm.data.tokenizer import Tokenizer
 from octlm.run.files import ExperimentFiles
 from octlm.run.runner import check_owner
 from octlm.runtime import machine as runtime
@@ -51,7 +51,7 @@ def load_model(
     for reason in loaded.skipped:
         warn(f"skipped an invalid checkpoint: {reason}; using the older {loaded.path.name}")
     check_owner(loaded, experiment_id, former=former)
-    tokenizer = Tokenizer.load(files.tokenizer)
+    tokenizer = Tokenizer.load(files.tokenizer, current.tokenizer.named())
     # The data is not read to sample: the dataset hash is the checkpoint's own.
     now = Fingerprints(
         current.fingerprint_at(loaded.record.world_size), loaded.record.fingerprints.data, tokenizer.fingerprint
@@ -135,7 +135,7 @@ def _whole_characters(tokenizer: Tokenizer, ids: list[int]) -> tuple[list[int], 
 
 def _special_counts(tokenizer: Tokenizer, ids: list[int]) -> dict[str, int]:
     """How often each special token was generated (they decode to nothing), by name."""
-    names = {tokenizer.bos_id: BOS, tokenizer.eos_id: EOS, tokenizer.pad_id: PAD}
+    names = {tokenizer.bos_id: tokenizer.bos, tokenizer.eos_id: tokenizer.eos, tokenizer.pad_id: tokenizer.pad}
     counts: dict[str, int] = {}
     for token in ids:
         if token in names:

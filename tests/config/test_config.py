@@ -261,8 +261,8 @@ def test_the_config_file_is_the_same_text_from_libyaml_and_pure_python(descripti
 
 def test_to_dict_is_what_asdict_gives_and_a_new_one_each_call() -> None:
     """to_dict is written out by hand for speed (a sweep of 1,000 trials asks it some 7,000 times): it must give what
-    ``dataclasses.asdict`` gives (``data.sources`` as a list), for every preset and for a config with every kind of
-    value, and never share a container with the config or with another call."""
+    ``dataclasses.asdict`` gives (``data.sources`` and ``tokenizer.special_tokens`` as lists), for every preset and for
+    a config with every kind of value, and never share a container with the config or with another call."""
     import dataclasses
 
     from octlm.config.presets import PRESETS, preset
@@ -271,9 +271,11 @@ def test_to_dict_is_what_asdict_gives_and_a_new_one_each_call() -> None:
     configs.append(
         cfg.from_dict({"data": {"sources": ["a.txt", "b/*.txt"]}, "training": {"schedule": "wsd", "threads": 2}})
     )
+    configs.append(cfg.from_dict({"tokenizer": {"file": "t.json", "special_tokens": {"pad": "<|endoftext|>"}}}))
     for config in configs:
         expected = dataclasses.asdict(config)
         expected["data"]["sources"] = list(config.data.sources)
+        expected["tokenizer"]["special_tokens"] = list(config.tokenizer.special_tokens)
         made = config.to_dict()
         assert made == expected and repr(made) == repr(expected)  # the same values, types and key order
         made["data"]["sources"].append("c.txt")
