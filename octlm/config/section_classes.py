@@ -24,7 +24,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "eos": ("<|eos|>", "</s>", "<eos>", "<|end_of_text|>", "[EOS]", "<|endoftext|>"),
     "pad": ("<|pad|>", "<pad>", "[PAD]", "<|padding|>"),
 }
-SPELLINGS = "; ".join(f"{role}: {', '.join(names)}" for role, names in CANDIDATES.items())
+SPELLINGS = "; ".join(f"{role}: {', '.join(f'`{name}`' for name in names)}" for role, names in CANDIDATES.items())
 EVAL_SELECTIONS = ("first", "spread")  # training.eval_selection: how data.blocks.TokenBlocks.choose chooses
 
 
@@ -111,8 +111,8 @@ class TokenizerConfig(_Section):
     KEY = "tokenizer"
     vocab_size: int = _doc(
         "the model's vocabulary, special tokens included: byte-level BPE is trained to this size; with "
-        "tokenizer.file it is the file's (0, which a config naming a file and leaving vocab_size out holds, or the "
-        "same number: another is refused) and left out of the config's fingerprint",
+        "tokenizer.file, the file's: 0 (written where vocab_size is left out) or that number, another refused; "
+        "then left out of the fingerprint, which the file's hash fixes",
         1024,
         bound="non-negative",
         maximum=2**20,
@@ -124,9 +124,9 @@ class TokenizerConfig(_Section):
         "",
     )
     special_tokens: tuple[str, ...] = _doc(
-        "the file's bos, eos and pad tokens, as a mapping of role to token (bos: <s>, eos: </s>) or ROLE=TOKEN texts; "
+        "the file's bos, eos and pad tokens, as a mapping of role to token (`bos: <s>`) or ROLE=TOKEN texts; "
         f"a role left out is found by name ({SPELLINGS}); "
-        "a file with no pad token gets <|pad|> added after its vocabulary",
+        "a file with no pad token gets `<|pad|>` added after its vocabulary",
         (),
         empty=True,
     )

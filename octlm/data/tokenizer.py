@@ -66,7 +66,7 @@ class Tokenizer:
                 raise Refused(f"tokenizer.json lacks the special token {token}: it was not made by octlm")
             ids.append(index)
         self.bos_id, self.eos_id, self.pad_id = ids
-        self.vocab_size = max(inner.get_vocab_size(), max(inner.get_vocab().values(), default=-1) + 1)
+        self.vocab_size = _size(inner)
         canonical = json.dumps(json.loads(inner.to_str()), sort_keys=True, separators=(",", ":"))
         digest = hashlib.sha256(canonical.encode())
         if names != SPECIALS:  # the ids each document is framed by
@@ -152,10 +152,12 @@ class Tokenizer:
         except LookupError as error:
             raise bad(str(error.args[0])) from None
         added = inner.token_to_id(pad) is None
+        if added and _size(inner) != inner.get_vocab_size():  # the library would add it at an id already taken
+            raise bad("it has no pad token and its ids leave gaps, so none can be added: name one in special_tokens")
         if added:
             inner.add_special_tokens([pad])
-        if (size := inner.get_vocab_size()) > MAX_VOCABULARY:
-            raise bad(f"holds {size:,} tokens, more than tokenizer.vocab_size's limit of {MAX_VOCABULARY:,}")
+        if (size := _size(inner)) > MAX_VOCABULARY:
+            raise bad(f"holds {size:,} token ids, more than tokenizer.vocab_size's limit of {MAX_VOCABULARY:,}")
         try:
             tokenizer = cls(inner, (bos, eos, pad))
         except OctlmError as error:
@@ -190,6 +192,11 @@ class Tokenizer:
         special)."""
         framing = {self.bos_id, self.eos_id, self.pad_id}
         return self.inner.decode([i for i in ids if i not in framing], skip_special_tokens=True)
+
+
+def _size(inner: HFTokenizer) -> int:
+    """The ids a model needs rows for: up to the highest (a file's ids may leave gaps)."""
+    return max(inner.get_vocab_size(), max(inner.get_vocab().values(), default=-1) + 1)
 
 
 def brought_path(file: str, root: Path) -> Path:
