@@ -13,14 +13,14 @@ from pathlib import Path
 import torch
 
 from octlm.config import Config, TrainingConfig
-from octlm.core.errors import BadInput, OctlmError, Refused
+from octlm.core.errors import BadInput, Refused
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, Reporter, counted
 from octlm.data import apart as apart_process
 from octlm.data import blocks as data
 from octlm.data import corpus, sources, tokens
-from octlm.data.fingerprints import Fingerprints, dataset_hash
-from octlm.data.tokenizer import Tokenizer, brought_path, cache_path, from_cache, load_or_train, to_cache
+from octlm.data.fingerprints import Fingerprints, brought, dataset_hash
+from octlm.data.tokenizer import Tokenizer, cache_path, from_cache, load_or_train, to_cache
 
 
 @dataclass(frozen=True)
@@ -232,28 +232,18 @@ def _tokenizer_note(how: str, tokenizer: Tokenizer, path: Path, cached: Path | N
 
 
 def _bring(home: Home, config: Config, experiment_tokenizer: Path, report: Reporter) -> Tokenizer | None:
-    """The tokenizer brought along in ``tokenizer.file`` (None without one), checked against the config's vocabulary
-    and against the experiment's copy of the one it trained with; each fault one line naming the experiment's file."""
-    section = config.tokenizer
-    if not section.file:
+    """The tokenizer brought along in ``tokenizer.file`` (``fingerprints.brought``; None without one), checked
+    against the experiment's copy of the one it trained with."""
+    if not config.tokenizer.file:
         return None
-    report.phase("loading tokenizer", section.file)
-    try:
-        path = brought_path(section.file, sources.data_root(home))
-        tokenizer = Tokenizer.bring(path, section.named())
-        if section.vocab_size not in (0, tokenizer.vocab_size):
-            raise BadInput(
-                f"tokenizer.vocab_size is {section.vocab_size:,} but tokenizer.file {path} holds "
-                f"{tokenizer.vocab_size:,} tokens: leave vocab_size out (or 0: the file's)"
-            )
-    except OctlmError as error:
-        raise type(error)(f"experiments/{config.id}.yaml: {error}" if config.id else str(error)) from None
-    if os.path.lexists(experiment_tokenizer):
-        kept = Tokenizer.load(experiment_tokenizer, section.named())
+    report.phase("loading tokenizer", config.tokenizer.file)
+    tokenizer = brought(home, config)
+    if tokenizer is not None and os.path.lexists(experiment_tokenizer):
+        kept = Tokenizer.load(experiment_tokenizer, config.tokenizer.named())
         if kept.fingerprint != tokenizer.fingerprint:
             raise Refused(
-                f"tokenizer.file {path} is not the tokenizer {config.id} trained with ({experiment_tokenizer}): "
-                f"restore that file, or start over with `octlm train {config.id} --restart`"
+                f"tokenizer.file {config.tokenizer.file} is not the tokenizer {config.id} trained with "
+                f"({experiment_tokenizer}): restore that file, or start over with `octlm train {config.id} --restart`"
             )
     return tokenizer
 

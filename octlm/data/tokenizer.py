@@ -199,22 +199,6 @@ def _size(inner: HFTokenizer) -> int:
     return max(inner.get_vocab_size(), max(inner.get_vocab().values(), default=-1) + 1)
 
 
-def brought_path(file: str, root: Path) -> Path:
-    """Where ``tokenizer.file`` is: ``~`` expanded, a relative path under ``root`` (the data root: the home, or
-    ``OCTLM_DATA_ROOT``, as for ``data.sources``). BadInput, one line, when nothing is there."""
-    try:
-        path = Path(file).expanduser()
-    except RuntimeError as error:  # "~nosuchuser/x"
-        raise BadInput(f"tokenizer.file {file!r}: {error}") from None
-    path = path if path.is_absolute() else root / path
-    if not os.path.lexists(path):
-        raise BadInput(
-            f"tokenizer.file {path} does not exist: give a tokenizers JSON file (a tokenizer.json), relative to "
-            "the home or OCTLM_DATA_ROOT"
-        )
-    return path
-
-
 def _read(path: Path, fail: Callable[[str], OctlmError], follow: bool = True) -> HFTokenizer:
     """The tokenizer the file at ``path`` holds; ``fail(reason)`` is raised for one that cannot be read."""
     try:

@@ -263,3 +263,17 @@ def test_an_experiment_trains_on_a_brought_tokenizer_resumes_exactly_and_exports
     ours.load_state_dict(final.model)
     expected = generate.greedy(ours.eval(), ids, 16, torch.device("cpu"), stop_id=tokenizer.eos_id)
     assert hf.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)[0].tolist() == expected
+
+
+@pytest.mark.slow
+def test_bench_builds_the_model_with_the_files_vocabulary(tmp_path: Path) -> None:
+    """The config says 0 (the file's): ``bench`` reads the file for the number, as training does."""
+    home = _home(tmp_path, {"file": "tok/tokenizer.json"})
+    result = cli(home, "bench", "EXP-001", "--steps", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    from octlm.config import from_dict
+    from octlm.train.model.decoder import Decoder
+
+    vocabulary = Tokenizer.bring(home / "tok" / "tokenizer.json", {}).vocab_size
+    config = from_dict({**tiny_config(), "tokenizer": {"file": "tok/tokenizer.json", "vocab_size": vocabulary}})
+    assert json_out(result)["parameters"] == Decoder(config).parameter_count()

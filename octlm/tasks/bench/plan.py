@@ -31,11 +31,14 @@ def resolve_config(home: Home, experiment_id: str | None, preset: str | None) ->
         raise BadInput("give an experiment ID or --preset, not both")
     if preset:
         return cfg.from_dict(preset_raw(preset), f"preset {preset}")
-    if experiment_id is not None:
-        return experiments.load(home, experiment_id)
-    if home.config_path(DEFAULT_EXPERIMENT).exists():
-        return experiments.load(home, DEFAULT_EXPERIMENT)
-    return cfg.from_dict(preset_raw("day1"), "preset day1")
+    if experiment_id is None and not home.config_path(DEFAULT_EXPERIMENT).exists():
+        return cfg.from_dict(preset_raw("day1"), "preset day1")
+    config = experiments.load(home, experiment_id or DEFAULT_EXPERIMENT)
+    if config.tokenizer.file:  # the model's vocabulary is the file's (tokenizers and numpy, not torch)
+        from octlm.data.fingerprints import with_vocabulary
+
+        return with_vocabulary(home, config)
+    return config
 
 
 def parse_list(text: str | None, default: str, allowed: tuple[str, ...], flag: str) -> list[str]:
