@@ -249,9 +249,8 @@ def byte_lengths(inner: HFTokenizer, size: int, framing: set[int]) -> np.ndarray
     else:
         anchor = inner.encode("a", add_special_tokens=False).ids[-1:] or [min(vocab.values())]
         alone = len(inner.decode(anchor).encode("utf-8"))
-        ids = sorted(vocab.values())
-        for index, text in zip(ids, inner.decode_batch([[*anchor, i] for i in ids]), strict=True):
-            table[index] = len(text.encode("utf-8")) - alone
+        for index in vocab.values():  # one by one: decode_batch's threads would make a fork (``apart``) warn
+            table[index] = len(inner.decode([*anchor, index]).encode("utf-8")) - alone
         if "ByteFallback" in _decoders(inner):
             table[[index for token, index in vocab.items() if BYTE_TOKEN.fullmatch(token)]] = 1
     special = [index for index, token in inner.get_added_tokens_decoder().items() if token.special]
