@@ -171,11 +171,13 @@ BAD = {  # case: what the one line says
     "folder": r"tokenizer\.file .*tok: is a folder: give a tokenizers JSON file \(the tokenizer\.json inside it\)",
     "not json": r"tokenizer\.file .*notes\.txt: not a tokenizers JSON file \(not UTF-8\)",
     "not a tokenizer": r"tokenizer\.file .*config\.json: not a tokenizers JSON file \(.*\); save one with",
-    "no special tokens": r"tokenizer\.file .*words\.json: no bos token found by name \(looked for <\|bos\|> <s> .*<\|endoftext\|>; "
-    r"its special tokens: <unk> <mask>\): name one in tokenizer\.special_tokens",
+    "no special tokens": r"tokenizer\.file .*words\.json: no bos token found by name "
+    r"\(looked for <\|bos\|> <s> .*<\|endoftext\|>; its special tokens: <unk> <mask>\): "
+    r"name one in tokenizer\.special_tokens",
     "named token absent": r"tokenizer\.special_tokens names <pad> as pad, which it does not hold "
     r"\(its special tokens: <\|endoftext\|>\)",
-    "too many ids": r"tokenizer\.file .*huge\.json: holds 1,048,577 token ids, more than tokenizer\.vocab_size's limit of 1,048,576",
+    "too many ids": r"tokenizer\.file .*huge\.json: holds 1,048,577 token ids, "
+    r"more than tokenizer\.vocab_size's limit of 1,048,576",
     "another vocab_size": r"tokenizer\.vocab_size is 1,024 but tokenizer\.file .*tokenizer\.json holds [0-9,]+ tokens: "
     r"leave vocab_size out",
 }
