@@ -40,6 +40,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from octlm.config.section_classes import CANDIDATES
 from octlm.core.errors import BadInput, OctlmError, Refused
 from octlm.core.fsutil import atomic_write, read_regular
+from octlm.core.reporting import counted
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIALS = (BOS, EOS, PAD)
@@ -87,7 +88,7 @@ class Tokenizer:
             )
         if (extra := added.pop()) and self.eos_id in (self.bos_id, self.pad_id):
             raise BadInput(
-                f"it adds {extra} byte(s) to each text it encodes, which the eos token takes back, and {self.eos} "
+                f"it adds {counted(extra, 'byte')} to each text it encodes, which the eos token takes back, and {self.eos} "
                 "is also its bos or pad: name another in tokenizer.special_tokens"
             )
         self.byte_lengths[self.eos_id] = -extra
