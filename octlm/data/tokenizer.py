@@ -88,8 +88,8 @@ class Tokenizer:
             )
         if (extra := added.pop()) and self.eos_id in (self.bos_id, self.pad_id):
             raise BadInput(
-                f"it adds {counted(extra, 'byte')} to each text it encodes, which the eos token takes back, and {self.eos} "
-                "is also its bos or pad: name another in tokenizer.special_tokens"
+                f"it adds {counted(extra, 'byte')} to each text it encodes, which the eos token takes back, and "
+                f"{self.eos} is also its bos or pad: name another in tokenizer.special_tokens"
             )
         self.byte_lengths[self.eos_id] = -extra
 
