@@ -201,8 +201,7 @@ def commands_reference() -> str:
 
 @page("docs/reference/config.md")
 def config_reference() -> str:
-    from octlm.cli.commands.config import default_text
-    from octlm.config import describe_keys
+    from octlm.cli.commands.config import default_text, keys_described
 
     lines = [
         "# Config keys",
@@ -214,7 +213,7 @@ def config_reference() -> str:
         "| key | type | default | fingerprinted | what it does |",
         "|---|---|---|---|---|",
     ]
-    for key in describe_keys():
+    for key in keys_described():
         cells = (
             f"`{key['key']}`",
             key["type"],

@@ -99,6 +99,7 @@ ADDED_LATER: dict[str, Any] = {
     "init.optimizer": False,
     "training.determinism": "local",
     "data.sampling": "replacement",
+    "data.text_field": "text",
     "training.schedule": "cosine",
     "training.decay_fraction": 0.2,
     "training.spike_guard": "off",

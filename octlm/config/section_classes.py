@@ -87,7 +87,9 @@ class _Section:
 class DataConfig(_Section):
     KEY = "data"
     sources: tuple[str, ...] = _doc(
-        "builtin:docs, builtin:stdlib, or paths/globs of .txt, .md and .jsonl files", ("builtin:docs",)
+        "builtin:docs, builtin:stdlib, or paths, globs and folders of text and data files (their formats: octlm config "
+        "keys, or the config reference)",
+        ("builtin:docs",),
     )
     validation_fraction: float = _doc("share of documents held out for evaluation", 0.1, bound="fraction")
     max_bytes: int = _doc("cap on the corpus size in bytes (0 = no cap)", 0, bound="non-negative", maximum=2**40)
@@ -98,6 +100,13 @@ class DataConfig(_Section):
         "replacement",
         choices=SAMPLINGS,
     )
+    text_field: str = _doc(
+        "the field of a record that holds its text: a JSON Lines key, a Parquet or Arrow column", "text"
+    )
+
+    def check(self) -> None:
+        if not self.text_field:
+            self.fail("text_field", "must name a field (the default is text)")
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ def now(home: Home, config: Config, tokenizer_path: Path) -> Fingerprints:
         )
     tokenizer = brought(home, config) or Tokenizer.load(tokenizer_path, config.tokenizer.named())
     data = config.data
-    found = corpus.load(data.sources, sources.data_root(home), data.validation_fraction, data.max_bytes)
+    root = sources.data_root(home)
+    found = corpus.load(data.sources, root, data.validation_fraction, data.max_bytes, data.text_field)
     return Fingerprints(config.fingerprint, dataset_hash(found, tokenizer), tokenizer.fingerprint)
 
 

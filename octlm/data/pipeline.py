@@ -195,13 +195,16 @@ def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
     report.phase("reading corpus")
     data = config.data
     try:
-        found = corpus.load(data.sources, sources.data_root(home), data.validation_fraction, data.max_bytes)
+        found = corpus.load(
+            data.sources, sources.data_root(home), data.validation_fraction, data.max_bytes, data.text_field
+        )
     except BadInput as error:
         if not config.id or str(error).startswith("experiments/"):
             raise
         raise BadInput(f"experiments/{config.id}.yaml: {error}") from None
     count = len(found.train) + len(found.validation)
-    report.phase("reading corpus", f"{_megabytes(found)} MB, {counted(count, 'document')}")
+    skipped = f", {counted(found.skipped, 'binary file')} skipped" if found.skipped else ""
+    report.phase("reading corpus", f"{_megabytes(found)} MB, {counted(count, 'document')}{skipped}")
     return found
 
 

@@ -80,11 +80,11 @@ def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...
     root = sources.data_root(home)
     report.phase("reading", ", ".join(on) if on else "the validation split")
     if on:
-        found = corpus.Corpus(tuple(corpus.documents(on, root)), ())
+        found = corpus.Corpus(tuple(corpus.documents(on, root, field=data.text_field)), (), data.text_field)
         names = on
     else:
-        found = corpus.load(data.sources, root, data.validation_fraction, data.max_bytes)
-        found, names = corpus.Corpus(found.validation, ()), data.sources
+        found = corpus.load(data.sources, root, data.validation_fraction, data.max_bytes, data.text_field)
+        found, names = corpus.Corpus(found.validation, (), found.field), data.sources
         if not found.train:
             raise BadInput(f"{config.id or 'the experiment'} has no validation documents (data.validation_fraction)")
     size = sum(document.size for document in found.train) / 1e6

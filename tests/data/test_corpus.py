@@ -32,7 +32,7 @@ def test_corpus_sources_and_their_errors(tmp_path: Path) -> None:
         (("bad.jsonl",), 'bad.jsonl:2: no "text" field'),
         (("latin1.txt",), "latin1.txt: not UTF-8"),
         (("empty.txt",), "the corpus is empty"),
-        (("nothing-*.txt",), "matches no .txt"),
+        (("nothing-*.txt",), "matches no text or data file"),
         (("builtin:web",), "unknown builtin"),
     ]
     for sources, fragment in cases:
