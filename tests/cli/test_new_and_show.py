@@ -174,27 +174,39 @@ def fake_checkpoint(home: Path, experiment_id: str, step: int) -> None:
 
 
 GRID = ("--grid", "training.learning_rate=1e-3,3e-4")
+NOTHING = "nothing holds no text or data file (2 binary files skipped)"
+
+
+def write_nothing_readable(home: Path) -> None:
+    """A folder of files none of which is read: two binary ones (skipped and counted), a hidden text file and a
+    version-control folder's (left out)."""
+    (home / "nothing" / "deeper").mkdir(parents=True)
+    (home / "nothing" / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR")
+    (home / "nothing" / "deeper" / "weights.bin").write_bytes(bytes(range(256)))
+    (home / "nothing" / ".notes.txt").write_text("a hidden file\n")
+    (home / "nothing" / ".git").mkdir()
+    (home / "nothing" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
 
 
 @pytest.mark.parametrize(
     "args, named",
     [
-        (["new", "--set", "data.sources=[nothing]"], "nothing holds no .txt"),  # a folder of other files
-        (["new", "--set", "data.sources=nothing"], "nothing holds no .txt"),  # as one string
-        (["new", "--set", "data.sources=[nothing/*]"], "'nothing/*' matches no .txt"),  # a glob of other files
-        (["new", "--set", "data.sources=[notes/*.md]"], "'notes/*.md' matches no .txt"),  # a glob of nothing
+        (["new", "--set", "data.sources=[nothing]"], NOTHING),  # a folder of binary, hidden and VCS files
+        (["new", "--set", "data.sources=nothing"], NOTHING),  # as one string
+        (["new", "--set", "data.sources=[nothing/*]"], "'nothing/*' matches no text or data file (1 binary file"),
+        (["new", "--set", "data.sources=[notes/*.md]"], "'notes/*.md' matches no text or data file"),  # nothing
         (["new", "--set", "data.sources=[corpus/*.txt, gone.txt]"], "gone.txt does not exist"),  # one of two
-        (["new", "--set", "data.sources=[nothing/table.csv]"], "unsupported file type '.csv'"),
-        (["new", "EXP-002", "--from", "EXP-001", "--set", "data.sources=[nothing]"], "nothing holds no .txt"),
-        (["new", "--from", "EXP-003"], "gone/*.txt' matches no .txt"),  # copied from one whose data went away
-        (["new", "--seeds", "2", "--set", "data.sources=[nothing]"], "nothing holds no .txt"),
-        (["new", "--init-from", "EXP-001@4", "--set", "data.sources=[nothing]"], "nothing holds no .txt"),
+        (["new", "--set", "data.sources=[nothing/image.png]"], "image.png: not UTF-8 text (a NUL byte at offset 8)"),
+        (["new", "EXP-002", "--from", "EXP-001", "--set", "data.sources=[nothing]"], NOTHING),
+        (["new", "--from", "EXP-003"], "gone/*.txt' matches no text"),  # copied from one whose data went away
+        (["new", "--seeds", "2", "--set", "data.sources=[nothing]"], NOTHING),
+        (["new", "--init-from", "EXP-001@4", "--set", "data.sources=[nothing]"], NOTHING),
         (["sweep", "new", "s", "--from", "EXP-001", *GRID, "--set", "data.sources=[nothing]"], "nothing holds no"),
         (
             ["sweep", "new", "s", "--from", "EXP-001", "--grid", "data.sources=corpus,nothing"],
             "data.sources=['nothing']",
         ),
-        (["sweep", "new", "s", "--from", "EXP-003", *GRID], "gone/*.txt' matches no .txt"),
+        (["sweep", "new", "s", "--from", "EXP-003", *GRID], "gone/*.txt' matches no text"),
     ],
 )
 def test_new_refuses_data_sources_that_hold_nothing_readable_and_writes_nothing(
@@ -204,9 +216,7 @@ def test_new_refuses_data_sources_that_hold_nothing_readable_and_writes_nothing(
     ``--set`` or ``--grid``) refuse sources that hold nothing ``train`` could read: one line naming the source, exit 2,
     and nothing written (no YAML, no registry, no identity, no fork reference), no ID consumed; not a warning and a
     failure at ``train``."""
-    (home / "nothing" / "deeper").mkdir(parents=True)
-    (home / "nothing" / "table.csv").write_text("a,b\n1,2\n")
-    (home / "nothing" / "deeper" / "README").write_text("no suffix\n")
+    write_nothing_readable(home)
     write_experiment(home, "EXP-003", data={"sources": ["gone/*.txt"]})
     fake_checkpoint(home, "EXP-001", 4)
     before = snapshot(home)
@@ -251,10 +261,10 @@ def test_sweep_extend_refuses_a_source_that_holds_nothing_and_writes_nothing(hom
     checks it, before any trial's file is written."""
     made = cli(home, "sweep", "new", "s", "--from", "EXP-001", "--grid", "data.sources=corpus")
     assert made.exit_code == 0, made.stderr
-    (home / "nothing").mkdir()
+    write_nothing_readable(home)
     before = snapshot(home)
     refused = cli(home, "sweep", "extend", "s", "--grid", "data.sources=nothing")
     assert refused.exit_code == 2, refused.stdout + refused.stderr
     line = refused.stderr.strip()
-    assert line.count("\n") == 0 and "nothing holds no .txt" in line and "nothing was written" in line, line
+    assert line.count("\n") == 0 and NOTHING in line and "nothing was written" in line, line
     assert snapshot(home) == before

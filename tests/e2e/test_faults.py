@@ -216,7 +216,7 @@ def test_sixteen_processes_hammer_the_registry(tmp_path: Path) -> None:
         ("model: {colour: red}", ["train", "EXP-001"], 2, "EXP-001.yaml: model.colour: unknown key"),
         ("training: {steps: ten}", ["resume", "EXP-001"], 2, "EXP-001.yaml: training.steps: expected an integer"),
         ("training: {steps: 5, warmup_steps: 9}", ["train", "EXP-001"], 2, "training.warmup_steps: must be below"),
-        ("data: {sources: [nowhere/*.txt]}", ["train", "EXP-001"], 2, "matches no .txt"),
+        ("data: {sources: [nowhere/*.txt]}", ["train", "EXP-001"], 2, "matches no text or data file"),
         ("data: {sources: [missing.txt]}", ["train", "EXP-001"], 2, "missing.txt does not exist"),
         ("data: {sources: [empty.txt]}", ["train", "EXP-001"], 2, "the corpus is empty"),
         (None, ["train", "EXP-404"], 2, "unknown experiment EXP-404"),

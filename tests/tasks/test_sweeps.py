@@ -293,7 +293,7 @@ def test_a_failed_trial_retried_runs_once_more_and_the_sweep_keeps_why(tmp_path:
     assert said.exit_code == 0, said.stderr
     lines = said.stdout.splitlines()
     assert [line.split()[0] for line in lines] == bad and all(line.count("more/*.txt") == 1 for line in lines)
-    message = "data.sources: 'more/*.txt' matches no .txt, .md or .jsonl file"
+    message = "data.sources: 'more/*.txt' matches no text or data file"
     assert lines == [f"{e} (failed): experiments/{e}.yaml: {message}" for e in bad]
     assert said.stderr == "sweep heal: 2 trials queued again; train them with `octlm work heal`\n"
     status = json_out(cli(home, "sweep", "status", "heal", "--json"))

@@ -110,7 +110,10 @@ def columns(kind: str) -> Scan:
 
 def _table(folder: Path, texts: Sequence[str], field: str) -> Any:
     """The texts as a table (beside an ``id`` column), in three row groups or batches."""
-    table = module("pyarrow", folder).table({"id": list(range(len(texts))), field: list(texts)})
+    pyarrow = module("pyarrow", folder)
+    table = pyarrow.table(
+        {"id": pyarrow.array(range(len(texts)), pyarrow.int64()), field: pyarrow.array(texts, pyarrow.string())}
+    )
     return table, max(1, -(-len(texts) // 3))
 
 

@@ -101,7 +101,7 @@ def _parsed(line: str, where: str) -> object:
         return json.loads(line)
     except (json.JSONDecodeError, RecursionError) as error:
         reason = error.msg if isinstance(error, json.JSONDecodeError) else "nested too deeply"
-        raise BadInput(f"{where}: not valid JSON ({reason})") from None
+        raise BadInput(f"{where}: not valid JSON ({reason}); fix the line or drop the file from data.sources") from None
 
 
 def _size(record: object, field: str, where: str) -> int:
@@ -147,9 +147,12 @@ def write_texts(codec: str, suffix: str) -> Callable[[Path, Sequence[str], str],
 
 
 def write_lines(codec: str, suffix: str) -> Callable[[Path, Sequence[str], str], Path]:
+    """One file of one record a line, each its number (``id``) and its text under ``field``."""
+
     def write(folder: Path, texts: Sequence[str], field: str) -> Path:
         path = folder / f"corpus{suffix}"
-        path.write_bytes(pack("".join(json.dumps({field: text}) + "\n" for text in texts).encode(), codec, path))
+        lines = (json.dumps({"id": number, field: text}) + "\n" for number, text in enumerate(texts))
+        path.write_bytes(pack("".join(lines).encode(), codec, path))
         return path
 
     return write
