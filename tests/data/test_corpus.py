@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import cli
 
 from octlm.core.errors import BadInput
 from octlm.data import corpus
@@ -62,3 +63,34 @@ def test_a_damaged_builtin_snapshot_is_refused(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(corpus, "BUILTIN_DOCS_FILE", damaged)
     with pytest.raises(Refused, match="does not match its checksum"):
         corpus.documents(("builtin:docs",), tmp_path)
+
+
+def test_a_folder_of_extensionless_text_and_a_glob_of_python_sources_train_as_they_are(home: Path) -> None:
+    """Issue 48 item 1: any regular file that decodes as text is read, whatever its name: a folder of license files
+    without an extension (its binary file skipped and counted, its hidden file and version-control folder left out)
+    and a glob of ``.py`` files each train, and ``new`` accepts them by the same rule (``sources.check_readable``)."""
+    licenses = home / "licenses"
+    (licenses / ".git" / "objects").mkdir(parents=True)
+    (licenses / "LICENSE").write_text("Permission is hereby granted, free of charge, to any person obtaining a copy\n")
+    (licenses / "COPYING").write_text("This program is free software: you can redistribute it and/or modify it\n")
+    (licenses / "NOTICE.rst").write_text("Notices of the works this folder's works are made from, with é and ü.\n")
+    (licenses / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR")
+    (licenses / ".DS_Store").write_text("a hidden file, left out\n")
+    (licenses / ".git" / "objects" / "HEAD").write_text("ref: refs/heads/main\n")
+    (home / "src" / "pkg").mkdir(parents=True)
+    (home / "src" / "pkg" / "__init__.py").write_text('"""A package."""\n\nVALUE = 1\n')
+    (home / "src" / "pkg" / "tool.py").write_text("def double(x):\n    return 2 * x\n")
+    (home / "src" / "pkg" / "tool.pyc").write_bytes(b"\xa7\r\r\n\0\0\0\0compiled")  # not matched by the glob
+    found = corpus.load(("licenses",), home, 0.2)
+    names = sorted(d.name for d in (*found.train, *found.validation))
+    assert names == ["licenses/COPYING", "licenses/LICENSE", "licenses/NOTICE.rst"] and found.skipped == 1
+    sources = corpus.documents(("src/**/*.py",), home)
+    assert [d.name for d in sources] == ["src/pkg/__init__.py", "src/pkg/tool.py"]
+    assert sources[1].text == "def double(x):\n    return 2 * x\n"
+    for source, detail in (("licenses", "3 documents, 1 binary file skipped"), ("src/**/*.py", "2 documents")):
+        made = cli(home, "new", "--from", "EXP-001", "--set", f"data.sources=[{source}]")
+        assert made.exit_code == 0, made.stderr
+        experiment = made.stdout.strip()
+        trained = cli(home, "train", experiment, "--until", "2")
+        assert trained.exit_code == 0, trained.stderr
+        assert f"reading corpus: 0.0 MB, {detail}" in trained.stderr, trained.stderr
