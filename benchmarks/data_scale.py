@@ -6,7 +6,10 @@ prepares each one in a fresh process with `octlm prepare EXP-001 --json`, as `oc
 first step: read the corpus, train the tokenizer, encode into the token file, cut blocks. The child reports
 its own peak resident memory (ru_maxrss) and the time of each phase.
 
-    python benchmarks/data_scale.py [--sizes 30,100,300] [--vocab-size 8192] [--folder DIR]
+    python benchmarks/data_scale.py [--sizes 30,100,300] [--vocab-size 8192] [--folder DIR] [--format parquet]
+
+With ``--format parquet`` the same texts are written as Parquet shards (4,000 documents a shard, 256 a row group,
+as the hub publishes corpora) and read from there (issue 48: the Parquet path holds a row group, never a shard).
 
 Targets (issue 15): peak memory flat in the corpus size (largest at most 1.3x the smallest, under 1.5 GB),
 time within 1.2x of linear, encoding at least 5 MB/s of text per core.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +49,20 @@ def make_corpus(folder: Path, megabytes: int) -> int:
     return written
 
 
+def to_parquet(folder: Path, shards: Path) -> None:
+    """The corpus's files as Parquet shards of a ``text`` column, in the files' order; the files removed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted(folder.glob("*.txt"))
+    shards.mkdir(parents=True)
+    for start in range(0, len(files), 4000):
+        texts = [p.read_text(encoding="utf-8", errors="surrogatepass") for p in files[start : start + 4000]]
+        path = shards / f"train-{start // 4000:05d}.parquet"
+        pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), path, row_group_size=256)
+    shutil.rmtree(folder)
+
+
 def prepare_in_child(home: Path) -> dict[str, object]:
     """`octlm prepare EXP-001 --json` in a fresh process: the phases, tokens and its peak memory."""
     started = time.perf_counter()
@@ -71,6 +89,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="30,100,300", help="corpus sizes in MB")
     parser.add_argument("--vocab-size", type=int, default=8192, help="the tokenizer's size (day2's)")
     parser.add_argument("--folder", type=Path, default=None, help="where the corpora go (default: a temporary folder)")
+    parser.add_argument("--format", choices=("text", "parquet"), default="text", help="text files or Parquet shards")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     root = args.folder or Path(tempfile.mkdtemp(prefix="octlm-data-scale-"))
@@ -78,10 +97,15 @@ def main() -> None:
     for megabytes in sizes:
         home = root / f"{megabytes}MB"
         text_bytes = make_corpus(home / "corpus", megabytes)
+        if args.format == "parquet":
+            to_parquet(home / "corpus", home / "shards")
         config = {
             "id": "EXP-001",
             "preset": "day2",
-            "data": {"sources": ["corpus/*.txt"], "validation_fraction": 0.02},
+            "data": {
+                "sources": ["shards" if args.format == "parquet" else "corpus/*.txt"],
+                "validation_fraction": 0.02,
+            },
             "tokenizer": {"vocab_size": args.vocab_size},
             "training": {"compile": False},
         }
