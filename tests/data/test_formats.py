@@ -94,6 +94,26 @@ def test_a_file_of_every_format_trains_to_one_fingerprint_and_resumes_exactly(na
         assert other.content_hash != found.content_hash
 
 
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_the_fingerprint_covers_what_is_read(name: str, tmp_path: Path) -> None:
+    """The dataset's content hash is the same for the same texts in another home, and moves when one character of one
+    document changes in the file; where the row reads a field, reading the same records under another field's name
+    moves it too."""
+    row = FORMATS[name]
+
+    def content_hash(where: str, texts: list[str]) -> str:
+        home, made = home_with(tmp_path / where, name, texts)
+        return corpus.load((made.relative_to(home).as_posix(),), home, 0.2, 0, field_of(row)).content_hash
+
+    edited = [*TEXTS[:3], TEXTS[3].replace("e", "é", 1), *TEXTS[4:]]
+    first, again, changed = content_hash("a", TEXTS), content_hash("b", TEXTS), content_hash("c", edited)
+    assert first == again != changed
+    if row.records:
+        home, made = home_with(tmp_path / "d", name)
+        found = corpus.load((made.relative_to(home).as_posix(),), home, 0.2, 0, field_of(row))
+        assert found.content_hash == first != corpus.Corpus(found.train, found.validation).content_hash
+
+
 @pytest.mark.parametrize("name", NAMED)
 def test_a_damaged_file_of_every_format_is_one_line_naming_it(name: str, tmp_path: Path) -> None:
     """A file of a format told by its name, cut in half or not of that format at all, is refused in one line naming
