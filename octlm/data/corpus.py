@@ -41,20 +41,20 @@ class Document:
 
     __slots__ = ("_at", "_held", "name", "size", "source")
 
-    def __init__(self, name: str, text: str | None = None, *, at: tuple[Any, object] = (None, None), size: int = -1):
+    def __init__(self, name: str, text: str | None = None, *, at: tuple[Any, int, int] = (None, 0, 0), size: int = -1):
         self.name = name  # stable across machines for builtins ("builtin:docs/plan.md"), the path otherwise
         self.source = 0  # which of ``data.sources`` it came from (its index), for evaluations per source
         self._held = text
-        self._at = at  # a reader with ``text(key)`` and the key: where the text is read again
+        self._at = at  # where the text is read again: a reader with ``text(a, b)`` and the two numbers it takes
         self.size = size if size >= 0 else len((text or "").encode("utf-8", "surrogatepass"))  # bytes of UTF-8
 
     @property
     def text(self) -> str:
         if self._held is not None:
             return self._held
-        reader, key = self._at
+        reader, a, b = self._at
         assert reader is not None, "a document holds its text or knows where it lies"
-        return reader.text(key)
+        return reader.text(a, b)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Document) and (self.name, self.text) == (other.name, other.text)
@@ -119,7 +119,7 @@ def _stdlib() -> Iterator[Document]:
             size = len(file.text().encode("utf-8", "surrogatepass"))
         except (UnicodeDecodeError, OSError):
             continue  # a handful of stdlib test files are deliberately not UTF-8
-        yield Document(f"builtin:stdlib/{relative.as_posix()}", at=(file, None), size=size)
+        yield Document(f"builtin:stdlib/{relative.as_posix()}", at=(file, 0, -1), size=size)
 
 
 def _name(path: Path, root: Path) -> str:

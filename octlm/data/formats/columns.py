@@ -60,8 +60,7 @@ class _Columns:
         self.groups, self.at = groups(start), start - 1
         return self.groups
 
-    def text(self, key: Any) -> str:
-        group, index = key
+    def text(self, group: int, index: int) -> str:
         Held.take(self)
         if self.groups is None or group < self.at or self.kind == "Parquet" and group > self.at + 1:
             self.open(group)  # a Parquet file's row groups are read where they lie; an Arrow stream's in turn
@@ -98,7 +97,7 @@ def columns(kind: str) -> Scan:
                     column.validate(full=True)  # valid UTF-8, offsets in range
                     sizes = compute.binary_length(column).to_pylist()
                 budget.take(sum(size or 0 for size in sizes), file.path)
-                yield from ((f":{rows + i + 1}", (reader, (group, i)), size) for i, size in enumerate(sizes) if size)
+                yield from ((f":{rows + i + 1}", (reader, group, i), size) for i, size in enumerate(sizes) if size)
                 rows += len(sizes)
         finally:
             reader.drop()

@@ -36,7 +36,7 @@ class DataFile:
         info = os.stat(path)
         return cls(path, info.st_size, info.st_mtime_ns, newlines)
 
-    def text(self, key: object = None) -> str:
+    def text(self, offset: int = 0, length: int = -1) -> str:  # the whole file, as its one document
         text = self.read().decode("utf-8")
         return text.replace("\r\n", "\n").replace("\r", "\n") if self.newlines else text
 
@@ -88,7 +88,7 @@ class Budget:
         return payload
 
 
-At = tuple[Any, object]  # where a document's text is read again: a reader with ``text(key)``, and the key
+At = tuple[Any, int, int]  # where a document's text is read again: a reader with ``text(a, b)``, and a and b
 Scan = Callable[[DataFile, str, Budget], Iterator[tuple[str, At, int]]]  # (suffix of its name, where, bytes of text)
 
 

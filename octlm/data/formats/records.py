@@ -21,7 +21,7 @@ class _Whole:
     def __init__(self, file: DataFile, codec: str):
         self.file, self.codec = file, codec
 
-    def text(self, key: object = None) -> str:
+    def text(self, offset: int = 0, length: int = -1) -> str:  # the whole file, as its one document
         with self.file.open() as handle:
             return decoded(b"".join(unpacked(handle, self.file.path, self.codec)), self.file.path)
 
@@ -34,7 +34,7 @@ def whole(codec: str) -> Scan:
                 payload = b"".join(unpacked(handle, file.path, codec, budget))
         else:
             reader, payload = file, budget.whole(file.path)
-        yield "", (reader, None), len(decoded(payload, file.path).encode("utf-8", "surrogatepass"))
+        yield "", (reader, 0, -1), len(decoded(payload, file.path).encode("utf-8", "surrogatepass"))
 
     return scan
 
@@ -54,8 +54,7 @@ class _Lines:
             self.handle.close()
         self.handle, self.stream, self.start, self.held = None, iter(()), 0, b""
 
-    def text(self, key: Any) -> str:
-        offset, length = key
+    def text(self, offset: int, length: int) -> str:
         return json.loads(self.read(offset, length).decode("utf-8"))[self.field]
 
     def read(self, offset: int, length: int) -> bytes:
@@ -128,7 +127,7 @@ def json_lines(codec: str) -> Scan:
                 if ended.strip():
                     line = ended.splitlines()[0]  # without its line ending
                     size = _size(_parsed(line, f"{path}:{number}"), field, f"{path}:{number}")
-                    yield f":{number}", (reader, (offset, len(line.encode("utf-8", "surrogatepass")))), size
+                    yield f":{number}", (reader, offset, len(line.encode("utf-8", "surrogatepass"))), size
 
     return scan
 
