@@ -134,6 +134,21 @@ def test_a_damaged_file_of_every_format_is_one_line_naming_it(name: str, tmp_pat
     assert not (home / "checkpoints" / "EXP-001" / "tokenizer.json").exists()
 
 
+def test_an_arrow_stream_cut_between_two_batches_is_one_line(tmp_path: Path) -> None:
+    """An Arrow stream cut exactly after a record batch would read as a shorter stream: it lacks the end-of-stream
+    marker every writer closes with (``save_to_disk``'s too), and is refused as cut short."""
+    import pyarrow as pa
+
+    home, made = home_with(tmp_path, "arrow")
+    arrow = made / "data-00000-of-00001.arrow"
+    table = pa.ipc.open_stream(arrow.read_bytes()).read_all()
+    with pa.ipc.new_stream(str(arrow), table.schema) as writer:
+        writer.write_batch(table.to_batches(max_chunksize=4)[0])
+    arrow.write_bytes(arrow.read_bytes()[:-8])  # the end-of-stream marker left out: the first batch alone
+    with pytest.raises(BadInput, match="arrow: not a readable Arrow file, damaged or cut short .no end-of-stream"):
+        corpus.documents(("saved",), made.parent, field="body")
+
+
 @pytest.mark.parametrize("name", [name for name, row in FORMATS.items() if row.records])
 def test_a_record_without_the_field_is_one_line_naming_the_file_and_the_key(name: str, tmp_path: Path) -> None:
     """A record format read under a field it lacks, or one that is not text (the ``id`` each ``write`` adds), is one

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from octlm.core.errors import BadInput
 from octlm.data.formats.files import At, Budget, DataFile, Held, Scan, damage, module
+
+END = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the end-of-stream marker every Arrow stream writer closes with
 
 
 def _parquet(handle: BinaryIO, field: str, path: Path) -> tuple[Any, Callable[[int], Iterator[Any]]]:
@@ -32,6 +35,10 @@ def _arrow(handle: BinaryIO, field: str, path: Path) -> tuple[Any, Callable[[int
         return source.schema, lambda start: (
             source.get_batch(i).column(field) for i in range(start, source.num_record_batches)
         )
+    handle.seek(-len(END), os.SEEK_END)
+    if handle.read(len(END)) != END:  # a stream cut between two batches would read as a shorter one
+        raise ValueError("no end-of-stream marker: the stream is cut short")
+    handle.seek(0)
     stream = ipc.open_stream(handle)
     return stream.schema, lambda start: (batch.column(field) for batch in itertools.islice(stream, start, None))
 
