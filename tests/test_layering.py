@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "data": {"core", "config"},
     "train": {"core", "config", "runtime", "data"},
     "store": {"core", "config"},
-    "run": {"core", "config", "runtime", "data", "train", "store"},
+    "run": {"core", "config", "runtime", "data", "train", "store", "exchange"},  # the live tracker's events
     "tasks": {"core", "config", "runtime", "data", "train", "store", "run", "exchange"},  # sweeps ship trials as packs
     "exchange": {"core", "config", "store"},
     "views": {"core", "config", "store"},

@@ -34,6 +34,7 @@ from octlm.cli.commands import tools as commands_tools
 from octlm.cli.commands import training as commands_training
 from octlm.config.validation import shown
 from octlm.core.errors import BAD_INPUT, BadInput, OctlmError, exit_codes_said
+from octlm.core.home import ID_PATTERN
 from octlm.core.provenance import __version__
 
 HELP = (
@@ -154,8 +155,22 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "export": (
         "octlm export EXP-008 -o exported/EXP-008",
+        "octlm export tensorboard EXP-008 EXP-009 -o tb && tensorboard --logdir tb",
+        "octlm export csv lr -o csv",
+    ),
+    "export checkpoint": (
+        "octlm export EXP-008 -o exported/EXP-008",
         "octlm export EXP-008 --step 100 -o out --force",
-        "octlm export EXP-008 --format safetensors -o weights --json",
+        "octlm export checkpoint EXP-008 --format safetensors -o weights --json",
+    ),
+    "export tensorboard": (
+        "octlm export tensorboard EXP-008 EXP-009 -o tb",
+        "octlm export tensorboard lr -o tb-lr && wandb sync tb-lr",
+        "octlm export tensorboard lr -o tb-lr --force --json",
+    ),
+    "export csv": (
+        "octlm export csv EXP-008 -o csv",
+        "octlm export csv lr -o csv-lr --json",
     ),
     "pack": (
         "octlm pack EXP-008 -o EXP-008.tar",
@@ -220,14 +235,13 @@ def examples(name: str) -> str | None:
 
 def _typer(name: str, **options: Any) -> typer.Typer:
     return typer.Typer(
+        **{"cls": OctlmGroup, **options},
         name=name,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
-        cls=OctlmGroup,
         context_settings=HELP_OPTIONS,
         epilog=examples(name),
-        **options,
     )
 
 
@@ -388,6 +402,26 @@ class OctlmGroup(TyperGroup):
         common.finish(code)
 
 
+class ExportGroup(OctlmGroup):
+    """``octlm export``: a checkpoint's export (``checkpoint``) beside the trackers' (one subcommand a row of
+    ``exchange.trackers.TRACKERS``); a first word that is an ID or an option is the checkpoint's, so
+    ``octlm export ID -o DIR`` reads as it always has (an ID, ending in digits, never names a subcommand); any other
+    word is a subcommand's name, or refused as one."""
+
+    DEFAULT = "checkpoint"
+
+    def format_usage(self, ctx: Any, formatter: Any) -> None:
+        trackers = "|".join(name for name in self.commands if name != self.DEFAULT)
+        formatter.write_usage(ctx.command_path, f"[{self.DEFAULT}] ID -o DIR [OPTIONS]")
+        formatter.write_usage(ctx.command_path, f"{trackers} ID|SWEEP... -o DIR [OPTIONS]", prefix="       ")
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        first = args[0] if args else ""
+        if first not in ctx.help_option_names and (ID_PATTERN.fullmatch(first) or first.startswith("-")):
+            args = [self.DEFAULT, *args]  # anything else is a subcommand's name, or Click's one line on it
+        return list(super().parse_args(ctx, args))
+
+
 def _usage_error(error: typer.TyperException) -> int:
     if type(error).__name__ == "NoArgsIsHelpError":  # a bare `octlm`: the help, as usual
         show = getattr(error, "show", None)
@@ -416,7 +450,6 @@ COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists
     "bench": commands_tools.bench,
     "canary": commands_canary.canary,
     "report": commands_report.report,
-    "export": commands_report.export,
     **commands_lifecycle.COMMANDS,
     **commands_boxes.COMMANDS,
     **commands_sweeps.COMMANDS,
@@ -432,6 +465,15 @@ app.add_typer(config_app)
 registry_app = _typer("registry", help="Move registry records between homes (export, import).", add_completion=False)
 register(registry_app, commands_boxes.REGISTRY_COMMANDS, prefix="registry ")
 app.add_typer(registry_app)
+export_app = _typer(
+    "export",
+    help="Export a checkpoint as a model (octlm export ID, which is octlm export checkpoint ID), or runs' records for "
+    "a tracker.",
+    add_completion=False,
+    cls=ExportGroup,
+)
+register(export_app, commands_report.EXPORT_COMMANDS, prefix="export ")
+app.add_typer(export_app)
 sweep_app = _typer(
     "sweep", help="Many experiments: a sweep's trials in a queue (new, status, pack, unpack).", add_completion=False
 )

@@ -80,6 +80,8 @@ def shapes() -> dict[str, object]:
         "octlm prepare ID --json: each of phases": Phase,
         "octlm sample ID --json": Sampled,
         "octlm export ID DIR --json": Exported,
+        "octlm export tensorboard|csv ID|SWEEP... -o DIR --json": exchange.TrackerExported,
+        "octlm export tensorboard|csv ID|SWEEP... -o DIR --json: each of runs": exchange.TrackerRun,
         "octlm pack ID FILE --json": exchange.Packed,
         "octlm unpack FILE --json": exchange.Unpacked,
         "octlm registry export -o FILE --json": exchange.Exported,

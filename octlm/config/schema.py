@@ -87,6 +87,7 @@ BOOKKEEPING = frozenset(
         "training.threads",
         "training.eval_tokens",
         "training.eval_selection",
+        "training.tensorboard",
     }
 )
 

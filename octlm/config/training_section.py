@@ -103,6 +103,13 @@ class TrainingConfig(_Section):
         bound="positive",
         maximum=100_000,
     )
+    tensorboard: bool = _doc(
+        "write TensorBoard event files while training, to runs/tensorboard/<ID>/ in the home (`tensorboard --logdir "
+        "runs/tensorboard`; `octlm export tensorboard` writes the same from the run file afterwards; needs the "
+        "trackers extra): on a thread of its own, never part of the run: a failure of the writer warns once and "
+        "the run goes on, its bits the same",
+        False,
+    )
 
     def check(self) -> None:
         if self.warmup_steps >= self.steps:

@@ -164,6 +164,11 @@ class Home:
     def run_file(self, experiment_id: str, suffix: str = "") -> Path:
         return self.runs / f"{validate_id(experiment_id)}{suffix}.jsonl"
 
+    def live_events(self, experiment_id: str) -> Path:
+        """The folder ``training.tensorboard`` writes the run's TensorBoard events to while it trains (one folder of
+        ``runs/tensorboard/``, which ``tensorboard --logdir`` reads whole)."""
+        return self.runs / "tensorboard" / validate_id(experiment_id)
+
     def refuse_links(self, *paths: Path) -> None:
         """Refused (exit 3) when a folder on the way from the root to each of ``paths`` (those that exist) is a
         symbolic link or resolves outside the home; the root itself may be reached through links."""

@@ -1,6 +1,7 @@
 """What the exchange commands write with ``--json``, typed once: ``registry export`` (``Exported``), ``registry
 import`` (``Imported``, an ``Arrival`` per experiment), ``pack`` (``Packed``) and ``unpack`` (``Unpacked``, or
-``Checked`` with ``--check``); and a pack's manifest as ``tarcheck.manifest`` has checked it (``Manifest``).
+``Checked`` with ``--check``), ``export tensorboard|csv`` (``TrackerExported``, a ``TrackerRun`` per run); and a
+pack's manifest as ``tarcheck.manifest`` has checked it (``Manifest``).
 """
 
 from __future__ import annotations
@@ -75,3 +76,22 @@ class Manifest(TypedDict):
     octlm: str
     experiment: str
     files: dict[str, ManifestFile]
+
+
+class TrackerRun(TypedDict):
+    """One run of ``octlm export tensorboard|csv``: its group (the folder its seed replicates share) and files."""
+
+    id: str
+    group: str
+    records: int  # the run file's records written
+    files: list[str]  # relative to the folder
+
+
+class TrackerExported(TypedDict):
+    """What ``octlm export tensorboard|csv --json`` writes: the tracker, the folder, each run written, and a sweep's
+    trials left out because they have no records yet."""
+
+    tracker: str  # a name of exchange.trackers.TRACKERS
+    dir: str
+    runs: list[TrackerRun]
+    skipped: list[str]

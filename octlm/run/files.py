@@ -3,7 +3,8 @@ the lock, discarding (``train --restart``) and the overfit folder.
 
 Layout in a home: ``checkpoints/<ID>/`` holds the main track's checkpoints (``core.layout`` names them) and the
 ``tokenizer.json``; ``checkpoints/<ID>/overfit/`` the overfit track's; the run files are ``runs/<ID>.jsonl`` and
-``runs/<ID>-overfit.jsonl``, the main track's evaluations block by block ``runs/<ID>-blocks.jsonl``; the lock is
+``runs/<ID>-overfit.jsonl``, the main track's evaluations block by block ``runs/<ID>-blocks.jsonl``, its live
+TensorBoard events (``training.tensorboard``) ``runs/tensorboard/<ID>/``; the lock is
 ``locks/<ID>.lock``, outside the folders users delete.
 """
 
@@ -43,6 +44,7 @@ class ExperimentFiles:
         self.overfit = Track(OVERFIT, self.folder / OVERFIT, home.run_file(experiment_id, f"-{OVERFIT}"))
         self.held: ExperimentLock | None = None  # the lock ``lock`` built, re-checked by ``check_lock``
         self.blocks_file = evalblocks.path_for(self.main.run_file)  # the main track's evaluations block by block
+        self.events = home.live_events(experiment_id)  # what training.tensorboard writes (``run.live``)
 
     def lock(self) -> ExperimentLock:
         """One writer per experiment, for every track; the one place that builds the lock. Every writer comes
@@ -72,7 +74,14 @@ class ExperimentFiles:
         """What ``discard`` removes, relative to the home: checkpoints with their steps, the tokenizer,
         the run files and the overfit folder (only what exists)."""
         found = [f"{self.relative(path)} (step {step})" for step, path in layout.checkpoints(self.folder)]
-        paths = (self.tokenizer, self.main.run_file, self.blocks_file, self.overfit.run_file, self.overfit.folder)
+        paths = (
+            self.tokenizer,
+            self.main.run_file,
+            self.blocks_file,
+            self.overfit.run_file,
+            self.overfit.folder,
+            self.events,
+        )
         return found + [self.relative(path) + ("/" if path.is_dir() else "") for path in paths if path.exists()]
 
     def discard(self, registry: Registry) -> None:
@@ -85,6 +94,7 @@ class ExperimentFiles:
         self.tokenizer.unlink(missing_ok=True)
         self.main.run_file.unlink(missing_ok=True)
         self.blocks_file.unlink(missing_ok=True)
+        shutil.rmtree(self.events, ignore_errors=True)
         registry.cut_metrics(self.experiment_id, self.main.kind, 0)
 
     def clear_overfit(self, registry: Registry) -> None:

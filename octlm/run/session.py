@@ -4,7 +4,8 @@ A ``Session`` turns the loop's events into durable state: ``start`` opens the ru
 the run file back to the starting step, ``on_eval`` appends a record, ``on_checkpoint`` hands the
 state to the track's ``CheckpointKeeper``, and ``finish`` / ``fail`` close the row. The loop
 itself stays pure. Neither the registry (``Bookkeeping``) nor the reporter can stop a run: a locked
-registry defers its rows, and output that nobody reads any more is the reporter's to drop.
+registry defers its rows, and output that nobody reads any more is the reporter's to drop; nor can the live
+tracker's writer (``training.tensorboard``: ``run.live``), on a thread of its own.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from octlm.data.blocks import TokenBlocks
 from octlm.data.fingerprints import Fingerprints
 from octlm.run.files import Track
 from octlm.run.keeper import CheckpointCadence, CheckpointKeeper
+from octlm.run.live import OFF, LiveEvents, Off, live_events
 from octlm.run.summary import RunSummary, Stopped
 from octlm.runtime import load, rng
 from octlm.runtime import machine as runtime
@@ -141,6 +143,7 @@ class Session(_Steps):
         self.eval_seconds = 0.0  # what this session's evaluations took
         self.eval_split = eval_split  # what they read (``data.pipeline.PreparedData.eval_split``)
         self.totals: RunTotals | None = None  # the whole session's figures, taken as it finishes
+        self.live: LiveEvents | Off = OFF  # training.tensorboard's writer (``run.live``), never part of the run
 
     def _row(self) -> int:
         assert self.run_id is not None, "the run row is opened by start()"
@@ -162,8 +165,11 @@ class Session(_Steps):
         runfile.cut(self.track.run_file, state.step)
         evalblocks.cut(evalblocks.path_for(self.track.run_file), state.step)
         self.registry.cut_metrics(self.config.id, self.track.kind, state.step)
+        self.live = live_events(self.config, self.track.kind, self.home_root, state.step, self.reporter.warn)
+        self.live.start(self.config, self.fingerprints)
         for record in inherited or []:  # a fork continuing its parent's run: the parent's records so far
             runfile.append(self.track.run_file, record)
+            self.live.record(record)
             self.registry.add_metrics(self.config.id, self.track.kind, None, record)
             self.latest = {**self.latest, **record}
         self.run_id = self.registry.start_run(
@@ -231,6 +237,7 @@ class Session(_Steps):
         self.latest = {**self.latest, **record}  # the newest value of each field: evaluations are rarer than logs
         self.eval_seconds += record.get("eval_seconds") or 0.0
         runfile.append(self.track.run_file, record)
+        self.live.record(record)
         self.registry.add_metrics(self.config.id, self.track.kind, self.run_id, record)
         self.registry.update_run(self._row(), latest_metrics=self.latest, end_step=state.step)
         if "eval_loss" in record:  # the reporter shows evaluations; the bar moves with every step
@@ -310,6 +317,7 @@ class Session(_Steps):
             self.registry.settle(BOOKKEEPING_TIMEOUT_S)
         except Exception:
             pass  # the registry may be what failed; the run reads as crashed and doctor can fix it
+        self.live.close()
         self.reporter.finish()
 
     def finish(self, state: TrainState, received: int | None) -> None:
@@ -326,6 +334,7 @@ class Session(_Steps):
             **error,
         )
         self.registry.settle(SETTLE_TIMEOUT_S if received is None else BOOKKEEPING_TIMEOUT_S)
+        self.live.close()
         self.reporter.finish()
         if received is None:
             return

@@ -11,7 +11,8 @@ does not change when both vectors are permuted alike. ``torch.nn.RMSNorm`` witho
 float32 machine epsilon, which ``rms_norm_eps`` repeats.
 
 The checkpoint is loaded as ``sample`` loads it (its experiment, its track, its fingerprints against the
-experiment's YAML), the folder is written beside DIR under a temporary name, then renamed into place.
+experiment's YAML), the folder is written beside DIR under a temporary name, then renamed into place
+(``core.fsutil.folder``, which the trackers' export shares).
 Torch, safetensors and tokenizers are imported inside the functions.
 """
 
@@ -20,16 +21,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import secrets
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from octlm.core.errors import BadInput, Refused
-from octlm.core.fsutil import atomic_write, fsync_dir
+from octlm.core.fsutil import atomic_write
+from octlm.core.fsutil.folder import check_folder, publish
 from octlm.core.home import Home
 from octlm.core.records.freeform import ConfigTree
 
@@ -124,7 +123,7 @@ def export(
     """Write the checkpoint (the newest valid one, or the one at ``step``) to the folder ``output``."""
     check_extra(export_format)
     target = Path(os.path.abspath(output))
-    check_target(home, target, force)
+    check_folder(home.root, target, force)
     from octlm.tasks.sample import load_model  # the checks and loading of `octlm sample`
 
     loaded, model, tokenizer, _ = load_model(home, experiment_id, step, warn)
@@ -164,67 +163,6 @@ FORMATS: dict[str, Format] = {
     ),
     "safetensors": Format("the weights alone, under octlm's names", ("safetensors",), write_safetensors),
 }
-
-
-# ---------------------------------------------------------------- the folder
-
-
-def check_target(home: Home, target: Path, force: bool) -> None:
-    """Refuse a link, a file, a folder holding the home, any octlm home (this one or another: a folder with
-    ``registry.db`` or ``experiments/``, even with ``force``), and a non-empty folder without ``force``."""
-    if target.is_symlink():
-        raise Refused(f"{target} is a symbolic link: give the folder itself")
-    if target.exists() and not target.is_dir():
-        raise Refused(f"{target} exists and is not a folder: give a folder")
-    marks = [name for name in ("registry.db", "experiments") if os.path.lexists(target / name)]
-    if marks:
-        raise Refused(
-            f"{target} is an octlm home (it holds {' and '.join(marks)}): export never replaces a home, "
-            "--force or not; give another folder"
-        )
-    resolved, root = target.resolve(), Path(home.root).resolve()
-    if root.is_relative_to(resolved):
-        raise Refused(f"{target} holds the home {home.root}: export to another folder")
-    for folder in ("experiments", "runs", "cache", "locks", "checkpoints"):
-        if resolved.is_relative_to(root / folder):
-            raise Refused(f"{target} is inside the home's {folder}/, which octlm keeps: export to another folder")
-    if target.is_dir() and any(target.iterdir()) and not force:
-        raise Refused(f"{target} exists and is not empty: give --force to replace it, or another folder")
-
-
-def publish(target: Path, force: bool, build: Callable[[Path], list[str]]) -> list[str]:
-    """Build the folder under a temporary name beside ``target``, then rename it into place (replacing an
-    empty folder, or with ``force`` a full one, removed only once the new one is in place)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o777 & ~umask)  # mkdtemp's folder is private; the export is as mkdir makes it
-        files = build(temporary)
-        fsync_dir(temporary)
-        _swap(temporary, target, force)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    fsync_dir(target.parent)
-    return files
-
-
-def _swap(temporary: Path, target: Path, force: bool) -> None:
-    if not target.is_dir() or not any(target.iterdir()):
-        os.replace(temporary, target)  # over nothing, or over an empty folder: one atomic rename
-        return
-    if not force:  # filled while the export was written
-        raise Refused(f"{target} exists and is not empty: give --force to replace it, or another folder")
-    old = target.parent / f".{target.name}.{secrets.token_hex(8)}.old"
-    os.replace(target, old)
-    try:
-        os.replace(temporary, target)
-    except BaseException:
-        os.replace(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the files

@@ -104,6 +104,7 @@ def _files(home: Home, experiment_id: str) -> list[Path]:
     candidates = [home.config_path(experiment_id), home.checkpoint_dir(experiment_id)]
     if home.runs.is_dir():
         candidates += sorted(path for path in home.runs.iterdir() if pattern.fullmatch(path.name))
+    candidates += [home.live_events(experiment_id)]  # training.tensorboard's events
     candidates += [kept.folder(home) / "identities" / experiment_id, home.lock_path(experiment_id)]
     return [path for path in candidates if path.exists() or path.is_symlink()]
 

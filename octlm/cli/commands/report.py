@@ -1,18 +1,22 @@
-"""``octlm report`` (an experiment's notebook page as one HTML file) and ``octlm export`` (a checkpoint in
-Hugging Face's format, or its tensors alone). ``report`` is torch-free; ``export``'s use case loads torch inside the
-command, and its table of formats (``tasks.export.FORMATS``, torch-free) gives ``--format`` its choices and help.
+"""``octlm report`` (an experiment's notebook page as one HTML file) and ``octlm export``: a checkpoint in Hugging
+Face's format, or its tensors alone (``export checkpoint``, which ``export ID`` means), and runs' records for a
+tracker (``export tensorboard``, ``export csv``: a subcommand a row of ``exchange.trackers.TRACKERS``, its help the
+row's). ``report`` and the trackers' export are torch-free; the checkpoint's use case loads torch inside the command,
+and its table of formats (``tasks.export.FORMATS``, torch-free) gives ``--format`` its choices and help.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home_of
+from octlm.exchange.trackers import TRACKERS
 from octlm.tasks.export import FORMATS
 
 IdsArgument = Annotated[
@@ -42,6 +46,14 @@ DirOption = Annotated[
     Path, typer.Option("--output", "-o", metavar="DIR", help="The folder to write (created).", show_default=False)
 ]
 ForceOption = Annotated[bool, typer.Option("--force", help="Replace DIR when it exists and is not empty.")]
+NamesArgument = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="ID|SWEEP",
+        help="Experiments (their run files), or a sweep's name (its trials that have records).",
+        autocompletion=complete_ids,
+    ),
+]
 ExportStepOption = Annotated[
     int | None,
     typer.Option(
@@ -74,7 +86,7 @@ def report(ctx: typer.Context, experiment_ids: IdsArgument, output: OutputOption
 
 
 @handled
-def export(
+def export_checkpoint(
     ctx: typer.Context,
     experiment_id: IdArgument,
     output: DirOption,
@@ -85,9 +97,9 @@ def export(
 ) -> None:
     """Export a checkpoint as a Hugging Face Llama model (or its weights alone as safetensors).
 
-    The checkpoint is checked as `sample` checks it (its experiment, its fingerprints). The folder is
-    written beside DIR, then renamed into place: DIR is whole or untouched. Needs the hf extra:
-    pip install 'octlm[hf]'.
+    `octlm export ID` means `octlm export checkpoint ID`. The checkpoint is checked as `sample` checks it (its
+    experiment, its fingerprints). The folder is written beside DIR, then renamed into place: DIR is whole or
+    untouched. Needs the hf extra: pip install 'octlm[hf]'.
     """
     from octlm.tasks import export as exporting
 
@@ -99,3 +111,39 @@ def export(
     else:
         files = ", ".join(result["files"])
         print(f"{experiment_id}: step {result['step']} exported as {result['format']} to {result['dir']}: {files}")
+
+
+def tracker_command(name: str) -> Callable[..., Any]:
+    """``octlm export NAME``: the runs' records for the tracker ``NAME`` of ``TRACKERS``, its help the row's."""
+
+    def command(
+        ctx: typer.Context,
+        names: NamesArgument,
+        output: DirOption,
+        force: ForceOption = False,
+        as_json: JsonOption = False,
+    ) -> None:
+        from octlm.exchange import tracking
+
+        result = tracking.export_runs(home_of(ctx), name, list(names), output, force)
+        if as_json:
+            render.emit_json(result)
+            return
+        for run in result["runs"]:
+            print(f"{run['group']}/{run['id']}: {run['records']} records")
+        skipped = f"; left out (no records yet): {', '.join(result['skipped'])}" if result["skipped"] else ""
+        print(f"exported {len(result['runs'])} run(s) for {name} to {result['dir']}{skipped}")
+
+    command.__doc__ = f"""Write runs' records for a tracker: {TRACKERS[name].help}.
+
+    One folder a group of seed replicates (a configuration: named by the keys that set it apart), a run's files
+    in it under its ID; a sweep's name exports its trials. DIR is written beside, then renamed into place.
+    """
+    command.__name__ = f"export_{name}"
+    return handled(command)
+
+
+EXPORT_COMMANDS: dict[str, Callable[..., Any]] = {
+    "checkpoint": export_checkpoint,
+    **{name: tracker_command(name) for name in TRACKERS},
+}
