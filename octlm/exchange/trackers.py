@@ -23,7 +23,7 @@ import io
 import json
 import math
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -130,7 +130,7 @@ class Events:
         ]
         self._writer.add_event(Event(wall_time=wall_time, step=0, summary=Summary(value=values)))
 
-    def record(self, record: Mapping[str, Any], wall_time: float) -> None:
+    def record(self, record: RunRecord, wall_time: float) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 

@@ -50,7 +50,7 @@ class LiveEvents:
 
     def record(self, record: RunRecord) -> None:
         self._say()
-        self._put(("record", (dict(record), time.time())))
+        self._put(("record", (record.copy(), time.time())))
 
     def close(self) -> None:
         if self._thread.ident is None:  # never started

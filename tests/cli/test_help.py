@@ -16,7 +16,8 @@ from octlm.cli import app as cli_app
 
 
 def commands() -> list[list[str]]:
-    return [*([str(c.name)] for c in cli_app.app.registered_commands), ["config", "keys"]]
+    exports = [["export", name] for name in cli_app.commands_report.EXPORT_COMMANDS]
+    return [*([str(c.name)] for c in cli_app.app.registered_commands), ["config", "keys"], ["export"], *exports]
 
 
 @pytest.mark.parametrize("command", commands(), ids=" ".join)
@@ -56,7 +57,7 @@ def test_root_help_lists_whole_summaries_in_panels(tmp_path: Path) -> None:
         [h for h in headings if h in PANELS] == list(PANELS) and "Other" not in headings and "Commands" not in headings
     )
     every = {name for names in PANELS.values() for name in names}
-    assert every == set(cli_app.COMMANDS) | {"config", "registry", "sweep"}
+    assert every == set(cli_app.COMMANDS) | {"config", "registry", "sweep", "export"}
 
 
 def complete(home: Path, words: str) -> list[str]:

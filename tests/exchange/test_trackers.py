@@ -15,11 +15,12 @@ import json
 import os
 import struct
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_same_training_state, cli, json_out, records, write_corpus, write_experiment
+from conftest import assert_same_training_state, cli, holds, json_out, records, write_corpus, write_experiment
 
 from octlm.config import flatten
 from octlm.exchange.trackers import SCALARS, TRACKERS, ReadBack, Tracker
@@ -71,7 +72,14 @@ def expected(home: Path, experiment_id: str, row: Tracker, fields: set[str]) -> 
 def export(home: Path, name: str, out: Path, *names: str) -> dict[str, Any]:
     result = cli(home, "export", name, *names, "-o", str(out), "--json")
     assert result.exit_code == 0, result.stderr
-    return json_out(result)
+    said = json_out(result)
+    holds(said, "octlm export tensorboard|csv ID|SWEEP... -o DIR --json")
+    for run in said["runs"]:
+        holds(run, "octlm export tensorboard|csv ID|SWEEP... -o DIR --json: each of runs")
+    assert sorted(f for run in said["runs"] for f in run["files"]) == sorted(
+        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()
+    )
+    return said
 
 
 def holds_run_files(home: Path, row: Tracker, read: dict[str, ReadBack], said: dict[str, Any]) -> None:
@@ -122,7 +130,7 @@ def test_live_events_are_the_exported_ones_across_a_resume_and_change_no_bit(
     """LIVE-001 wrote its events while it trained, then again from step 8 on resuming (its first file's steps 10 and
     12 hidden by the resume's purge, as the run file was cut): read back, they are the run file's, once a step, and
     what the export writes afterwards. A twin without the key trains the same bits; a writer that cannot write warns
-    once and its run is the twin's."""
+    once and its run is the twin's. ``train --restart`` and ``rm`` take the events with the run."""
     row = TRACKERS[name]
     live = trained / "runs" / "tensorboard"
     assert len(list((live / "LIVE-001").iterdir())) == 2  # one file a session
@@ -147,19 +155,24 @@ def test_live_events_are_the_exported_ones_across_a_resume_and_change_no_bit(
             )
     assert cli(trained, "train", "LIVE-001", "--restart", "--yes", "-q").exit_code == 0  # the old events go with it
     assert len(list((live / "LIVE-001").iterdir())) == 1
+    assert cli(trained, "rm", "LIVE-001", "--yes").exit_code == 0 and not (live / "LIVE-001").exists()
 
 
 @pytest.mark.parametrize("name", list(TRACKERS))
 def test_each_tracker_is_a_subcommand_that_needs_its_own_packages_and_refuses_in_one_line(
     name: str, trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``octlm export NAME`` carries the row's help (and the generated reference does); without a package the row
-    needs, one line names the trackers extra and nothing is written; a name that is neither an ID nor a sweep, an ID
+    """``octlm export NAME`` carries the row's help (and the generated reference does); the trackers extra names the
+    packages its writer needs, the dev extra those of its reader; without a package the row needs, one line names
+    the trackers extra and nothing is written; a name that is neither an ID nor a sweep, an ID
     never trained and a folder that is not empty are refused in one line, nothing written."""
-    row = TRACKERS[name]
+    row, repo = TRACKERS[name], Path(__file__).resolve().parents[2]
     help_text = " ".join(cli(trained, "export", name, "-h").stdout.split())
-    reference = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "commands.md").read_text()
+    reference = (repo / "docs" / "reference" / "commands.md").read_text()
     assert row.help in help_text and row.help in " ".join(reference.split())
+    extras = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert all(any(dep.startswith(p) for dep in extras["trackers"]) for p in row.needs)  # what users install
+    assert all(any(dep.startswith(p) for dep in extras["dev"] + extras["trackers"]) for p in row.reader_needs)
     real = importlib.util.find_spec
     for package in row.needs:
         monkeypatch.setattr(
