@@ -72,17 +72,19 @@ def runs_named(home: Home, names: list[str]) -> tuple[list[str], list[str]]:
     with Registry(home.registry, create=False) as registry:
         for name in names:
             sweep = None if ID_PATTERN.fullmatch(name) else registry.sweep(name)
-            if sweep is not None:
-                trials = [trial["experiment_id"] for trial in registry.trials(sweep["id"])]
-                ids += [i for i in trials if runfile.read(home.run_file(i))]
-                skipped += [i for i in trials if not runfile.read(home.run_file(i))]
-                continue
-            if not ID_PATTERN.fullmatch(name):
+            if sweep is None and not ID_PATTERN.fullmatch(name):
                 sweeps = ", ".join(row["name"] for row in registry.sweeps()) or "none yet"
                 raise BadInput(f"{name!r} is neither an experiment ID nor a sweep (sweeps: {sweeps})")
-            if not runfile.read(home.run_file(validate_id(name))):
+            named = [trial["experiment_id"] for trial in registry.trials(sweep["id"])] if sweep else [name]
+            recorded = [i for i in named if runfile.read(home.run_file(validate_id(i)))]
+            if sweep is None and not recorded:
+                if registry.experiment(name) is None and not home.config_path(name).exists():
+                    raise BadInput(
+                        f"unknown experiment {name}: not in {home.registry.name} and no {home.config_path(name)}"
+                    )
                 raise BadInput(f"{name} has no records yet ({home.run_file(name)}): train it first, or leave it out")
-            ids.append(name)
+            ids += recorded
+            skipped += [i for i in named if i not in recorded]
     return list(dict.fromkeys(ids)), [i for i in dict.fromkeys(skipped) if i not in ids]
 
 

@@ -188,6 +188,7 @@ def test_each_tracker_is_a_subcommand_that_needs_its_own_packages_and_refuses_in
     cases = [
         (("nosuch", "-o", str(tmp_path / "refused")), 2, "neither an experiment ID nor a sweep (sweeps: lr)"),
         (("EXP-009", "-o", str(tmp_path / "refused")), 2, "EXP-009 has no records yet"),
+        (("EXP-404", "-o", str(tmp_path / "refused")), 2, "unknown experiment EXP-404"),
         (("EXP-001", "-o", str(full)), 3, "not empty: give --force"),
     ]
     for args, code, message in cases:

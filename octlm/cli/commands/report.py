@@ -16,6 +16,7 @@ import typer
 
 from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home_of
+from octlm.core.reporting import counted
 from octlm.exchange.trackers import TRACKERS
 from octlm.tasks.export import FORMATS
 
@@ -132,7 +133,7 @@ def tracker_command(name: str) -> Callable[..., Any]:
         for run in result["runs"]:
             print(f"{run['group']}/{run['id']}: {run['records']} records")
         skipped = f"; left out (no records yet): {', '.join(result['skipped'])}" if result["skipped"] else ""
-        print(f"exported {len(result['runs'])} run(s) for {name} to {result['dir']}{skipped}")
+        print(f"exported {counted(len(result['runs']), 'run')} for {name} to {result['dir']}{skipped}")
 
     command.__doc__ = f"""Write runs' records for a tracker: {TRACKERS[name].help}.
 
