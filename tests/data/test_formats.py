@@ -191,13 +191,22 @@ def test_a_day1_like_experiment_on_a_parquet_shard_or_a_jsonl_zst_file_passes_ve
     name: str, tmp_path: Path
 ) -> None:
     """Done when (issue 48): an experiment of day1's preset, made tiny, trains on a Parquet shard and on a
-    ``.jsonl.zst`` file, and ``verify-resume`` passes on it (in new processes, as a user runs it)."""
+    ``.jsonl.zst`` file, with a tokenizer file brought along (GPT-2's shape, saved by ``tokenizers``), and
+    ``verify-resume`` passes on it (in new processes, as a user runs it)."""
+    from test_brought_tokenizer import byte_level
+
     home, _ = home_with(tmp_path, name)
+    (home / "tok").mkdir()
+    byte_level(home / "tok" / "tokenizer.json")
     config = yaml.safe_load((home / "experiments" / "EXP-001.yaml").read_text())
-    (home / "experiments" / "EXP-001.yaml").write_text(yaml.safe_dump({**config, "preset": "day1"}, sort_keys=False))
+    config = {**config, "preset": "day1", "tokenizer": {"file": "tok/tokenizer.json"}}
+    (home / "experiments" / "EXP-001.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     result = octlm(home, "verify-resume", "EXP-001", "--split-at", "4", "--until", "8", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["identical"]
+    prepared = json_out(cli(home, "prepare", "EXP-001", "--json"))  # the file's tokenizer, none trained
+    assert not any("tokenizer" in phase["name"] and "train" in phase["name"] for phase in prepared["phases"])
+    assert [p["name"] for p in prepared["phases"]] and prepared["tokens"]["train"] > 0
 
 
 @pytest.mark.slow
