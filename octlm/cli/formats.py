@@ -83,7 +83,7 @@ def kind_of(name: str) -> str:
     return "metric" if any(word in name for word in METRIC_WORDS) else "auto"
 
 
-def _number(value: Any) -> bool:
+def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -134,7 +134,7 @@ def format_cell(kind: str, value: Any) -> str:
         return shown_value(value)
     if value is None or value == "":
         return "-"
-    if not _number(value):
+    if not _is_number(value):
         return str(value)
     if kind == "raw":
         return str(value)

@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any, cast
 from octlm.cli import formats, render
 from octlm.config import flatten
 from octlm.core.reporting import counted
-from octlm.views import details
-from octlm.views import side_by_side as compare
+from octlm.views import details, side_by_side
 from octlm.views.listing import columns as listed
-from octlm.views.show import Request, Shown
+from octlm.views.show import Shown, ShowRequest
 from octlm.views.sweeps import replicates
 
 if TYPE_CHECKING:
@@ -53,7 +52,7 @@ SPREAD = (("eval_loss", "eval loss"), ("train_loss", "train loss"))  # a replica
 LIFECYCLE = ("tags", "notes", "archived", "parent")  # shown in the detail when the document has them
 
 
-def write(shown: Shown, request: Request) -> None:
+def write(shown: Shown, request: ShowRequest) -> None:
     for warning in shown.warnings:
         render.warn(warning)
     if request.as_json:
@@ -69,8 +68,8 @@ def write(shown: Shown, request: Request) -> None:
     elif shown.mode == "compare":
         title = " vs ".join(request.ids) + ("" if request.all_keys else "  (config: only keys that differ)")
         print_compare(list(request.ids), shown.rows, title)
-        document = cast(compare.Comparison, shown.document)
-        for line in compare.sentences(document):
+        document = cast(side_by_side.Comparison, shown.document)
+        for line in side_by_side.sentences(document):
             render.say(line)
         for experiment in document["experiments"]:  # below the table, so a long one never widens it
             if experiment["description"]:
@@ -123,7 +122,7 @@ def _csv_cell(value: Any) -> Any:
     return "" if value is None else render.plain(value, multiline=True) if isinstance(value, str) else value
 
 
-def _list(shown: Shown, request: Request) -> None:
+def _list(shown: Shown, request: ShowRequest) -> None:
     rows = shown.document["experiments"]
     if not rows:
         hint = " match" if request.where else ": create one with `octlm new --preset day1`"

@@ -63,10 +63,21 @@ class ConfigError(BadInput):
     """A config file or override is malformed; the message names file and key."""
 
 
+class InExperimentFile(BadInput):
+    """Bad input said with the experiment's file first (``experiments/ID.yaml: ...``), so that a caller that names
+    the file leaves it as it is: recognized by its type, never by how its message begins."""
+
+
 class Refused(OctlmError):
     """octlm refuses to act, to protect existing state (checkpoints, registry, locks)."""
 
     exit_code = REFUSED
+
+
+class BeingTrained(Refused):
+    """The experiment is already being trained: another process holds its lock. A sweep's worker passes such a trial
+    over (busy: queued again) where any other refusal fails it; by this type, never by the message's words, which
+    quote the holder and paths the user chose."""
 
 
 class Diverged(OctlmError):

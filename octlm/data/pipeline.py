@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from octlm.config import Config, TrainingConfig
-from octlm.core.errors import BadInput, Refused
+from octlm.core.errors import BadInput, InExperimentFile, Refused
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, Reporter, counted
 from octlm.data import apart as apart_process
@@ -198,10 +198,12 @@ def _read_corpus(home: Home, config: Config, report: Reporter) -> corpus.Corpus:
         found = corpus.load(
             data.sources, sources.data_root(home), data.validation_fraction, data.max_bytes, data.text_field
         )
+    except InExperimentFile:
+        raise
     except BadInput as error:
-        if not config.id or str(error).startswith("experiments/"):
+        if not config.id:
             raise
-        raise BadInput(f"experiments/{config.id}.yaml: {error}") from None
+        raise InExperimentFile(f"experiments/{config.id}.yaml: {error}") from None
     count = len(found.train) + len(found.validation)
     skipped = f", {counted(found.skipped, 'binary file')} skipped" if found.skipped else ""
     report.phase("reading corpus", f"{_megabytes(found)} MB, {counted(count, 'document')}{skipped}")

@@ -24,7 +24,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import read_regular, write_output
 from octlm.core.home import Home, validate_id
 from octlm.exchange.results import Exported
-from octlm.store.base import METRIC_FIELDS
+from octlm.store.base import METRIC_TABLE_FIELDS
 from octlm.store.merge import ExchangeRegistry
 from octlm.store.migrations import ADDED, TABLE_COLUMNS, CheckpointRow
 from octlm.store.runs import runfile
@@ -65,7 +65,7 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     "note": _optional("note", "notes"),
     "run_file": (),
 }
-METRIC_ENTRY = (*METRIC_FIELDS, "run_uuid")  # a run file record's ``metrics`` row
+METRIC_ENTRY = (*METRIC_TABLE_FIELDS, "run_uuid")  # a run file record's ``metrics`` row
 
 
 class _Envelope(TypedDict):
@@ -280,7 +280,7 @@ def _run_files(
 
 def _metric_fields(row: Mapping[str, Any]) -> dict[str, Any]:
     """A metrics row's fields (``_pick``'s rule: the newer ones only where they hold a value)."""
-    return _pick(row, METRIC_FIELDS)
+    return _pick(row, METRIC_TABLE_FIELDS)
 
 
 # Columns added by migrations after m006, when this export's schema (version 1) was frozen: an export writes them

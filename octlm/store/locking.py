@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from octlm.core.errors import Refused
+from octlm.core.errors import BeingTrained, Refused
 
 ATTEMPTS = 5
 
@@ -75,7 +75,7 @@ class ExperimentLock:
         except BlockingIOError:
             holder = _printable(os.pread(fd, 200, 0).decode("utf-8", "replace")) or "unknown"
             os.close(fd)
-            raise Refused(
+            raise BeingTrained(
                 f"{self.experiment_id} is already being trained by {holder}: "
                 "wait for it to finish or stop it (SIGTERM checkpoints and exits)"
             ) from None
@@ -154,7 +154,7 @@ def _shared(path: Path, experiment_id: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _printable(os.pread(fd, 200, 0).decode("utf-8", "replace")) or "unknown"
-            raise Refused(f"{experiment_id} is being trained by {holder}: wait for it to finish") from None
+            raise BeingTrained(f"{experiment_id} is being trained by {holder}: wait for it to finish") from None
         yield
     finally:
         os.close(fd)

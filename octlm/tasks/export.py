@@ -1,7 +1,7 @@
 """``octlm export``: a checkpoint as a Hugging Face Llama model (``--format hf``), or its weights alone under
-octlm's names (``--format safetensors``): one ``Format`` row each, in one table, ``FORMATS``, which the ``--format``
-option's choices and help are built from (torch-free at import, so the command line reads it). Adding a format: its
-writer and its row here; tests/tasks/test_export.py exports with every row (docs/modules.md, "Families").
+octlm's names (``--format safetensors``): one ``ExportFormat`` row each, in one table, ``EXPORT_FORMATS``, which the
+``--format`` option's choices and help are built from (torch-free at import, so the command line reads it). Adding a
+format: its writer and its row here; tests/tasks/test_export.py exports with every row (docs/modules.md, "Families").
 
 octlm's model is Llama's (RMSNorm, rotary, SwiGLU, no biases, tied embeddings) but for one detail: it
 rotates interleaved pairs of each head's dimensions, (0, 1), (2, 3), ..., where ``transformers`` rotates
@@ -48,7 +48,7 @@ LAYER_NAMES = {  # octlm's name inside blocks.N -> transformers' inside model.la
     "mlp.down.weight": "mlp.down_proj.weight",
 }
 TOP_NAMES = {"embedding.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}
-METRICS = ("step", "tokens", "train_loss", "eval_loss", "perplexity", "bits_per_byte")
+CARD_METRICS = ("step", "tokens", "train_loss", "eval_loss", "perplexity", "bits_per_byte")
 
 
 class Exported(TypedDict):
@@ -56,7 +56,7 @@ class Exported(TypedDict):
 
     id: str
     step: int
-    format: str  # a name of FORMATS
+    format: str  # a name of EXPORT_FORMATS
     dir: str
     files: list[str]
     checkpoint: str  # the checkpoint's path under the home ("" when it lies elsewhere)
@@ -90,7 +90,7 @@ class Exporting:
 
 
 @dataclass(frozen=True)
-class Format:
+class ExportFormat:
     """One member of the family."""
 
     help: str  # what it writes, in the ``--format`` option's help
@@ -100,9 +100,9 @@ class Format:
 
 def check_extra(export_format: str) -> None:
     """BadInput naming the extra to install when a package the format needs is missing."""
-    if export_format not in FORMATS:
-        raise BadInput(f"--format {export_format}: must be one of {', '.join(FORMATS)}")
-    missing = [name for name in FORMATS[export_format].needs if importlib.util.find_spec(name) is None]
+    if export_format not in EXPORT_FORMATS:
+        raise BadInput(f"--format {export_format}: must be one of {', '.join(EXPORT_FORMATS)}")
+    missing = [name for name in EXPORT_FORMATS[export_format].needs if importlib.util.find_spec(name) is None]
     if missing:
         raise BadInput(
             f"export --format {export_format} needs {' and '.join(missing)}: install the hf extra, "
@@ -129,7 +129,7 @@ def export(
     loaded, model, tokenizer, _ = load_model(home, experiment_id, step, warn)
     state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
     exporting = Exporting(experiment_id, loaded, state, tokenizer)
-    files = publish(target, force, lambda folder: FORMATS[export_format].write(folder, exporting))
+    files = publish(target, force, lambda folder: EXPORT_FORMATS[export_format].write(folder, exporting))
     return {
         "id": experiment_id,
         "step": loaded.record.step,
@@ -155,13 +155,13 @@ def write_safetensors(folder: Path, what: Exporting) -> list[str]:
 
 
 # The family's one table: a new format is a writer above and a row here.
-FORMATS: dict[str, Format] = {
-    "hf": Format(
+EXPORT_FORMATS: dict[str, ExportFormat] = {
+    "hf": ExportFormat(
         "a folder transformers loads (weights, config, tokenizer, model card)",
         ("safetensors", "transformers"),
         write_hf,
     ),
-    "safetensors": Format("the weights alone, under octlm's names", ("safetensors",), write_safetensors),
+    "safetensors": ExportFormat("the weights alone, under octlm's names", ("safetensors",), write_safetensors),
 }
 
 
@@ -304,7 +304,7 @@ def write_configs(folder: Path, config: ModelSizes, tokenizer: Any) -> list[str]
 def write_card(folder: Path, experiment_id: str, loaded: Any, config: ModelSizes, bos: str) -> str:
     """README.md: what the model is, where it came from (fingerprints), its metrics, how to load it."""
     record, prints = loaded.record, loaded.record.fingerprints
-    metrics = "\n".join(f"| {key} | {record.metrics[key]} |" for key in METRICS if key in record.metrics)
+    metrics = "\n".join(f"| {key} | {record.metrics[key]} |" for key in CARD_METRICS if key in record.metrics)
     lines = [
         "---",
         "library_name: transformers",

@@ -90,16 +90,16 @@ def detail(home: Home, experiment_id: str) -> Detail:
         "description": resolved.get("description", ""),
         "status": last["status"] if last else "new",
         "step": last["end_step"] if last else None,
-        "train_loss": _number(figures.get("train_loss")),
-        "eval_loss": _number(figures.get("eval_loss")),
-        "perplexity": _number(figures.get("perplexity")),
-        "bits_per_byte": _number(figures.get("bits_per_byte")),
-        "eval_loss_se": _number(figures.get("eval_loss_se")),
-        "perplexity_se": _number(figures.get("perplexity_se")),
-        "bits_per_byte_se": _number(figures.get("bits_per_byte_se")),
-        "eval_tokens": _number(figures.get("eval_tokens")),
-        "eval_clusters": _number(figures.get("eval_clusters")),
-        "eval_cluster_unit": _text(figures.get("eval_cluster_unit")),
+        "train_loss": _finite_or_none(figures.get("train_loss")),
+        "eval_loss": _finite_or_none(figures.get("eval_loss")),
+        "perplexity": _finite_or_none(figures.get("perplexity")),
+        "bits_per_byte": _finite_or_none(figures.get("bits_per_byte")),
+        "eval_loss_se": _finite_or_none(figures.get("eval_loss_se")),
+        "perplexity_se": _finite_or_none(figures.get("perplexity_se")),
+        "bits_per_byte_se": _finite_or_none(figures.get("bits_per_byte_se")),
+        "eval_tokens": _finite_or_none(figures.get("eval_tokens")),
+        "eval_clusters": _finite_or_none(figures.get("eval_clusters")),
+        "eval_cluster_unit": _text_or_none(figures.get("eval_cluster_unit")),
         "fingerprints": {
             "config": fingerprint,
             "data": _newest(runs, "data_hash"),
@@ -230,11 +230,11 @@ def _record(fields: dict[str, Any]) -> RunRecord:
     return cast(RunRecord, fields)
 
 
-def _number(value: Any) -> Any:
+def _finite_or_none(value: Any) -> Any:
     return value if _finite(value) else None
 
 
-def _text(value: Any) -> str | None:
+def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 

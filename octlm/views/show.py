@@ -12,19 +12,18 @@ from typing import Any, Literal
 from octlm.core.errors import BadInput
 from octlm.core.home import ID_PATTERN, Home
 from octlm.store.registry import Registry
-from octlm.views import listing
-from octlm.views import side_by_side as compare
+from octlm.views import listing, side_by_side
 from octlm.views.compare import noise
 from octlm.views.curves import plots
 from octlm.views.details import SCHEMA_VERSION, detail, flat
 from octlm.views.sweeps import status
 
-__all__ = ["SCHEMA_VERSION", "Request", "Shown", "detail", "run"]
+__all__ = ["SCHEMA_VERSION", "ShowRequest", "Shown", "detail", "run"]
 Mode = Literal["list", "plot", "detail", "compare", "sweep"]
 
 
 @dataclass(frozen=True)
-class Request:
+class ShowRequest:
     """The options of ``octlm show``."""
 
     ids: tuple[str, ...] = ()
@@ -63,7 +62,7 @@ class Shown:
     (and for the text tables); ``text``, when set, as it is; ``warnings`` on stderr first.
 
     ``document`` is one of the views' typed documents (``listing.Listing``, ``details.Detail``,
-    ``compare.Comparison``, ``plots.PlotData``, ``sweeps.status.SweepRanking``; ``{}`` for the text of
+    ``side_by_side.Comparison``, ``plots.PlotData``, ``sweeps.status.SweepRanking``; ``{}`` for the text of
     ``--plot``) as the plain mapping the CLI writes and reads by key."""
 
     mode: Mode
@@ -74,7 +73,7 @@ class Shown:
     warnings: tuple[str, ...] = ()
 
 
-def run(home: Home, request: Request) -> Shown:
+def run(home: Home, request: ShowRequest) -> Shown:
     """Answer ``octlm show``; BadInput for conflicting options, unknown IDs, columns or filters."""
     if request.as_json and request.as_csv:
         raise BadInput("--json and --csv cannot be used together: choose one")
@@ -82,7 +81,7 @@ def run(home: Home, request: Request) -> Shown:
     return replace(VIEWS[request.mode](home, request), warnings=damaged_cells(home))
 
 
-def _check_mode(request: Request) -> None:
+def _check_mode(request: ShowRequest) -> None:
     """Options that do not apply to the view asked for are an error, never silently ignored."""
     listing_only = request.where or request.sort or request.limit is not None or request.columns
     if request.ids and (listing_only or request.include_archived):
@@ -111,7 +110,7 @@ def damaged_cells(home: Home) -> tuple[str, ...]:
     )
 
 
-def _list(home: Home, request: Request) -> Shown:
+def _list(home: Home, request: ShowRequest) -> Shown:
     columns = listing.parse_columns(request.columns)
     found = listing.select(
         home,
@@ -131,18 +130,18 @@ def _list(home: Home, request: Request) -> Shown:
     return Shown("list", _plain(document), header, [[row.get(column) for column in header] for row in found])
 
 
-def _detail(home: Home, request: Request) -> Shown:
+def _detail(home: Home, request: ShowRequest) -> Shown:
     item = detail(home, request.ids[0])
     return Shown("detail", _plain(item), ["key", "value"], [[key, value] for key, value in flat(item).items()])
 
 
-def _compare(home: Home, request: Request) -> Shown:
-    result = compare.compare(home, list(request.ids), request.all_keys, request.effect)
-    rows = [[name, *values] for name, values in compare.table_rows(result)]
+def _compare(home: Home, request: ShowRequest) -> Shown:
+    result = side_by_side.compare(home, list(request.ids), request.all_keys, request.effect)
+    rows = [[name, *values] for name, values in side_by_side.table_rows(result)]
     return Shown("compare", _plain(result), ["field", *request.ids], rows)
 
 
-def _sweep(home: Home, request: Request) -> Shown:
+def _sweep(home: Home, request: ShowRequest) -> Shown:
     """A sweep's configurations, ranked; BadInput for a name that is neither a sweep nor an experiment ID."""
     with Registry(home.registry, create=False) as registry:
         if registry.sweep(request.ids[0]) is None:
@@ -179,7 +178,7 @@ def is_id(text: str) -> bool:
     return ID_PATTERN.fullmatch(text) is not None
 
 
-def _plot(home: Home, request: Request) -> Shown:
+def _plot(home: Home, request: ShowRequest) -> Shown:
     if request.as_json:
         return Shown("plot", _plain(plots.plot_data(home, list(request.ids))))
     return Shown("plot", {}, text=plots.plots(home, list(request.ids), width=request.width))
@@ -190,7 +189,7 @@ def _plain(document: Mapping[str, Any]) -> dict[str, Any]:
     return dict(document)
 
 
-VIEWS: dict[Mode, Callable[[Home, Request], Shown]] = {
+VIEWS: dict[Mode, Callable[[Home, ShowRequest], Shown]] = {
     "list": _list,
     "detail": _detail,
     "compare": _compare,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypedDict, cast, get_args
+from typing import Any, TypedDict, cast
 
 from octlm.config import flatten
 from octlm.core.home import Home
@@ -24,9 +24,8 @@ from octlm.views.compare.versus import Versus
 from octlm.views.details import SCHEMA_VERSION, Detail, detail, run_records
 from octlm.views.paired import Paired, Unused, pair
 from octlm.views.sweeps import replicates
-from octlm.views.sweeps.replicates import Group
+from octlm.views.sweeps.replicates import LOSS_METRICS, Group, LossMetric
 
-Metric = Literal["train_loss", "eval_loss", "perplexity", "bits_per_byte"]
 Records = Sequence[RunRecord]
 Differing = dict[str, dict[str, list[Any]]]  # {section: {dotted key: [value per config]}}
 
@@ -79,9 +78,6 @@ class Comparison(TypedDict):
     versus: list[Versus]  # every experiment after the first, against the first
     replicates: list[Group | None]  # each experiment's replicate group (its configuration's seeds), if any
     min_effect: float  # the smallest difference of interest, in nats: the seeds needed are for 80% power at it
-
-
-METRICS: tuple[Metric, ...] = get_args(Metric)  # Metrics' keys, in their order
 
 
 def compare(home: Home, ids: list[str], all_keys: bool = False, min_effect: float = noise.MIN_EFFECT) -> Comparison:
@@ -153,7 +149,7 @@ def final_values(records: Records) -> RunRecord:
     return merged
 
 
-def _metrics(value: Callable[[Metric], float | None]) -> Metrics:
+def _metrics(value: Callable[[LossMetric], float | None]) -> Metrics:
     return {
         "train_loss": value("train_loss"),
         "eval_loss": value("eval_loss"),
@@ -236,7 +232,7 @@ def _verdict(verifications: list[VerificationRow], kind: str) -> str | None:
     return verdict
 
 
-def _latest(records: Records, key: Metric, tokens: int | None = None) -> float | None:
+def _latest(records: Records, key: LossMetric, tokens: int | None = None) -> float | None:
     """The newest value of ``key`` (at or before ``tokens``): a run file logs the training loss more
     often than it evaluates, so the last record may not hold every metric."""
     for record in reversed(records):
@@ -279,7 +275,7 @@ def figure_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
     exps, at = result["experiments"], f"at {result['equal_tokens']:,} tokens"
     rows: list[tuple[str, list[Any]]] = [("status", [e["status"] for e in exps]), ("step", [e["step"] for e in exps])]
     for group in ("final", "best"):
-        rows += [(f"{group} {metric}", [e[group][metric] for e in exps]) for metric in METRICS]
+        rows += [(f"{group} {metric}", [e[group][metric] for e in exps]) for metric in LOSS_METRICS]
         if group == "final":
             first = result["ids"][0]
             rows.append(("final eval_loss_se", [e["eval_loss_se"] for e in exps]))
@@ -290,7 +286,7 @@ def figure_rows(result: Comparison) -> list[tuple[str, list[Any]]]:
             if any(group is not None for group in result["replicates"]):  # no empty row when none has replicates
                 rows.append(("replicates eval_loss", [_spread(g) for g in result["replicates"]]))
     rows.append((f"{at}: step tokens", [e["at_equal_tokens"]["tokens"] for e in exps]))
-    rows += [(f"{at}: {metric}", [e["at_equal_tokens"][metric] for e in exps]) for metric in METRICS]
+    rows += [(f"{at}: {metric}", [e["at_equal_tokens"][metric] for e in exps]) for metric in LOSS_METRICS]
     for key in ("tokens", "tokens_per_second", "wall_seconds", "verify_resume", "overfit"):
         rows.append((key, [e[key] for e in exps]))
     rows.append(("epochs", [e["epochs"] for e in exps]))

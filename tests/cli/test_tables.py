@@ -32,7 +32,7 @@ def terminal(monkeypatch: pytest.MonkeyPatch, width: int) -> io.StringIO:
 
 def draw(home: Path, monkeypatch: pytest.MonkeyPatch, width: int, *ids: str) -> str:
     buffer = terminal(monkeypatch, width)
-    request = shows.Request(ids=ids)
+    request = shows.ShowRequest(ids=ids)
     show_view.write(shows.run(Home(home), request), request)
     return buffer.getvalue()
 

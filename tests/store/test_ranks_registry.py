@@ -197,7 +197,7 @@ def draw(home: Path, monkeypatch: pytest.MonkeyPatch, width: int) -> str:
     console = render.PlainConsole(width=width, file=buffer, force_terminal=True, color_system=None, soft_wrap=False)
     monkeypatch.setattr(render, "terminal", lambda: True)
     monkeypatch.setattr(render, "out_console", lambda: console)
-    request = shows.Request(ids=("EXP-001",))
+    request = shows.ShowRequest(ids=("EXP-001",))
     show_view.write(shows.run(Home(home), request), request)
     return buffer.getvalue()
 

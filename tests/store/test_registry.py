@@ -219,7 +219,9 @@ def test_column_tuples_mirror_the_schema(tmp_path: Path) -> None:
         assert ("id", *writable) == ordered_columns(path, table)
     view = tuple(registry_module.SummaryRow.__annotations__)  # the summary view's columns as a read returns them
     assert view == ordered_columns(path, "experiment_summary")
-    assert set(registry_module.METRIC_FIELDS) == set(METRIC_FIELDS)  # a new run-file field needs a migration adding it
+    assert set(registry_module.METRIC_TABLE_FIELDS) == set(
+        METRIC_FIELDS
+    )  # a new run-file field needs a migration adding it
     assert list(migrations.ADDED) == [name for name in migrations.NAMES if name in migrations.ADDED]
     assert all(column in migrations.TABLE_COLUMNS[table] for table, column in registry_module.JSON_CELLS)
     assert registry_module.JSON_COLUMNS == {column for _, column in registry_module.JSON_CELLS}

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from octlm.cli.commands.report import FormatOption
 from octlm.config import from_dict
 from octlm.data.tokenizer import Tokenizer
-from octlm.tasks.export import FORMATS
+from octlm.tasks.export import EXPORT_FORMATS
 from octlm.train import checkpoint, generate
 from octlm.train.model.decoder import Decoder
 
@@ -113,15 +113,17 @@ def test_refusals_say_one_line_and_leave_nothing(trained: Path, tmp_path: Path, 
     assert "keep.txt" not in {p.name for p in full.iterdir()} and sorted(p.name for p in tmp_path.iterdir()) == ["full"]
 
 
-@pytest.mark.parametrize("name", list(FORMATS))  # every member of the table: a new one is tested without a line here
+@pytest.mark.parametrize(
+    "name", list(EXPORT_FORMATS)
+)  # every member of the table: a new one is tested without a line here
 def test_every_format_of_the_table_is_a_documented_choice_that_needs_its_own_packages_alone(
     name: str, trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 47 item 1: each row of the export formats' one table (tasks/export.FORMATS) is a choice of ``--format``
+    """Issue 47 item 1: each row of the export formats' one table (export.EXPORT_FORMATS) is a choice of ``--format``
     whose help carries the row's own (``export --help``, docs/reference/commands.md); exported with it, the folder
     holds exactly the files ``--json`` names; without one of the packages its row ``needs``, one line names it (exit
     2) and nothing is written, while another format's packages missing change nothing."""
-    row, option = FORMATS[name], get_args(FormatOption)[1]
+    row, option = EXPORT_FORMATS[name], get_args(FormatOption)[1]
     assert name in option.metavar.split("|") and f"{name}: {row.help}" in option.help
     reference = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "commands.md").read_text()
     assert f"{name}: {row.help}" in " ".join(reference.split())
@@ -136,7 +138,7 @@ def test_every_format_of_the_table_is_a_documented_choice_that_needs_its_own_pac
         assert (result.exit_code, result.stderr.count("\n")) == (2, 1), result.stderr
         assert f"needs {package}" in result.stderr and "octlm[hf]" in result.stderr
         assert not (tmp_path / "refused").exists()
-    others = {package for other in FORMATS.values() for package in other.needs} - set(row.needs)
+    others = {package for other in EXPORT_FORMATS.values() for package in other.needs} - set(row.needs)
     monkeypatch.setattr(importlib.util, "find_spec", lambda wanted, *a: None if wanted in others else real(wanted, *a))
     result = cli(trained, "export", "EXP-001", "--format", name, "-o", str(tmp_path / name), "--json")
     assert result.exit_code == 0, result.stderr

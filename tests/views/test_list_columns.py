@@ -157,7 +157,7 @@ def test_a_narrow_terminal_leaves_columns_out_in_the_spec_s_drop_order(
         console = render.PlainConsole(width=width, file=buffer, force_terminal=True, color_system=None)
         monkeypatch.setattr(render, "terminal", lambda: True)
         monkeypatch.setattr(render, "out_console", lambda console=console: console)
-        request = shows.Request(include_archived=True)
+        request = shows.ShowRequest(include_archived=True)
         show_view.write(shows.run(Home(home), request), request)
         note = capsys.readouterr().err
         left.append(note.split("left out ", 1)[1].split(" (widen")[0].split(", ") if "left out" in note else [])

@@ -15,7 +15,7 @@ from octlm.core.home import Home
 from octlm.store.experiments import load, register
 from octlm.store.registry import Registry
 from octlm.store.runs.evalblocks import BlockEvaluation
-from octlm.views import side_by_side as compare
+from octlm.views import side_by_side
 from octlm.views.compare import noise, seeds, student, winner
 from octlm.views.compare.noise import Error, Size
 from octlm.views.report import sections
@@ -61,12 +61,12 @@ def _registered(home: Path, experiment_id: str, **training: object) -> None:
 def test_a_twin_is_no_replicate_and_no_empty_replicates_row(home: Path) -> None:
     _registered(home, "EXP-001")
     _registered(home, "EXP-002")  # the same config, seed included
-    result = compare.compare(Home(home), ["EXP-001", "EXP-002"])
+    result = side_by_side.compare(Home(home), ["EXP-001", "EXP-002"])
     assert "is a twin of EXP-001" in result["versus"][0]["seed_noise"], result["versus"][0]
     assert "replicate of" not in result["versus"][0]["seed_noise"]
-    assert "replicates eval_loss" not in [name for name, _ in compare.table_rows(result)]
+    assert "replicates eval_loss" not in [name for name, _ in side_by_side.table_rows(result)]
     _registered(home, "EXP-003", seed=7, learning_rate=0.001)
-    side = sections.comparison(compare.compare(Home(home), ["EXP-001", "EXP-003"]))
+    side = sections.comparison(side_by_side.compare(Home(home), ["EXP-001", "EXP-003"]))
     assert [row[0] for row in side.config] == ["training.learning_rate", "training.seed"]
     assert "data_receipt" in [row[0] for row in side.metrics]
 

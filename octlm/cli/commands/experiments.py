@@ -94,7 +94,7 @@ def show(
     from octlm.views import show as shows
 
     width = min(render.out_console().width, 120) if sys.stdout.isatty() else 80
-    request = shows.Request(
+    request = shows.ShowRequest(
         ids=tuple(ids or ()),
         all_keys=all_keys,
         plot=plot,

@@ -2,7 +2,7 @@
 Face's format, or its tensors alone (``export checkpoint``, which ``export ID`` means), and runs' records for a
 tracker (``export tensorboard``, ``export csv``: a subcommand a row of ``exchange.trackers.TRACKERS``, its help the
 row's). ``report`` and the trackers' export are torch-free; the checkpoint's use case loads torch inside the command,
-and its table of formats (``tasks.export.FORMATS``, torch-free) gives ``--format`` its choices and help.
+and its table of formats (``tasks.export.EXPORT_FORMATS``, torch-free) gives ``--format`` its choices and help.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from octlm.cli import render
 from octlm.cli.common import IdArgument, JsonOption, complete_ids, handled, home_of
 from octlm.core.reporting import counted
 from octlm.exchange.trackers import TRACKERS
-from octlm.tasks.export import FORMATS
+from octlm.tasks.export import EXPORT_FORMATS
 
 IdsArgument = Annotated[
     list[str],
@@ -39,8 +39,8 @@ FormatOption = Annotated[
     str,
     typer.Option(
         "--format",
-        metavar="|".join(FORMATS),
-        help="; ".join(f"{name}: {row.help}" for name, row in FORMATS.items()) + ".",
+        metavar="|".join(EXPORT_FORMATS),
+        help="; ".join(f"{name}: {row.help}" for name, row in EXPORT_FORMATS.items()) + ".",
     ),
 ]
 DirOption = Annotated[

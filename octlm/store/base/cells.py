@@ -31,8 +31,9 @@ CHECKPOINT_COLUMNS = writable("checkpoints")
 VERIFICATION_COLUMNS = writable("verifications")
 NOTE_COLUMNS = writable("notes")
 METRIC_COLUMNS = writable("metrics")
-# The fields of a run-file record that the metrics table holds: core.records.METRIC_FIELDS (a test checks).
-METRIC_FIELDS = tuple(column for column in METRIC_COLUMNS if column not in ("experiment_id", "run_id", "track"))
+# The fields of a run-file record that the metrics table holds: core.records.METRIC_FIELDS, those a record says it
+# carries (a test holds the two the same).
+METRIC_TABLE_FIELDS = tuple(column for column in METRIC_COLUMNS if column not in ("experiment_id", "run_id", "track"))
 METRIC_TRACKS = ("train", "overfit")
 # Every table holding rows of an experiment, children first (the order a removal deletes them in): a removed
 # trial leaves its sweep. The sweeps and their decisions belong to no one experiment (``SWEEP_TABLES``).

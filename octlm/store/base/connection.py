@@ -94,10 +94,17 @@ def _refuse_unsafe_sides(path: Path) -> None:
         )
 
 
+def _primary_code(error: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of ``error`` (the low byte of its extended code: ``SQLITE_BUSY`` for each kind
+    of busy), or None for an error Python raised itself: what went wrong by number, never by the message's words."""
+    extended = getattr(error, "sqlite_errorcode", None)
+    return None if extended is None else extended & 0xFF
+
+
 def _unopenable(path: Path, error: sqlite3.DatabaseError) -> Refused:
     """One line for a registry SQLite cannot open or write: a read-only home said so, a damaged file with its fix."""
     text = str(error)
-    if "readonly" in text or "read-only" in text or not os.access(path.parent, os.W_OK):
+    if _primary_code(error) == sqlite3.SQLITE_READONLY or not os.access(path.parent, os.W_OK):
         return Refused(
             f"{path}: the home is read-only here ({text}): this command writes the registry; run it where "
             "the home can be written (reading commands, such as show, work as they are)"
@@ -145,7 +152,7 @@ class RegistryBase:
             conn.execute("select count(*) from sqlite_master").fetchone()
         except sqlite3.OperationalError as error:
             conn.close()
-            if "unable to open" not in str(error) and "readonly" not in str(error):
+            if _primary_code(error) not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
                 raise
             conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
         conn.row_factory = sqlite3.Row
@@ -158,7 +165,10 @@ class RegistryBase:
             try:
                 return fn()
             except sqlite3.OperationalError as error:
-                if "locked" not in str(error) or time.monotonic() > deadline:
+                if (
+                    _primary_code(error) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                    or time.monotonic() > deadline
+                ):
                     raise
                 time.sleep(0.02)
 

@@ -17,7 +17,7 @@ from octlm.core.records import NESTED_FIELDS, RunRecord
 from octlm.store.base import (
     CHECKPOINT_COLUMNS,
     METRIC_COLUMNS,
-    METRIC_FIELDS,
+    METRIC_TABLE_FIELDS,
     METRIC_TRACKS,
     RUN_COLUMNS,
     TRAINING_KINDS,
@@ -159,11 +159,11 @@ class RunRows(RegistryBase):
 
     def add_metrics(self, experiment_id: str, track: str, run_id: int | None, record: RunRecord) -> None:
         """One run-file record as a row of ``metrics`` (its nested fields, such as ``eval_sources``, stay in the run
-        file); ValueError for another key that is not one of ``METRIC_FIELDS`` (a record may lack any of them) or a
-        track other than train and overfit."""
+        file); ValueError for another key that is not one of ``METRIC_TABLE_FIELDS`` (a record may lack any of them)
+        or a track other than train and overfit."""
         if track not in METRIC_TRACKS:
             raise ValueError(f"metrics: unknown track {track!r}; one of {', '.join(METRIC_TRACKS)}")
-        unknown = [key for key in record if key not in METRIC_FIELDS and key not in NESTED_FIELDS]
+        unknown = [key for key in record if key not in METRIC_TABLE_FIELDS and key not in NESTED_FIELDS]
         if unknown:
             raise ValueError(f"metrics: unknown column {unknown[0]!r}")
         scalars = {key: value for key, value in record.items() if key not in NESTED_FIELDS}

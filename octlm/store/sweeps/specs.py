@@ -25,7 +25,7 @@ from octlm.core.home import DEFAULT_PREFIX, validate_id, validate_prefix
 from octlm.core.reporting import counted
 from octlm.store.sweeps.records import SweepSpec
 
-METRICS = ("eval_loss", "perplexity", "bits_per_byte", "train_loss")  # what a sweep minimises
+OBJECTIVES = ("eval_loss", "perplexity", "bits_per_byte", "train_loss")  # what a sweep may minimise, its default first
 MAX_TRIALS = 10_000  # in one sweep
 MAX_SEEDS = 1000  # replicates of a configuration
 NAME = re.compile(r"[a-z][a-z0-9_.]*(-[a-z0-9_.]+)*")
@@ -56,7 +56,7 @@ def _whole(low: int | None = None, high: int | None = None) -> Check:
     return check
 
 
-def _number(value: Any) -> bool:
+def _finite_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -107,7 +107,7 @@ def _rungs(value: Any) -> bool:
 
 
 def _range(value: Any) -> bool:
-    if not _fields({"low": _number, "high": _number, "log": _flag, "int": _flag})(value):
+    if not _fields({"low": _finite_number, "high": _finite_number, "log": _flag, "int": _flag})(value):
         return False
     return bool(value["low"] < value["high"] and (value["low"] > 0 or not value["log"]))
 
@@ -153,10 +153,10 @@ SPEC: dict[str, tuple[Check, str, Any]] = {
     ),
     "trials": (_optional(_whole(1, MAX_TRIALS)), f"null or a whole number from 1 to {MAX_TRIALS:,}", None),
     "parallel": (_whole(1, MAX_TRIALS), f"a whole number from 1 to {MAX_TRIALS:,}", 2),
-    "metric": (lambda value: _text(value) and value in METRICS, "one of " + ", ".join(METRICS), "eval_loss"),
+    "metric": (lambda value: _text(value) and value in OBJECTIVES, "one of " + ", ".join(OBJECTIVES), "eval_loss"),
     "seed": (_whole(), "a whole number", 0),
     "halving": (_rungs, "[] or two or more increasing steps above 0", []),
-    "keep": (lambda value: _number(value) and 0 < value < 1, "a number above 0 and below 1", 0.5),
+    "keep": (lambda value: _finite_number(value) and 0 < value < 1, "a number above 0 and below 1", 0.5),
     "overrides": (_list_of(lambda value: _text(value) and "=" in value), "a list of KEY=VALUE texts", []),
     "prefix": (_passes(validate_prefix), "an ID prefix such as EXP-", DEFAULT_PREFIX),
     "base_config": (lambda value: isinstance(value, dict), "a mapping (a config)", _MISSING),
@@ -197,11 +197,11 @@ TRIAL_ROW: dict[str, tuple[Check, str]] = {
     "params": (lambda value: isinstance(value, dict), "a mapping"),
     "group_key": (_text, "a text"),
     "status": (lambda value: value in STATUSES, "one of " + ", ".join(STATUSES)),
-    "value": (_optional(_number), "a finite number or null"),
+    "value": (_optional(_finite_number), "a finite number or null"),
     "error": (_optional(_text), "a text or null"),
 }
 _GROUP = _fields(
-    {"group": _text, "trials": _list_of(_ID), "value": _optional(_number), "promoted": _flag, "late": _flag},
+    {"group": _text, "trials": _list_of(_ID), "value": _optional(_finite_number), "promoted": _flag, "late": _flag},
     optional=("promoted", "late"),
 )
 DECISION_ROW: dict[str, tuple[Check, str]] = {

@@ -41,8 +41,7 @@ from octlm.runtime.launch import Launch
 from octlm.store import experiments
 from octlm.store.registry import Registry
 from octlm.store.runs import runfile
-from octlm.tasks.proof import bitcompare as compare
-from octlm.tasks.proof import scratch
+from octlm.tasks.proof import bitcompare, scratch
 from octlm.tasks.proof.bitcompare import Check, Differing
 from octlm.tasks.proof.scratch import Plan
 from octlm.train import checkpoint
@@ -57,7 +56,7 @@ class Threads(TypedDict):
     said: str  # the line verify-resume printed about them
 
 
-class Verdict(TypedDict):
+class ResumeVerdict(TypedDict):
     verdict: str  # pass | fail
     identical: bool
     checks: list[Check]
@@ -66,12 +65,12 @@ class Verdict(TypedDict):
     summary: str
 
 
-class Compared(Verdict):
+class BothRuns(ResumeVerdict):
     seconds: dict[str, float]  # a: the uninterrupted run, b: the segments together
     scratch: str | None  # with --keep-scratch, the folder holding the scratch homes a/ and b/ (else None: removed)
 
 
-class Resumed(Compared):
+class Resumed(BothRuns):
     """What ``verify-resume --json`` writes, and what the registry keeps as the verdict's details."""
 
     id: str
@@ -214,7 +213,7 @@ def _plan(home: Home, config: Config, splits: list[int], final: int, sizes: list
     return Plan(config.id, *cadence, home.root, config.init.checkpoint, tuple(sizes), chosen)
 
 
-def _both_runs(folder: Path, plan: Plan, prepared: PreparedData, segments: Segments, kept: bool) -> Compared:
+def _both_runs(folder: Path, plan: Plan, prepared: PreparedData, segments: Segments, kept: bool) -> BothRuns:
     a, b = scratch.scratch_home(folder / "a", plan), scratch.scratch_home(folder / "b", plan)
     bounds = [0, *plan.splits, plan.until]
     seconds = {"a": scratch.run_segment(a, plan, 0, 0, plan.until, segments), "b": 0.0}
@@ -241,21 +240,21 @@ def _verdict(
     a: Home,
     b: Home,
     experiment_id: str,
-) -> Verdict:
+) -> ResumeVerdict:
     ra, rb = loaded_a.record, loaded_b.record
     pieces = bool(prepared.config.training.micro_batches)  # every rank's streams alike: compared once per side
     checks = [
-        compare.section("model", ra.model, rb.model),
-        compare.section("optimizer", ra.optimizer, rb.optimizer),
-        compare.section("rng", compare.streams(ra, pieces), compare.streams(rb, pieces)),
-        compare.section("data order", ra.receipt, rb.receipt),  # the blocks read so far and their rolling digest
+        bitcompare.section("model", ra.model, rb.model),
+        bitcompare.section("optimizer", ra.optimizer, rb.optimizer),
+        bitcompare.section("rng", bitcompare.streams(ra, pieces), bitcompare.streams(rb, pieces)),
+        bitcompare.section("data order", ra.receipt, rb.receipt),  # the blocks read so far and their rolling digest
     ]
     if ra.guard or rb.guard:  # the spike guard's window and skipped steps
-        checks.append(compare.section("guard", ra.guard, rb.guard))
+        checks.append(bitcompare.section("guard", ra.guard, rb.guard))
     if ra.scaler or rb.scaler:  # fp16 only
-        checks.append(compare.section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
+        checks.append(bitcompare.section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
     if ra.log_accumulator or rb.log_accumulator:  # a loss sum pending between two logged steps
-        checks.append(compare.section("log", {"log": ra.log_accumulator}, {"log": rb.log_accumulator}))
+        checks.append(bitcompare.section("log", {"log": ra.log_accumulator}, {"log": rb.log_accumulator}))
     loss_check = _loss_check(prepared, loaded_a, loaded_b)
     run_file_check, first_step = _run_file_check(a, b, experiment_id)
     checks += [loss_check, run_file_check]

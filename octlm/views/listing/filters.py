@@ -62,7 +62,7 @@ def project(found: list[TableRow], columns: list[str] | None) -> list[TableRow]:
     return [{c: row.get(c) for c in chosen} for row in found]
 
 
-def _number(text: Any) -> float | None:
+def _as_float(text: Any) -> float | None:
     try:
         return float(text)
     except (TypeError, ValueError):
@@ -85,7 +85,7 @@ def parse_where(expression: str) -> tuple[str, str, str]:
     if not known(key):
         raise BadInput(f"--where {key}: unknown key; use {KNOWN}")
     numeric = spec.numeric(key) or config_keys().get(key) in ("int", "float")
-    if numeric and op not in ("~",) and _number(raw) is None:
+    if numeric and op not in ("~",) and _as_float(raw) is None:
         raise BadInput(f"--where {expression!r}: {key} is a number; {raw!r} is not")
     return key, "==" if op == "=" else op, raw
 
@@ -94,7 +94,7 @@ def predicate(expression: str) -> Callable[[Cells], bool]:
     """``eval_loss<2.5``, ``status=completed``, ``model.n_layers==4``, ``description~lr``: a Python predicate,
     never SQL. A number given with decimals matches at that precision (``eval_loss==4.39`` matches 4.3912)."""
     key, op, raw = parse_where(expression)
-    wanted = _number(raw)
+    wanted = _as_float(raw)
 
     def test(row: Cells) -> bool:
         value = row.get(key)
@@ -102,23 +102,23 @@ def predicate(expression: str) -> Callable[[Cells], bool]:
             return op == "!="
         if isinstance(value, list):
             return _any_item(op, raw, value)
-        have = _number(value) if not isinstance(value, bool) else None
+        have = _as_float(value) if not isinstance(value, bool) else None
         if op == "~":
-            return raw.lower() in _text(value).lower()
+            return raw.lower() in _compared_text(value).lower()
         if wanted is not None and have is not None:
             return _compare_numbers(op, have, wanted, raw)
-        return bool(OPERATORS[op](_text(value), raw))  # text: equal, or in order (an ID, a date)
+        return bool(OPERATORS[op](_compared_text(value), raw))  # text: equal, or in order (an ID, a date)
 
     return test
 
 
-def _text(value: Any) -> str:
+def _compared_text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _any_item(op: str, raw: str, items: list[Any]) -> bool:
     """A list (tags): ``==`` one item is ``raw``, ``!=`` none is, ``~`` one contains it."""
-    texts = [_text(item) for item in items]
+    texts = [_compared_text(item) for item in items]
     if op == "~":
         return any(raw.lower() in t.lower() for t in texts)
     return (raw in texts) if op != "!=" else raw not in texts
@@ -151,5 +151,5 @@ def sort_rows(found: list[TableRow], sort: str) -> list[TableRow]:
         raise BadInput(f"--sort {key}: unknown column; use {KNOWN}")
     present = [r for r in found if r.get(key) is not None]
     missing = [r for r in found if r.get(key) is None]
-    present.sort(key=lambda r: (_number(r[key]) is None, _number(r[key]) or 0.0, str(r[key])), reverse=reverse)
+    present.sort(key=lambda r: (_as_float(r[key]) is None, _as_float(r[key]) or 0.0, str(r[key])), reverse=reverse)
     return present + missing

@@ -144,7 +144,7 @@ def select(
     return filters.project(found, columns)
 
 
-FINALS = {"step", "eval_loss_se", *replicates.METRICS}  # what a replicate group's figures are made of
+FINALS = {"step", "eval_loss_se", *replicates.LOSS_METRICS}  # what a replicate group's figures are made of
 
 
 def replicate_groups(home: Home, found: list[TableRow]) -> list[Group]:

@@ -23,13 +23,13 @@ from octlm.core.errors import BadInput, ConfigError
 from octlm.core.fsutil import write_output
 from octlm.core.home import Home
 from octlm.store.registry import Registry
-from octlm.views import side_by_side as compare
+from octlm.views import side_by_side
 from octlm.views.curves import charts
 from octlm.views.curves.charts import Drawing
 from octlm.views.details import Detail, detail, run_records
 from octlm.views.report import sections as report_sections
 from octlm.views.report import sweep as report_sweep
-from octlm.views.report.sections import Cells, SideBySide, Verdict
+from octlm.views.report.sections import Cells, ReportedVerdict, SideBySide
 
 if TYPE_CHECKING:
     import jinja2
@@ -47,7 +47,7 @@ class Section:
     runs: list[Cells]
     provenance: list[Cells]
     checkpoints: list[Cells]
-    verdicts: list[Verdict]
+    verdicts: list[ReportedVerdict]
     config: str  # the resolved config (YAML)
 
 
@@ -77,7 +77,7 @@ def report(home: Home, ids: list[str]) -> str:
     sections = [section(home, item, charts_too=not several) for item in items]
     drawn = [charts.draw(chart) for chart in charts.curves(runs, _clip(items))] if any(runs.values()) else None
     if several:
-        side = report_sections.comparison(compare.compare(home, ids))
+        side = report_sections.comparison(side_by_side.compare(home, ids))
         page = Page(" vs ".join(ids), sections, drawn, side)
     else:
         title = f"{items[0]['id']}: {items[0]['description']}" if items[0]["description"] else items[0]["id"]

@@ -13,7 +13,7 @@ from typing import Any
 from octlm.core.home import Home
 from octlm.core.reporting import counted
 from octlm.store.registry import CheckpointRow, RunRow
-from octlm.views import side_by_side as compare
+from octlm.views import side_by_side
 from octlm.views.curves import charts
 from octlm.views.curves.charts import Drawing, number
 from octlm.views.details import Detail, run_records
@@ -161,7 +161,9 @@ class Overfit:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ReportedVerdict:
+    """A verdict of the registry as the report shows it: its kind, pass or fail, when, and its kind's own part."""
+
     kind: Any  # verify-resume, overfit, or another octlm wrote
     verdict: str
     when: str | None
@@ -174,14 +176,14 @@ class Verdict:
         return "pass" if self.verdict == "pass" else "fail"
 
 
-def verdicts(home: Home, item: Detail, charts_too: bool = True) -> list[Verdict]:
+def verdicts(home: Home, item: Detail, charts_too: bool = True) -> list[ReportedVerdict]:
     """Every verdict, oldest first; the newest overfit with its curves (``charts_too``)."""
     found = [v for v in item["verifications"] if isinstance(v, dict)]
     newest_overfit = next((v for v in reversed(found) if v.get("kind") == "overfit"), None)
     out = []
     for verification in found:
         details, kind = _dict(verification.get("details")), verification.get("kind")
-        verdict = Verdict(kind, str(verification.get("verdict") or ""), _when(verification.get("created")))
+        verdict = ReportedVerdict(kind, str(verification.get("verdict") or ""), _when(verification.get("created")))
         if kind == "verify-resume":
             verdict = dataclasses.replace(verdict, resume=verify_resume(details))
         elif kind == "overfit":
@@ -255,11 +257,11 @@ class SideBySide:
     sentences: list[str]  # each experiment against the first, in words: evaluation noise, data order
 
 
-def comparison(result: compare.Comparison) -> SideBySide:
-    metrics, config = compare.figure_rows(result), compare.config_rows(result)
+def comparison(result: side_by_side.Comparison) -> SideBySide:
+    metrics, config = side_by_side.figure_rows(result), side_by_side.config_rows(result)
     return SideBySide(
         result["ids"],
         [(name, *values) for name, values in metrics],
         [(name, *values) for name, values in config],
-        compare.sentences(result),
+        side_by_side.sentences(result),
     )

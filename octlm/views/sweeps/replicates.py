@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict, get_args
 
 from octlm.config import BOOKKEEPING, canonical, flatten
 from octlm.core.records.freeform import ConfigTree
@@ -18,7 +18,8 @@ from octlm.core.reporting import counted
 from octlm.views.compare import noise, seeds
 
 SEED = "training.seed"
-METRICS = ("train_loss", "eval_loss", "perplexity", "bits_per_byte")
+LossMetric = Literal["train_loss", "eval_loss", "perplexity", "bits_per_byte"]
+LOSS_METRICS: tuple[LossMetric, ...] = get_args(LossMetric)  # a run's loss figures, in the order every view shows them
 
 
 class Spread(TypedDict):
@@ -37,7 +38,7 @@ class Group(TypedDict):
     seeds: list[Any]
     counted: list[str]  # the replicates the spread is over: those at the furthest step, one per seed
     step: int | None  # that step
-    metrics: dict[str, Spread]  # METRICS, over the replicates' final values
+    metrics: dict[str, Spread]  # LOSS_METRICS, over the replicates' final values
     eval_loss_se: float | None  # the mean of their final evaluations' own standard errors
 
 
@@ -101,7 +102,7 @@ def summarize(ids: list[str], configs: Mapping[str, ConfigTree], finals: Mapping
         "seeds": [seeds[i] for i in ids],
         "counted": used,
         "step": furthest or None,
-        "metrics": {metric: spread([finals.get(i, {}).get(metric) for i in used]) for metric in METRICS},
+        "metrics": {metric: spread([finals.get(i, {}).get(metric) for i in used]) for metric in LOSS_METRICS},
         "eval_loss_se": spread([finals.get(i, {}).get("eval_loss_se") for i in used])["mean"],
     }
 

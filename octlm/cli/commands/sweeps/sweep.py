@@ -129,9 +129,9 @@ def sweep_new(
 ) -> None:
     """Create a sweep: its trials as experiments (tagged sweep:NAME, each its own config), in one transaction."""
     from octlm.tasks.sweeps.planning import plan
-    from octlm.tasks.sweeps.planning.spec import Request
+    from octlm.tasks.sweeps.planning.spec import SweepRequest
 
-    request = Request(
+    request = SweepRequest(
         name=name,
         base=base,
         grid=grid or (),

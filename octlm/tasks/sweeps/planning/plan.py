@@ -31,7 +31,7 @@ from octlm.store.sweeps.records import Made, SweepCreated, SweepRow, SweepSpec
 from octlm.tasks.sweeps.planning import asking, samplers
 from octlm.tasks.sweeps.planning.spec import (
     SEED,
-    Request,
+    SweepRequest,
     check_metric,
     check_options,
     parse_grid,
@@ -78,7 +78,7 @@ def build_trials(base: cfg.Config, cells: list[ConfigTree], spec: SweepSpec, nam
     for cell in cells:
         for replicate in range(seeds):
             seed = start + replicate
-            keys = {**{k: _text(v) for k, v in cell.items()}, **({SEED: str(seed)} if seeds > 1 else {})}
+            keys = {**{k: _as_text(v) for k, v in cell.items()}, **({SEED: str(seed)} if seeds > 1 else {})}
             steps = [f"training.steps={rungs[-1]}"] if rungs else []
             overrides = [*spec["overrides"], *steps, *(f"{k}={v}" for k, v in keys.items())]
             try:
@@ -95,7 +95,7 @@ def build_trials(base: cfg.Config, cells: list[ConfigTree], spec: SweepSpec, nam
     return trials
 
 
-def _text(value: Any) -> str:
+def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
@@ -123,7 +123,7 @@ def replicates(home: Home, config: cfg.Config, seeds: int, prefix: str) -> list[
     return [trial.config for trial in trials]
 
 
-def plan(home: Home, request: Request) -> Plan:
+def plan(home: Home, request: SweepRequest) -> Plan:
     """The sweep's spec and its first trials (all of them, but with a sampler that asks), validated: the options
     its sampler reads and needs, and the trials it makes, counted before a single trial's config is built."""
     validate_name(request.name)
@@ -169,7 +169,7 @@ def check_sources(home: Home, trials: list[Trial]) -> list[Trial]:
     return trials
 
 
-def create(home: Home, request: Request) -> SweepCreated:
+def create(home: Home, request: SweepRequest) -> SweepCreated:
     """``octlm sweep new``: the sweep and its trials, written as the module says; what was made."""
     made = plan(home, request)
     sweep = {"name": request.name, "base": request.base, "description": specs.describe(made.spec), "spec": made.spec}

@@ -32,7 +32,7 @@ from octlm.core.records.freeform import ConfigTree
 from octlm.store.sweeps.records import Range, SweepSpec
 from octlm.store.sweeps.specs import MAX_TRIALS, SPEC
 from octlm.tasks.sweeps.planning import asking
-from octlm.tasks.sweeps.planning.spec import Request
+from octlm.tasks.sweeps.planning.spec import SweepRequest
 
 Finished = Sequence[tuple[ConfigTree, float | None]]  # a configuration that ended, with its metric (None: failed)
 # The spec's keys that only a sampler reads, each with the option of ``sweep new`` that sets it.
@@ -132,7 +132,7 @@ SAMPLERS: dict[str, Sampler] = {
 }
 
 
-def chosen(request: Request) -> str:
+def chosen(request: SweepRequest) -> str:
     """The name of the request's sampler (``--sampler``; else ``random`` with ``--random N``, else ``grid``), one of
     the table's."""
     name = request.sampler or ("random" if request.random else "grid")

@@ -18,14 +18,14 @@ from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import DEFAULT_PREFIX
 from octlm.store.sweeps.records import Range
-from octlm.store.sweeps.specs import MAX_SEEDS, METRICS
+from octlm.store.sweeps.specs import MAX_SEEDS, OBJECTIVES
 from octlm.store.sweeps.specs import validate_name as validate_name  # the check is the store's: every reader's
 
 SEED = "training.seed"
 
 
 @dataclass(frozen=True)
-class Request:
+class SweepRequest:
     """The options of ``octlm sweep new``."""
 
     name: str
@@ -135,11 +135,11 @@ def parse_rungs(text: str | None, config: cfg.Config) -> list[int]:
 
 def check_metric(metric: str) -> None:
     """``--metric``: one of the figures every trial records and a sweep minimises; BadInput naming them."""
-    if metric not in METRICS:
-        raise BadInput(f"--metric {metric!r}: a sweep minimises one of {', '.join(METRICS)}")
+    if metric not in OBJECTIVES:
+        raise BadInput(f"--metric {metric!r}: a sweep minimises one of {', '.join(OBJECTIVES)}")
 
 
-def check_options(request: Request, grid: dict[str, list[Any]], ranges: dict[str, Range]) -> None:
+def check_options(request: SweepRequest, grid: dict[str, list[Any]], ranges: dict[str, Range]) -> None:
     """The options every sampler takes (what each sampler reads, needs and checks: ``samplers.check``)."""
     if not 1 <= request.seeds <= MAX_SEEDS:
         raise BadInput(f"--seeds {request.seeds}: give 1 to {MAX_SEEDS} replicates")

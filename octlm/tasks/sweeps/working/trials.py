@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from octlm.core import layout
-from octlm.core.errors import BadInput, Interrupted, Refused
+from octlm.core.errors import BadInput, BeingTrained, Interrupted
 from octlm.core.home import Home
 from octlm.core.reporting import counted
 from octlm.store import experiments, kept
@@ -54,9 +54,7 @@ def run(home: Home, trial: ClaimedTrial, say: Say, tally: Tally, busy: set[int],
         settle(home, trial, "queued")
         say(f"{experiment_id}: stopped; its claim is released and it resumes from its checkpoint later")
         raise _requeued(experiment_id, error) from None
-    except Refused as error:
-        if "already being trained" not in str(error):
-            return _failed(home, trial, error, log, say, tally)
+    except BeingTrained:  # another process holds the experiment: passed over, queued again
         busy.add(trial["id"])
         if reason := settle(home, trial, "busy"):
             _unrecorded(trial, reason, log, say, tally)
