@@ -1,5 +1,6 @@
-"""An experiment's lifecycle after ``new``: remove it (its rows and files, or only its rows), archive it,
-tag it, note on it. Torch-free, like ``new`` and ``show``.
+"""An experiment's lifecycle: make it (``new``: its config from a preset, another experiment's or a fork's
+parent, checked, then written and registered, or as seed replicates), remove it (its rows and files, or only its
+rows), archive it, tag it, note on it. Torch-free, like ``show``.
 
 Removal holds the experiment's lock (a running ``train`` or ``resume`` makes it refuse, exit 3) and
 touches only what is named for that one experiment: its rows in every table (a sweep's trial and claims among
@@ -14,15 +15,20 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
+from octlm.config import Config
 from octlm.core.errors import BadInput, Refused
-from octlm.core.home import Home, validate_id
+from octlm.core.home import DEFAULT_PREFIX, Home, validate_id
+from octlm.core.mounts import refuse_network_home
+from octlm.data import sources
 from octlm.store import experiments, kept
 from octlm.store.locking import ExperimentLock
 from octlm.store.registry import MAX_NOTE_CHARS, NoteRow, Registry
+from octlm.tasks import forks
 
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/=+-]{0,63}")
 TAG_HELP = "a tag is 1 to 64 letters, digits and _ . : / = + - (starting with a letter or digit)"
@@ -48,6 +54,70 @@ class Retagged(TypedDict):
     tags: list[str]
     added: list[str]  # what actually changed
     removed: list[str]
+
+
+@dataclass(frozen=True)
+class NewExperiment:
+    """What ``octlm new`` is asked for: the ID (None: the next ``prefix`` NNN), where the config comes from (a
+    preset, another experiment's, a fork's parent checkpoint ``ID@STEP``), the keys set, and how many: ``seeds``
+    replicates differing only in ``training.seed`` (1: the one experiment)."""
+
+    experiment_id: str | None = None
+    prefix: str = DEFAULT_PREFIX
+    preset: str | None = None
+    from_id: str | None = None
+    overrides: Sequence[str] = ()
+    description: str | None = None
+    init_from: str | None = None
+    with_optimizer: bool = False
+    seeds: int = 1
+
+
+@dataclass(frozen=True)
+class Made:
+    """What ``new`` made: the experiment, or the replicates in the order of their seeds, each config as written;
+    and the experiments whose config has the one experiment's fingerprint (none for replicates)."""
+
+    configs: list[Config]
+    twins: list[str]
+
+
+# ---------------------------------------------------------------- new
+
+
+def new(home: Home, asked: NewExperiment) -> Made:
+    """Write ``experiments/<ID>.yaml`` (or the replicates') and register it, once every check passed: the config
+    built and valid, a fork's parent checkpoint checked and fitting, every data source readable."""
+    refuse_network_home(home.root)  # before a fork keeps its parent's checkpoint
+    if asked.with_optimizer and not asked.init_from:
+        raise BadInput("--with-optimizer goes with --init-from ID@STEP")
+    config = _config(home, asked)
+    if asked.seeds != 1:
+        from octlm.tasks.sweeps.planning import plan
+
+        return Made(plan.replicates(home, config, asked.seeds, asked.prefix), [])
+    twins = experiments.same_fingerprint(home, config)  # before the writer, which folds the WAL back in on closing
+    return Made([experiments.create(home, asked.experiment_id, config, asked.prefix)], twins)
+
+
+def _config(home: Home, asked: NewExperiment) -> Config:
+    """The new experiment's config, checked; a fork's own reference to its parent's checkpoint made last."""
+    init = forks.fork_init(home, asked.init_from, optimizer=asked.with_optimizer) if asked.init_from else None
+    base_id = asked.from_id or (init["parent"].split("@")[0] if init is not None and not asked.preset else None)
+    base = experiments.load(home, base_id) if base_id else None
+    config = experiments.build(
+        preset=asked.preset,
+        from_config=base,
+        overrides=list(asked.overrides),
+        description=asked.description,
+        init=init,
+    )
+    if init is not None:
+        forks.check_fork(home, config)  # here, not at the fork's first train
+    sources.check_readable(config.data.sources, sources.data_root(home))  # so too a source that holds nothing
+    if init is not None:
+        forks.keep_fork_parent(home, config)  # the first write, once every check passed
+    return config
 
 
 # ---------------------------------------------------------------- rm

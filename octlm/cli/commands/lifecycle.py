@@ -15,12 +15,9 @@ from octlm.cli.common import IdArgument, JsonOption, SetOption, handled, home_of
 from octlm.config import Config
 from octlm.config.presets import DESCRIPTIONS
 from octlm.core.errors import BadInput, Refused
-from octlm.core.home import DEFAULT_PREFIX, Home, validate_prefix
-from octlm.core.mounts import refuse_network_home
+from octlm.core.home import DEFAULT_PREFIX, validate_prefix
 from octlm.core.reporting import counted
-from octlm.data import sources
-from octlm.store import experiments
-from octlm.tasks import forks, lifecycle
+from octlm.tasks import lifecycle
 
 PREFIX_VARIABLE = "OCTLM_ID_PREFIX"
 NewIdArgument = Annotated[
@@ -108,27 +105,24 @@ def new(
     prefix = _id_prefix(experiment_id, id_prefix)
     if seeds != 1 and experiment_id is not None:
         raise BadInput(f"--seeds {seeds} makes several experiments: give no ID (or --id-prefix)")
-    home = home_of(ctx)
-    refuse_network_home(home.root)  # before a fork keeps its parent's checkpoint
-    if with_optimizer and not init_from:
-        raise BadInput("--with-optimizer goes with --init-from ID@STEP")
-    init = forks.fork_init(home, init_from, optimizer=with_optimizer) if init_from else None
-    base_id = from_id or (init["parent"].split("@")[0] if init is not None and not preset else None)
-    base = experiments.load(home, base_id) if base_id else None
-    config = experiments.build(
-        preset=preset, from_config=base, overrides=overrides or [], description=description, init=init
+    asked = lifecycle.NewExperiment(
+        experiment_id=experiment_id,
+        prefix=prefix,
+        preset=preset,
+        from_id=from_id,
+        overrides=tuple(overrides or ()),
+        description=description,
+        init_from=init_from,
+        with_optimizer=with_optimizer,
+        seeds=seeds,
     )
-    if init is not None:
-        forks.check_fork(home, config)  # here, not at the fork's first train
-    sources.check_readable(config.data.sources, sources.data_root(home))  # so too a source that holds nothing
-    if init is not None:
-        forks.keep_fork_parent(home, config)  # the first write, once every check passed
+    home = home_of(ctx)
+    made = lifecycle.new(home, asked)  # the use case: built, checked, written and registered
     if seeds != 1:
-        return _replicates(home, config, seeds, prefix, as_json)
-    twins = experiments.same_fingerprint(home, config)  # before the writer, which folds the WAL back in on closing
-    created = experiments.create(home, experiment_id, config, prefix)
-    if twins:
-        render.warn(f"same config fingerprint as {', '.join(twins)}")
+        return _replicates(made.configs, as_json)
+    created = made.configs[0]
+    if made.twins:
+        render.warn(f"same config fingerprint as {', '.join(made.twins)}")
     path = home.config_path(created.id)
     if as_json:
         render.emit_json(
@@ -136,7 +130,7 @@ def new(
                 "id": created.id,
                 "path": str(path),
                 "config_hash": created.fingerprint,
-                "same_fingerprint": twins,
+                "same_fingerprint": made.twins,
                 "config": created.to_dict(),
             }
         )
@@ -145,20 +139,16 @@ def new(
         render.info(f"wrote {path}")
 
 
-def _replicates(home: Home, config: Config, seeds: int, prefix: str, as_json: bool) -> None:
+def _replicates(made: list[Config], as_json: bool) -> None:
     """``new --seeds S``: the replicates, their IDs one a line (``--json``: each with its seed)."""
-    from octlm.tasks.sweeps.planning import plan
-
-    made = plan.replicates(home, config, seeds, prefix)
     if as_json:
         render.emit_json({"ids": [c.id for c in made], "seeds": [c.training.seed for c in made]})
         return
     for created in made:
         print(created.id)
-    seeds_shown = (
-        f"seeds {made[0].training.seed} to {made[-1].training.seed}" if seeds > 1 else f"seed {made[0].training.seed}"
-    )
-    render.info(f"wrote {counted(seeds, 'replicate')} of one config, {seeds_shown}")
+    first, last = made[0].training.seed, made[-1].training.seed
+    seeds_shown = f"seeds {first} to {last}" if len(made) > 1 else f"seed {first}"
+    render.info(f"wrote {counted(len(made), 'replicate')} of one config, {seeds_shown}")
 
 
 def _id_prefix(experiment_id: str | None, option: str | None) -> str:
