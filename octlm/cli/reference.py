@@ -26,7 +26,7 @@ def page(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
 
 def shapes() -> dict[str, object]:
     """{what is run: the TypedDict of what its ``--json`` writes}, every document that is typed."""
-    from octlm.core.records import Checkup, EvalResult, Problem, TrainResult
+    from octlm.core.records import Checkup, EvalResult, Problem, SourceFigures, TrainResult
     from octlm.exchange import results as exchange
     from octlm.run.overfit import Overfitted
     from octlm.store.registry import CheckpointRow, RunRow, VerificationRow
@@ -53,6 +53,7 @@ def shapes() -> dict[str, object]:
     return {
         "octlm train ID --json, octlm resume ID --json": TrainResult,
         "octlm eval ID --json": EvalResult,
+        "octlm eval ID --json: each of eval_sources": SourceFigures,
         "octlm show --json": Listing,
         "octlm show --json: each of experiments": ListingRow,
         "octlm show ID --json": Detail,

@@ -19,6 +19,8 @@ from octlm.views.sweeps import replicates
 if TYPE_CHECKING:
     from octlm.store.registry import RunRow, VerificationRow
     from octlm.views.details import Detail
+    from octlm.views.listing import Listing
+    from octlm.views.sweeps.status import SweepRanking
 
 RUN_HEADERS = (
     "#",
@@ -123,10 +125,11 @@ def _csv_cell(value: Any) -> Any:
 
 
 def _list(shown: Shown, request: ShowRequest) -> None:
-    rows = shown.document["experiments"]
+    document = cast("Listing", shown.document)  # the list's
+    rows = document["experiments"]
     if not rows:
         hint = " match" if request.where else ": create one with `octlm new --preset day1`"
-        render.info(f"no experiments in {shown.document['home']}{hint}")
+        render.info(f"no experiments in {document['home']}{hint}")
     elif request.columns:  # headed by the keys asked for, each written as the spec says (else as its name suggests)
         kinds = [listed.BY_KEY[key].format if key in listed.BY_KEY else formats.kind_of(key) for key in shown.header]
         render.print_table(shown.header, shown.rows, kinds=kinds)
@@ -135,7 +138,7 @@ def _list(shown: Shown, request: ShowRequest) -> None:
         kinds = [column.format for column in listed.TABLE]
         cells = (listed.cells(row) for row in rows)
         render.print_table(headers, cells, droppable=listed.DROP_ORDER, kinds=kinds)
-        for group in [g for g in shown.document.get("replicates") or [] if len(g["counted"]) > 1 and g["step"]]:
+        for group in [g for g in document.get("replicates") or [] if len(g["counted"]) > 1 and g["step"]]:
             spread = ", ".join(f"{name} {replicates.shown(group['metrics'][key])}" for key, name in SPREAD)
             at = f" at step {group['step']}" if group["step"] else ""
             print(render.plain(f"replicates {', '.join(group['counted'])}{at}: {spread}"))
@@ -144,7 +147,7 @@ def _list(shown: Shown, request: ShowRequest) -> None:
 def print_sweep(shown: Shown) -> None:
     """A sweep's configurations, ranked, with the seeds' spread; the verdict in words, then the notes on the winner
     (the best so far as the luckiest trial, the configurations within noise of the best, its optimism, the advice)."""
-    found = shown.document
+    found = cast("SweepRanking", shown.document)  # a sweep's
     metric = found["metric"]
     rows = [
         (c["rank"], _pairs(c["params"]), len(c["trials"]), c["step"], replicates.shown(c["value"]), c["eval_loss_se"])

@@ -23,6 +23,7 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import read_regular, write_output
 from octlm.core.home import Home, validate_id
+from octlm.core.records import RunRecord
 from octlm.exchange.results import Exported
 from octlm.store.base import METRIC_TABLE_FIELDS
 from octlm.store.merge import ExchangeRegistry
@@ -168,7 +169,7 @@ class ExportedRunFile(_Envelope):
     type: Literal["run_file"]
     experiment_uuid: str
     track: str
-    records: list[dict[str, Any]]  # the run file's records, as it holds them
+    records: list[RunRecord]  # the run file's records, as it holds them (a reader checks what it uses)
     metrics: list[dict[str, Scalar]]  # its rows of the metrics table (METRIC_ENTRY)
 
 

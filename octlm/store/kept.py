@@ -24,6 +24,7 @@ from octlm.core.fsutil import atomic_write, read_regular
 from octlm.core.home import Home, split_id, validate_id, validate_prefix
 from octlm.store.registry import Registry
 from octlm.store.sweeps import specs
+from octlm.store.sweeps.records import SweepFields, TrialFields
 from octlm.store.sweeps.rows import DECISION_FIELDS, SWEEP_FIELDS, TRIAL_FIELDS, picked
 
 FOLDER = ".octlm"
@@ -152,8 +153,8 @@ class KeptSweep(TypedDict):
 
     format: str
     version: int
-    sweep: dict[str, object]  # SWEEP_FIELDS
-    trials: list[dict[str, object]]  # TRIAL_FIELDS each
+    sweep: SweepFields
+    trials: list[TrialFields]
     decisions: NotRequired[list[dict[str, object]]]  # DECISION_FIELDS each
 
 
@@ -212,7 +213,7 @@ def _checked(record: object, where: str) -> KeptSweep:
     return cast(KeptSweep, record)
 
 
-def rebuild_sweep(registry: Registry, record: KeptSweep, trials: list[dict[str, object]]) -> None:
+def rebuild_sweep(registry: Registry, record: KeptSweep, trials: list[TrialFields]) -> None:
     """A sweep the registry lost, from its record (``doctor --repair``): its row, ``trials`` (those of its trials
     whose experiments are here), halving's decisions and the trials' ``sweep:`` tags (a trial running then is
     queued again)."""

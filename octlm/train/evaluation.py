@@ -21,14 +21,13 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from octlm.core.records import RunRecord
+from octlm.core.records import RunRecord, SourceFigures
 from octlm.data.blocks import TokenBlocks, bits_per_byte
 from octlm.runtime.machine import autocast
 from octlm.train.model.decoder import loss_sums
@@ -130,12 +129,12 @@ def _figures(total_nats: float, a: np.ndarray, b: np.ndarray, y: np.ndarray, clu
 
 def _by_source(
     blocks: TokenBlocks, sums: tuple[np.ndarray, np.ndarray, np.ndarray], clusters: np.ndarray, unit: str
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, SourceFigures]:
     """Loss, its error over the source's own clusters (in the evaluation's unit), the clusters and the tokens of each
     data source among the blocks (by the source's name)."""
     assert blocks.sources is not None
     a, b, _ = sums
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, SourceFigures] = {}
     for index, name in enumerate(blocks.source_names):
         mine = blocks.sources == index
         if not mine.any():

@@ -55,7 +55,7 @@ class Detail(Lifecycle, Figures):
     step: int | None
     train_loss: float | None
     fingerprints: Fingerprints
-    config: dict[str, Any]  # resolved
+    config: ConfigTree  # resolved
     runs: list[RunRow]
     checkpoints: list[CheckpointRow]
     verifications: list[VerificationRow]  # each with ``details`` a mapping

@@ -5,7 +5,7 @@ or their curves. Torch-free; the CLI only writes what ``run`` returns (JSON, CSV
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -15,11 +15,12 @@ from octlm.store.registry import Registry
 from octlm.views import listing, side_by_side
 from octlm.views.compare import noise
 from octlm.views.curves import plots
-from octlm.views.details import SCHEMA_VERSION, detail, flat
+from octlm.views.details import SCHEMA_VERSION, Detail, detail, flat
 from octlm.views.sweeps import status
 
 __all__ = ["SCHEMA_VERSION", "ShowRequest", "Shown", "detail", "run"]
 Mode = Literal["list", "plot", "detail", "compare", "sweep"]
+Document = listing.Listing | Detail | side_by_side.Comparison | plots.PlotData | status.SweepRanking  # by mode
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,10 @@ class Shown:
     """What ``octlm show`` writes: ``document`` with --json; ``header`` and ``rows`` with --csv
     (and for the text tables); ``text``, when set, as it is; ``warnings`` on stderr first.
 
-    ``document`` is one of the views' typed documents (``listing.Listing``, ``details.Detail``,
-    ``side_by_side.Comparison``, ``plots.PlotData``, ``sweeps.status.SweepRanking``; ``{}`` for the text of
-    ``--plot``) as the plain mapping the CLI writes and reads by key."""
+    ``document`` is the view's typed document, as ``mode`` says (``Document``; None for the text of ``--plot``)."""
 
     mode: Mode
-    document: dict[str, Any]
+    document: Document | None
     header: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
     text: str | None = None
@@ -127,18 +126,18 @@ def _list(home: Home, request: ShowRequest) -> Shown:
         "experiments": found,
         "replicates": listing.replicate_groups(home, found),
     }
-    return Shown("list", _plain(document), header, [[row.get(column) for column in header] for row in found])
+    return Shown("list", document, header, [[row.get(column) for column in header] for row in found])
 
 
 def _detail(home: Home, request: ShowRequest) -> Shown:
     item = detail(home, request.ids[0])
-    return Shown("detail", _plain(item), ["key", "value"], [[key, value] for key, value in flat(item).items()])
+    return Shown("detail", item, ["key", "value"], [[key, value] for key, value in flat(item).items()])
 
 
 def _compare(home: Home, request: ShowRequest) -> Shown:
     result = side_by_side.compare(home, list(request.ids), request.all_keys, request.effect)
     rows = [[name, *values] for name, values in side_by_side.table_rows(result)]
-    return Shown("compare", _plain(result), ["field", *request.ids], rows)
+    return Shown("compare", result, ["field", *request.ids], rows)
 
 
 def _sweep(home: Home, request: ShowRequest) -> Shown:
@@ -161,7 +160,7 @@ def _sweep(home: Home, request: ShowRequest) -> Shown:
         ]
         for c in found["configurations"]
     ]
-    return Shown("sweep", _plain(found), header, rows)
+    return Shown("sweep", found, header, rows)
 
 
 def _no_such(name: str, sweeps: list[str]) -> str:
@@ -180,13 +179,8 @@ def is_id(text: str) -> bool:
 
 def _plot(home: Home, request: ShowRequest) -> Shown:
     if request.as_json:
-        return Shown("plot", _plain(plots.plot_data(home, list(request.ids))))
-    return Shown("plot", {}, text=plots.plots(home, list(request.ids), width=request.width))
-
-
-def _plain(document: Mapping[str, Any]) -> dict[str, Any]:
-    """A typed document as the mapping ``Shown`` carries (the same keys in the same order; nothing copied below)."""
-    return dict(document)
+        return Shown("plot", plots.plot_data(home, list(request.ids)))
+    return Shown("plot", None, text=plots.plots(home, list(request.ids), width=request.width))
 
 
 VIEWS: dict[Mode, Callable[[Home, ShowRequest], Shown]] = {

@@ -238,7 +238,7 @@ def _latest(records: Records, key: LossMetric, tokens: int | None = None) -> flo
     for record in reversed(records):
         value = record.get(key)
         if value is not None and (tokens is None or (record.get("tokens") or 0) <= tokens):
-            return cast(float, value)  # one of the metric fields: a number
+            return value  # one of the metric fields: a number
     return None
 
 

@@ -18,6 +18,7 @@ from octlm.core.records.runs import (
     Environment,
     RunRecord,
     RunTotals,
+    SourceFigures,
 )
 
 __all__ = [
@@ -38,5 +39,6 @@ __all__ = [
     "Problem",
     "RunRecord",
     "RunTotals",
+    "SourceFigures",
     "TrainResult",
 ]

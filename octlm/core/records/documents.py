@@ -5,9 +5,9 @@ of an evaluation carry the same names everywhere: ``train --json``, ``eval --jso
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
-from octlm.core.records.runs import RunRecord
+from octlm.core.records.runs import RunRecord, SourceFigures
 
 
 class Figures(TypedDict):
@@ -62,7 +62,7 @@ class EvalResult(Figures):
     on: list[str]  # the sources, or ["validation"]
     blocks: int
     eval_seconds: float
-    eval_sources: NotRequired[dict[str, dict[str, Any]]]  # with several sources: each one's figures
+    eval_sources: NotRequired[dict[str, SourceFigures]]  # with several sources: each one's figures
     summary: str
 
 

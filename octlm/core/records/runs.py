@@ -8,7 +8,19 @@ field names from here (``RUN_RECORD_FIELDS``), so a field added here reaches the
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
+
+
+class SourceFigures(TypedDict):
+    """One data source's part of an evaluation over several (a record's and ``eval --json``'s ``eval_sources``, by
+    the source's name): the loss over its own blocks and its standard error over its own clusters, in the
+    evaluation's unit, and the clusters and target tokens it is over."""
+
+    eval_loss: float
+    eval_loss_se: float | None  # None: one cluster
+    eval_tokens: int
+    eval_clusters: int
+    eval_cluster_unit: str  # documents, chunks or blocks
 
 
 class RunRecord(TypedDict, total=False):
@@ -26,7 +38,7 @@ class RunRecord(TypedDict, total=False):
     eval_clusters: int  # the clusters of blocks the errors are over (G: judged with Student's t at G-1 df)
     eval_cluster_unit: str  # what they are: documents, chunks (of 8 consecutive blocks) or blocks (train.evaluation)
     eval_seconds: float  # what the evaluation took
-    eval_sources: dict[str, dict[str, Any]]  # with several data sources: eval_loss, its error, tokens per source
+    eval_sources: dict[str, SourceFigures]  # with several data sources: each one's figures, by its name
     gradient_norm: float  # the global gradient norm of that step, before clipping
     epochs: float  # the blocks read so far over the training blocks (with data.sampling: epochs, epochs completed)
     data_blocks: int  # the blocks read so far (all ranks' global batches)

@@ -50,6 +50,35 @@ class SweepSpec(TypedDict, total=False):
     shipped: Shipped  # where ``sweep pack`` sent it, until ``sweep unpack`` brings every trial back
 
 
+class SweepFields(TypedDict):
+    """A sweep's row as it moves with the sweep (``sweep pack``'s manifest) and as its record beside the registry keeps
+    it: these keys, in this order (``rows.SWEEP_FIELDS``), each as ``specs.SWEEP_ROW`` checks it."""
+
+    name: str
+    uuid: str
+    base: str | None
+    description: str | None
+    spec: SweepSpec
+    created: str | None
+
+
+class TrialFields(TypedDict):
+    """A trial's row as it moves with its sweep and as the sweep's record keeps it: these keys, in this order
+    (``rows.TRIAL_FIELDS``), each as ``specs.TRIAL_ROW`` checks it."""
+
+    experiment_id: str
+    position: int
+    params: Json
+    group_key: str
+    replicate: int
+    seed: int
+    status: str
+    rung: int
+    target_step: int
+    value: float | None
+    error: str | None
+
+
 class SweepRow(TypedDict):
     id: int
     name: str

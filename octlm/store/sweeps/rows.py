@@ -14,7 +14,15 @@ from typing import Any, cast
 from octlm.core.errors import BadInput, Refused
 from octlm.core.liveness import effective_status
 from octlm.store.base import EXPERIMENT_COLUMNS, Fields, RegistryBase, checked, decoded, encode, now, writable
-from octlm.store.sweeps.records import DecisionRow, QueuedTrial, RankedGroup, SweepRow, TrialRow
+from octlm.store.sweeps.records import (
+    DecisionRow,
+    QueuedTrial,
+    RankedGroup,
+    SweepFields,
+    SweepRow,
+    TrialFields,
+    TrialRow,
+)
 from octlm.store.sweeps.specs import check_spec, describe
 
 
@@ -37,11 +45,8 @@ class Decision:
 Decide = Callable[[SweepRow, list[TrialRow], list[DecisionRow]], Decision | None]
 # What moves with a sweep between homes (``sweep pack``) and what its record beside the registry keeps (``kept``):
 # ``specs.SWEEP_ROW``, ``TRIAL_ROW`` and ``DECISION_ROW`` check each (a test holds them to these).
-SWEEP_FIELDS = ("name", "uuid", "base", "description", "spec", "created")
-TRIAL_FIELDS = (
-    *("experiment_id", "position", "params", "group_key", "replicate", "seed"),
-    *("status", "rung", "target_step", "value", "error"),
-)
+SWEEP_FIELDS = tuple(SweepFields.__annotations__)  # name, uuid, base, description, spec, created
+TRIAL_FIELDS = tuple(TrialFields.__annotations__)  # experiment_id, position, params, ... status, rung, ... error
 DECISION_FIELDS = ("rung", "step", "ranking", "promoted", "created")
 OPEN = "select id, trial_id, host, pid, pid_start, threads, device, claimed from sweep_claims where released is null"
 TRIALS = (

@@ -18,8 +18,9 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 
+from octlm.core.records.freeform import ConfigTree
 from octlm.core.reporting import counted
 from octlm.views.compare import comparable, noise, seeds, student
 from octlm.views.compare.noise import Size, Verdict
@@ -30,7 +31,7 @@ class Challenger(TypedDict):
     """Another configuration at the best's step, against the best: the best minus it (negative: the best lower)."""
 
     rank: int
-    params: dict[str, Any]
+    params: ConfigTree  # the configuration: {config key: value}
     comparable: bool
     verdict: Verdict | None
     words: str
@@ -55,7 +56,7 @@ class Entry:
     of what it trained on and its data sources."""
 
     rank: int
-    params: dict[str, Any]
+    params: ConfigTree  # the configuration: {config key: value}
     members: list[seeds.Member]
     prints: Mapping[str, str | None] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)

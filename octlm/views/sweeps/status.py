@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
+from octlm.core.records.freeform import ConfigTree
 from octlm.core.reporting import counted
 from octlm.store.registry import Registry, SummaryRow
 from octlm.store.runs.evalblocks import BlockEvaluation
@@ -40,7 +41,7 @@ class TrialState(TypedDict):
     target_step: int
     step: int | None  # of its newest run
     steps: int | None  # training.steps
-    params: dict[str, Any]
+    params: ConfigTree  # the configuration: {config key: value}
     seed: int
     replicate: int
     value: float | None
@@ -70,7 +71,7 @@ class BestSoFar(TypedDict):
 
 class Configuration(TypedDict):
     rank: int
-    params: dict[str, Any]
+    params: ConfigTree  # the configuration: {config key: value}
     trials: list[str]
     rung: int  # the furthest rung its trials reached
     step: int  # at that rung

@@ -26,7 +26,16 @@ from octlm.exchange import packing
 from octlm.store import kept
 from octlm.store.registry import Registry, now
 from octlm.store.sweeps import specs
-from octlm.store.sweeps.records import QueuedTrial, Shipped, SweepPacked, SweepRow, SweepSpec, SweepUnpacked
+from octlm.store.sweeps.records import (
+    QueuedTrial,
+    Shipped,
+    SweepFields,
+    SweepPacked,
+    SweepRow,
+    SweepSpec,
+    SweepUnpacked,
+    TrialFields,
+)
 from octlm.store.sweeps.rows import SWEEP_FIELDS, TRIAL_FIELDS, picked
 from octlm.tasks.sweeps.planning import samplers
 
@@ -43,8 +52,8 @@ class ShippedSweep(TypedDict):
 
     format: str
     version: int
-    sweep: dict[str, Any]  # a sweep row's columns, spec included (specs.check_sweep)
-    trials: list[dict[str, Any]]  # trial rows' columns (specs.check_trial)
+    sweep: SweepFields  # a sweep row's columns, spec included (specs.check_sweep)
+    trials: list[TrialFields]  # trial rows' columns (specs.check_trial)
 
 
 def pack(home: Home, name: str, output: Path, shards: int = 1) -> SweepPacked:
