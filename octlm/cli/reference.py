@@ -44,7 +44,7 @@ def shapes() -> dict[str, object]:
     from octlm.views.compare.versus import Versus
     from octlm.views.compare.winner import Challenger, Optimism
     from octlm.views.curves.plots import PlotData
-    from octlm.views.details import Detail, Fingerprints
+    from octlm.views.details import Detail, ShownFingerprints
     from octlm.views.listing import Listing, ListingRow
     from octlm.views.paired import Paired
     from octlm.views.side_by_side import Comparison
@@ -57,7 +57,7 @@ def shapes() -> dict[str, object]:
         "octlm show --json": Listing,
         "octlm show --json: each of experiments": ListingRow,
         "octlm show ID --json": Detail,
-        "octlm show ID --json: its fingerprints": Fingerprints,
+        "octlm show ID --json: its fingerprints": ShownFingerprints,
         "octlm show ID --json: each of runs": RunRow,
         "octlm show ID --json: each of checkpoints": CheckpointRow,
         "octlm show ID --json: each of verifications": VerificationRow,
@@ -85,7 +85,7 @@ def shapes() -> dict[str, object]:
         "octlm export tensorboard|csv ID|SWEEP... -o DIR --json: each of runs": exchange.TrackerRun,
         "octlm pack ID FILE --json": exchange.Packed,
         "octlm unpack FILE --json": exchange.Unpacked,
-        "octlm registry export -o FILE --json": exchange.Exported,
+        "octlm registry export -o FILE --json": exchange.RegistryExported,
         "octlm registry import FILE --json": exchange.Imported,
         "octlm registry import FILE --json: each of experiments": exchange.Arrival,
         "octlm doctor --json": Checkup,

@@ -35,7 +35,7 @@ from octlm.exchange.records import (
     ExportedRun,
     ExportedRunFile,
     ExportedVerification,
-    Record,
+    ExportRecord,
 )
 from octlm.exchange.results import Arrival, Imported
 from octlm.store.locking import ExperimentLock
@@ -65,7 +65,7 @@ def import_file(home: Home, path: Path, prefix: str | None = None, *, allow_outs
 
 
 @dataclass
-class Plan:
+class ImportPlan:
     merge: Merge = field(default_factory=Merge)
     files: dict[Path, bytes] = field(default_factory=dict)  # written before the rows, taken back on failure
     targets: dict[str, str] = field(default_factory=dict)  # experiment UUID -> its ID here
@@ -89,7 +89,7 @@ class ByType:
     run_files: list[ExportedRunFile] = field(default_factory=list)
 
 
-def by_type(found: list[Record]) -> ByType:
+def by_type(found: list[ExportRecord]) -> ByType:
     """``found`` sorted by type (each record checked, so its ``type`` says which TypedDict it is)."""
     out = ByType()
     for item in found:
@@ -108,7 +108,7 @@ def by_type(found: list[Record]) -> ByType:
     return out
 
 
-def owner(item: Record) -> str | None:
+def owner(item: ExportRecord) -> str | None:
     """The UUID of the experiment a child record names (None for an experiment's own record)."""
     return None if item["type"] == "experiment" else item["experiment_uuid"]
 
@@ -116,19 +116,19 @@ def owner(item: Record) -> str | None:
 def plan(
     home: Home,
     registry: ExchangeRegistry,
-    found: list[Record],
+    found: list[ExportRecord],
     rename: Callable[[str], str],
     *,
     hint: str,
     local: bool = False,
     strict: bool = False,
     outside: bool = False,
-) -> Plan:
+) -> ImportPlan:
     """What merging ``found`` writes. ``rename``: an imported experiment's ID here; ``hint``: the way out of a
     taken ID; ``local``: checkpoint files come along (``unpack``) rather than staying remote; ``strict``: an
     experiment already here under another ID than ``rename`` gives is refused rather than merged into it;
     ``outside``: a new experiment's data.sources may name files outside the home and OCTLM_DATA_ROOT."""
-    result, kinds = Plan(outside=outside), by_type(found)
+    result, kinds = ImportPlan(outside=outside), by_type(found)
     known = {uuid: str(name) for uuid, name in registry.by_uuid("experiments").items()}
     for experiment in kinds.experiments:
         _experiment(home, registry, result, experiment, known, rename, hint, strict)
@@ -150,7 +150,7 @@ def plan(
 def _experiment(
     home: Home,
     registry: ExchangeRegistry,
-    result: Plan,
+    result: ImportPlan,
     item: ExportedExperiment,
     known: dict[str, Any],
     rename: Callable[[str], str],
@@ -196,7 +196,7 @@ def _experiment(
     result.experiments.append({**entry, "status": "new"})
 
 
-def _children(registry: ExchangeRegistry, result: Plan, kinds: ByType) -> None:
+def _children(registry: ExchangeRegistry, result: ImportPlan, kinds: ByType) -> None:
     """Runs, verdicts and notes not here yet (by UUID), each under its experiment's ID here."""
     children: tuple[tuple[str, Sequence[ExportedRun | ExportedVerification | ExportedNote], list[dict[str, Any]]], ...]
     children = (
@@ -215,7 +215,7 @@ def _children(registry: ExchangeRegistry, result: Plan, kinds: ByType) -> None:
                 here[item["uuid"]] = None
 
 
-def _checkpoints(registry: ExchangeRegistry, result: Plan, items: list[ExportedCheckpoint], local: bool) -> None:
+def _checkpoints(registry: ExchangeRegistry, result: ImportPlan, items: list[ExportedCheckpoint], local: bool) -> None:
     """Checkpoints not here yet (the same experiment, step and sha256): as remote rows (the file stays on its
     box), or with ``local`` at ``checkpoints/<ID>/step-NNNNNN.pt``, where ``unpack`` puts the file."""
     here: dict[str, set[tuple[int, str]]] = {}
@@ -238,7 +238,7 @@ def _checkpoints(registry: ExchangeRegistry, result: Plan, items: list[ExportedC
         result.merge.checkpoints.append({**fields, "experiment_id": target})
 
 
-def _run_file(home: Home, result: Plan, item: ExportedRunFile) -> None:
+def _run_file(home: Home, result: ImportPlan, item: ExportedRunFile) -> None:
     """A track's run file: written when there is none here, replaced when the imported one extends this one."""
     target = result.targets[item["experiment_uuid"]]
     path = home.run_file(target, TRACKS[item["track"]])
@@ -252,7 +252,7 @@ def _run_file(home: Home, result: Plan, item: ExportedRunFile) -> None:
 
 
 def apply(
-    home: Home, registry: ExchangeRegistry, chosen: Plan, before: Callable[[list[Path]], None] | None = None
+    home: Home, registry: ExchangeRegistry, chosen: ImportPlan, before: Callable[[list[Path]], None] | None = None
 ) -> dict[str, int]:
     """Write ``chosen``: under the lock of each experiment it touches, ``before`` (``unpack`` places its files,
     naming each in the list it is given), the YAML and run files, then the rows in one transaction; {table: rows

@@ -27,7 +27,7 @@ from octlm.core.provenance import __version__
 from octlm.core.signals import stopping_at_once
 from octlm.exchange import importing, placing, reading, tarcheck
 from octlm.exchange import records as exchange
-from octlm.exchange.records import ExportedExperiment, Record
+from octlm.exchange.records import ExportedExperiment, ExportRecord
 from octlm.exchange.results import Checked, Manifest, Packed, Unpacked
 from octlm.store.locking import held_for_reading
 from octlm.store.merge import ExchangeRegistry
@@ -244,7 +244,7 @@ def unpack(
     }
 
 
-def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], Manifest, list[Record]]:
+def _read_pack(tar: tarfile.TarFile, path: Path) -> tuple[dict[str, tarfile.TarInfo], Manifest, list[ExportRecord]]:
     """The members (checked), the manifest and the records, each checked against the others."""
     members = tarcheck.members(tar, path)
     for name in (MANIFEST, RECORDS):

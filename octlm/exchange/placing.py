@@ -32,7 +32,7 @@ Opened = tuple[tarfile.TarFile, dict[str, tarfile.TarInfo], Manifest, Path]  # t
 
 
 def place(
-    home: Home, registry: ExchangeRegistry, chosen: importing.Plan, target: str, kept: set[str], pack: Opened
+    home: Home, registry: ExchangeRegistry, chosen: importing.ImportPlan, target: str, kept: set[str], pack: Opened
 ) -> tuple[list[tuple[Path, Path]], dict[str, int]]:
     """Every file of the pack staged and verified in a folder inside the home, then placed (but those ``kept`` here,
     whose rows stay as they are too) and the rows merged; (what moved where, {table: rows written})."""

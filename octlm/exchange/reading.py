@@ -18,7 +18,7 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import read_regular
 from octlm.core.home import ID_PATTERN, validate_id
 from octlm.core.records import NESTED_FIELDS, NUMBER_FIELDS, TEXT_FIELDS
-from octlm.exchange.records import ENVELOPE, METRIC_ENTRY, OPTIONAL, REQUIRED, SCHEMA_VERSION, TRACKS, Record
+from octlm.exchange.records import ENVELOPE, METRIC_ENTRY, OPTIONAL, REQUIRED, SCHEMA_VERSION, TRACKS, ExportRecord
 from octlm.store.base import JSON_COLUMNS
 
 MAX_BYTES = 4 << 30
@@ -29,7 +29,7 @@ INTEGERS = ("pid", "pid_start", "start_step", "end_step", "target_step", "thread
 METRIC_CELLS = ("latest_metrics", "final_metrics", "metrics")  # a mapping of a run record's fields
 
 
-def read(path: Path) -> list[Record]:
+def read(path: Path) -> list[ExportRecord]:
     """The checked records of an export file; one line for a missing, unreadable or malformed one."""
     try:
         data = read_regular(path, max_bytes=MAX_BYTES)
@@ -40,7 +40,7 @@ def read(path: Path) -> list[Record]:
     return parse(data, str(path))
 
 
-def parse(data: bytes, origin: str) -> list[Record]:
+def parse(data: bytes, origin: str) -> list[ExportRecord]:
     """Every record of ``data`` checked (``check``); BadInput naming the line of the first bad one."""
     try:
         text = data.decode("utf-8")
@@ -58,7 +58,7 @@ def parse(data: bytes, origin: str) -> list[Record]:
     return found
 
 
-def check(item: Any, where: str) -> Record:
+def check(item: Any, where: str) -> ExportRecord:
     """``item`` if it is a well-formed record of this schema version; Refused for a newer version."""
     if not isinstance(item, dict) or not isinstance(item.get("schema_version"), int):
         raise BadInput(f"{where}: not an octlm export record (no schema_version)")
@@ -81,7 +81,7 @@ def check(item: Any, where: str) -> Record:
             raise BadInput(f"{where}: {kind} record: {key} must be a single value")
     _check_values(item, kind, where)
     _check_shapes(item, kind, where)
-    return cast(Record, item)
+    return cast(ExportRecord, item)
 
 
 def _check_values(item: dict[str, Any], kind: str, where: str) -> None:

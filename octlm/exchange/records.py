@@ -24,17 +24,16 @@ from octlm.core.errors import BadInput, Refused
 from octlm.core.fsutil import read_regular, write_output
 from octlm.core.home import Home, validate_id
 from octlm.core.records import RunRecord
-from octlm.exchange.results import Exported
+from octlm.exchange.results import RegistryExported
 from octlm.store.base import METRIC_TABLE_FIELDS
 from octlm.store.merge import ExchangeRegistry
-from octlm.store.migrations import ADDED, TABLE_COLUMNS, CheckpointRow
+from octlm.store.migrations import ADDED, TABLE_COLUMNS, CheckpointRow, Json
 from octlm.store.runs import runfile
 
 SCHEMA_VERSION = 1
 TRACKS = {"train": "", "overfit": "-overfit"}  # a track's run file: runs/<ID><suffix>.jsonl
 ENVELOPE = ("schema_version", "type")
 Scalar = str | int | float | bool | None  # an optional field's value (any JSON in a JSON column's)
-Json = Any
 
 # {type: {field: required type}}; uuid fields are UUIDs.
 REQUIRED: dict[str, dict[str, type]] = {
@@ -173,20 +172,22 @@ class ExportedRunFile(_Envelope):
     metrics: list[dict[str, Scalar]]  # its rows of the metrics table (METRIC_ENTRY)
 
 
-Record = ExportedExperiment | ExportedRun | ExportedCheckpoint | ExportedVerification | ExportedNote | ExportedRunFile
+ExportRecord = (
+    ExportedExperiment | ExportedRun | ExportedCheckpoint | ExportedVerification | ExportedNote | ExportedRunFile
+)
 Keep = Callable[[CheckpointRow], bool]
 
 
-def record(kind: str, fields: Mapping[str, object]) -> Record:
+def record(kind: str, fields: Mapping[str, object]) -> ExportRecord:
     """A record of type ``kind``: the envelope, then ``fields`` in their order (``check`` is what vouches for
     the type of a record read back)."""
-    return cast(Record, {"schema_version": SCHEMA_VERSION, "type": kind, **fields})
+    return cast(ExportRecord, {"schema_version": SCHEMA_VERSION, "type": kind, **fields})
 
 
 # ---------------------------------------------------------------- export
 
 
-def export(home: Home, ids: list[str], output: Path | None) -> tuple[Exported, str]:
+def export(home: Home, ids: list[str], output: Path | None) -> tuple[RegistryExported, str]:
     """The records of ``ids`` (default: every experiment) as JSON Lines, written atomically to ``output`` when
     given; (a summary, the text)."""
     if output is not None and not output.parent.is_dir():
@@ -204,7 +205,7 @@ def export(home: Home, ids: list[str], output: Path | None) -> tuple[Exported, s
     counts: dict[str, int] = {}
     for item in found:
         counts[item["type"]] = counts.get(item["type"], 0) + 1
-    summary: Exported = {
+    summary: RegistryExported = {
         "schema_version": SCHEMA_VERSION,
         "file": str(output) if output else None,
         "experiments": chosen,
@@ -213,15 +214,15 @@ def export(home: Home, ids: list[str], output: Path | None) -> tuple[Exported, s
     return summary, text
 
 
-def records(home: Home, registry: ExchangeRegistry, ids: Iterable[str], keep: Keep | None = None) -> list[Record]:
+def records(home: Home, registry: ExchangeRegistry, ids: Iterable[str], keep: Keep | None = None) -> list[ExportRecord]:
     """The records of experiments ``ids``; ``keep`` chooses their checkpoint rows (default: all, as remote)."""
-    out: list[Record] = []
+    out: list[ExportRecord] = []
     for experiment_id in ids:
         out += _experiment_records(home, registry, experiment_id, keep or (lambda row: True))
     return out
 
 
-def _experiment_records(home: Home, registry: ExchangeRegistry, experiment_id: str, keep: Keep) -> list[Record]:
+def _experiment_records(home: Home, registry: ExchangeRegistry, experiment_id: str, keep: Keep) -> list[ExportRecord]:
     row = registry.experiment_row(experiment_id)
     if row is None:
         raise Refused(f"{experiment_id} left the registry while it was exported; nothing exported")
@@ -247,7 +248,7 @@ def _experiment_records(home: Home, registry: ExchangeRegistry, experiment_id: s
 
 def _checkpoint_records(
     home: Home, registry: ExchangeRegistry, experiment_id: str, key: str, run_uuid: dict[int | None, str], keep: Keep
-) -> list[Record]:
+) -> list[ExportRecord]:
     """The checkpoint rows ``keep`` chooses, each naming the box and absolute path of its file."""
     out, host = [], socket.gethostname()
     for row in filter(keep, registry.raw_rows("checkpoints", experiment_id)):
@@ -264,7 +265,7 @@ def _checkpoint_records(
 
 def _run_files(
     home: Home, registry: ExchangeRegistry, experiment_id: str, key: str, run_uuid: dict[int | None, str]
-) -> list[Record]:
+) -> list[ExportRecord]:
     out = []
     rows = registry.raw_rows("metrics", experiment_id)
     for track, suffix in TRACKS.items():

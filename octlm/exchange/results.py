@@ -1,4 +1,4 @@
-"""What the exchange commands write with ``--json``, typed once: ``registry export`` (``Exported``), ``registry
+"""What the exchange commands write with ``--json``, typed once: ``registry export`` (``RegistryExported``), ``registry
 import`` (``Imported``, an ``Arrival`` per experiment), ``pack`` (``Packed``) and ``unpack`` (``Unpacked``, or
 ``Checked`` with ``--check``), ``export tensorboard|csv`` (``TrackerExported``, a ``TrackerRun`` per run); and a
 pack's manifest as ``tarcheck.manifest`` has checked it (``Manifest``).
@@ -12,7 +12,7 @@ Arrival = TypedDict("Arrival", {"id": str, "from": str, "uuid": str, "status": s
 Arrival.__doc__ = "One experiment of an import: its ID here, its ID there, its UUID, and ``new`` or already ``here``."
 
 
-class Exported(TypedDict):
+class RegistryExported(TypedDict):
     """What ``octlm registry export --json`` writes (the records themselves go to the file, or to stdout)."""
 
     schema_version: int

@@ -74,7 +74,7 @@ class NewExperiment:
 
 
 @dataclass(frozen=True)
-class Made:
+class Created:
     """What ``new`` made: the experiment, or the replicates in the order of their seeds, each config as written;
     and the experiments whose config has the one experiment's fingerprint (none for replicates)."""
 
@@ -85,7 +85,7 @@ class Made:
 # ---------------------------------------------------------------- new
 
 
-def new(home: Home, asked: NewExperiment) -> Made:
+def new(home: Home, asked: NewExperiment) -> Created:
     """Write ``experiments/<ID>.yaml`` (or the replicates') and register it, once every check passed: the config
     built and valid, a fork's parent checkpoint checked and fitting, every data source readable."""
     refuse_network_home(home.root)  # before a fork keeps its parent's checkpoint
@@ -95,9 +95,9 @@ def new(home: Home, asked: NewExperiment) -> Made:
     if asked.seeds != 1:
         from octlm.tasks.sweeps.planning import plan
 
-        return Made(plan.replicates(home, config, asked.seeds, asked.prefix), [])
+        return Created(plan.replicates(home, config, asked.seeds, asked.prefix), [])
     twins = experiments.same_fingerprint(home, config)  # before the writer, which folds the WAL back in on closing
-    return Made([experiments.create(home, asked.experiment_id, config, asked.prefix)], twins)
+    return Created([experiments.create(home, asked.experiment_id, config, asked.prefix)], twins)
 
 
 def _config(home: Home, asked: NewExperiment) -> Config:

@@ -37,7 +37,7 @@ from octlm.runtime.native import mkl
 from octlm.train.loop import train_step
 from octlm.train.state import TrainState
 
-STEPS = 3
+CANARY_STEPS = 3
 TRAINING = {"steps": 10, "warmup_steps": 1, "batch_size": 4, "grad_clip": 0.5, "seed": 7, "device": "cpu"}
 RAW = {
     "tokenizer": {"vocab_size": 320},
@@ -49,7 +49,7 @@ WIDE = {
     "model": {"context_length": 64, "d_model": 128, "n_layers": 1, "n_heads": 4, "dropout": 0.1},
     "training": TRAINING,
 }
-PARTS = ((RAW, STEPS), (WIDE, 1))  # (config, steps): the tiny run, then one step at wider shapes
+PARTS = ((RAW, CANARY_STEPS), (WIDE, 1))  # (config, steps): the tiny run, then one step at wider shapes
 MKL_PATHS = {"mkl_serv_intel_cpu_true": "Intel", "mkl_serv_cpuiszen": "AMD Zen"}
 INTERPOSED = runtime.INTERPOSED
 

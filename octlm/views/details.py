@@ -29,7 +29,7 @@ SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
 NUMBERS = NUMBER_FIELDS  # the fields of a run-file record the views compute with
 
 
-class Fingerprints(TypedDict):
+class ShownFingerprints(TypedDict):
     config: str | None
     data: str | None
     tokenizer: str | None
@@ -54,7 +54,7 @@ class Detail(Lifecycle, Figures):
     status: str
     step: int | None
     train_loss: float | None
-    fingerprints: Fingerprints
+    fingerprints: ShownFingerprints
     config: ConfigTree  # resolved
     runs: list[RunRow]
     checkpoints: list[CheckpointRow]

@@ -20,7 +20,7 @@ from octlm.views.sweeps import status
 
 __all__ = ["SCHEMA_VERSION", "ShowRequest", "Shown", "detail", "run"]
 Mode = Literal["list", "plot", "detail", "compare", "sweep"]
-Document = listing.Listing | Detail | side_by_side.Comparison | plots.PlotData | status.SweepRanking  # by mode
+ShownDocument = listing.Listing | Detail | side_by_side.Comparison | plots.PlotData | status.SweepRanking  # by mode
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ class Shown:
     """What ``octlm show`` writes: ``document`` with --json; ``header`` and ``rows`` with --csv
     (and for the text tables); ``text``, when set, as it is; ``warnings`` on stderr first.
 
-    ``document`` is the view's typed document, as ``mode`` says (``Document``; None for the text of ``--plot``)."""
+    ``document`` is the view's typed document, as ``mode`` says (``ShownDocument``; None for the text of ``--plot``)."""
 
     mode: Mode
-    document: Document | None
+    document: ShownDocument | None
     header: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
     text: str | None = None

@@ -27,7 +27,7 @@ from octlm.views.sweeps import replicates
 from octlm.views.sweeps.replicates import LOSS_METRICS, Group, LossMetric
 
 Records = Sequence[RunRecord]
-Differing = dict[str, dict[str, list[Any]]]  # {section: {dotted key: [value per config]}}
+ConfigDifferences = dict[str, dict[str, list[Any]]]  # {section: {dotted key: [value per config]}}
 
 
 class Metrics(TypedDict):
@@ -45,7 +45,7 @@ class AtTokens(TypedDict):
     bits_per_byte: float | None
 
 
-class Figures(TypedDict):
+class ComparedFigures(TypedDict):
     """One experiment's column of a comparison."""
 
     id: str
@@ -72,8 +72,8 @@ class Comparison(TypedDict):
     schema_version: int
     ids: list[str]
     equal_tokens: int  # the tokens every experiment reached
-    experiments: list[Figures]
-    config: Differing
+    experiments: list[ComparedFigures]
+    config: ConfigDifferences
     all_keys: bool
     versus: list[Versus]  # every experiment after the first, against the first
     replicates: list[Group | None]  # each experiment's replicate group (its configuration's seeds), if any
@@ -158,7 +158,7 @@ def _metrics(value: Callable[[LossMetric], float | None]) -> Metrics:
     }
 
 
-def _figures(item: Detail, records: Records, common: int) -> Figures:
+def _figures(item: Detail, records: Records, common: int) -> ComparedFigures:
     last: RunRecord = records[-1] if records else {}
     equal = _at_tokens(records, common) if common else None
     return {
@@ -252,10 +252,10 @@ def _spread(group: Group | None) -> str | None:
     return replicates.shown(group["metrics"]["eval_loss"]) if group is not None else None
 
 
-def differing_keys(configs: list[ConfigTree], all_keys: bool) -> Differing:
+def differing_keys(configs: list[ConfigTree], all_keys: bool) -> ConfigDifferences:
     """{section: {dotted key: [value per config]}} for the keys that differ (every key with ``all_keys``)."""
     flat = [flatten(config) for config in configs]
-    differing: Differing = {}
+    differing: ConfigDifferences = {}
     for key in sorted(set().union(*flat)) if flat else []:
         values = [f.get(key) for f in flat]
         if key != "id" and (all_keys or any(v != values[0] for v in values)):

@@ -15,7 +15,7 @@ from conftest import busy_box, cli, octlm, run_on_terminal, screen, tiny_config,
 
 from octlm.cli.live.progress import ConsoleReporter
 from octlm.core.home import Home
-from octlm.data import pipeline as prepare
+from octlm.data import pipeline
 from octlm.store import experiments
 
 STAMP = r"\d\d:\d\d:\d\d "
@@ -26,14 +26,14 @@ import sys, time
 from pathlib import Path
 import torch
 from octlm.store import experiments
-from octlm.data import pipeline as prepare
+from octlm.data import pipeline
 from octlm.cli.live.progress import ConsoleReporter
 from octlm.core.home import Home
 
 home = Home(Path(sys.argv[1]))
 reporter = ConsoleReporter()
 try:
-    prepare.prepare(home, experiments.load(home, "EXP-001"), Path(sys.argv[2]), reporter, device=torch.device("cpu"))
+    pipeline.prepare(home, experiments.load(home, "EXP-001"), Path(sys.argv[2]), reporter, device=torch.device("cpu"))
     time.sleep(0.5)
     reporter.start({"id": "EXP-001", "kind": "train", "start": 0, "until": 5, "parameters": 1,
                     "device": "cpu", "precision": "fp32"})
@@ -68,7 +68,7 @@ def test_phases_and_a_moving_bar_on_a_terminal(home: Path) -> None:
 @pytest.mark.slow
 def test_phases_off_a_terminal_and_with_term_dumb_are_timestamped_lines(home: Path, capsys) -> None:
     config = experiments.load(Home(home), "EXP-001")
-    prepare.prepare(Home(home), config, home / "tokenizer.json", ConsoleReporter(), device=torch.device("cpu"))
+    pipeline.prepare(Home(home), config, home / "tokenizer.json", ConsoleReporter(), device=torch.device("cpu"))
     lines = capsys.readouterr().err.splitlines()
     assert re.fullmatch(STAMP + r"reading corpus: 0\.0 MB, 10 documents", lines[0]), lines
     assert re.fullmatch(STAMP + r"training tokenizer: 300 tokens on 8 documents", lines[1]), lines

@@ -17,7 +17,7 @@ import pytest
 from conftest import cli, write_corpus, write_experiment
 from playwright.sync_api import Page, sync_playwright
 
-from octlm.views.curves.charts import NAMES, number
+from octlm.views.curves.charts import LABELS, number
 
 CHROMIUM = next(
     (
@@ -110,7 +110,7 @@ def check_charts(page: Page, runs: dict[str, list[dict]]) -> None:
 
 def hover_shows(page: Page, record: dict, metric: str, chart: str, prefix: str = "") -> None:
     """Hovering a record's point enlarges it, and its title names the step and the value."""
-    text = f"{prefix}{NAMES[metric]} at step {record['step']},"
+    text = f"{prefix}{LABELS[metric]} at step {record['step']},"
     point = page.locator(f'svg[data-chart="{chart}"] circle').filter(has=page.locator("title", has_text=text)).first
     point.hover()
     assert point.evaluate("e => e.matches(':hover') && getComputedStyle(e).r") == "5px"

@@ -34,7 +34,7 @@ OTHER = {"ranges": {"training.learning_rate": {"low": 2e-3, "high": 5e-3, "log":
 OTHER |= {"trials": 1, "parallel": 2, "seed": 6}  # each a different value of the key, for a spec
 
 
-def options(sampler: samplers.Sampler) -> list[str]:
+def options(sampler: samplers.SweepSampler) -> list[str]:
     return ["--sampler", sampler.name, *GRID, *(word for key in sampler.reads for word in VALUES[key])]
 
 
@@ -124,7 +124,7 @@ def test_a_sampler_not_in_the_table_is_one_line(tiny: Path) -> None:
 
 TABLE = ROOT / "octlm" / "tasks" / "sweeps" / "planning" / "samplers.py"
 MEMBERS = {TABLE, TABLE.with_name("asking.py")}  # the table and the Optuna members' asking
-API = {"SAMPLERS", "Sampler", "OPTIONS", "chosen", "of", "check", "size", "readers", "given"}
+API = {"SAMPLERS", "SweepSampler", "OPTIONS", "chosen", "of", "check", "size", "readers", "given"}
 HELPERS = {"itertools.product", "random.Random", "random.uniform", "asking.ask"}  # what configurations are made with
 
 
@@ -178,7 +178,7 @@ def ladder(spec: dict) -> list[dict]:
 
 
 @pytest.fixture
-def with_ladder(monkeypatch: pytest.MonkeyPatch) -> samplers.Sampler:
+def with_ladder(monkeypatch: pytest.MonkeyPatch) -> samplers.SweepSampler:
     """One more row of the table, made as a new member is (its function and its row), for this test's process."""
     row = dataclasses.replace(SAMPLERS["random"], name="ladder", help="the range keys' low ends, times 1, 2, ...")
     row = dataclasses.replace(row, first=ladder)

@@ -22,7 +22,7 @@ from octlm.core.home import Home
 from octlm.core.records import NESTED_FIELDS, RunRecord
 from octlm.store.experiments import load, register
 from octlm.store.registry import Registry
-from octlm.views.listing import columns as spec
+from octlm.views.listing import columns as column_spec
 
 HINTS = typing.get_type_hints(RunRecord)
 
@@ -74,18 +74,18 @@ def listed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, di
             "last_verdict": "verify-resume: pass" if experiment_id == "EXP-001" else None,
             "updated": updated,
         }
-        expected[experiment_id] = {key: own[key] if key in own else record[key] for key in spec.KEYS}
+        expected[experiment_id] = {key: own[key] if key in own else record[key] for key in column_spec.KEYS}
     return home, expected
 
 
 def table_cells(text: str) -> dict[str, dict[str, str]]:
     """{ID: {header: cell}} of a plain table: each column starts where its header does."""
     lines = text.splitlines()
-    starts = [lines[0].index(column.header or "") for column in spec.TABLE]
+    starts = [lines[0].index(column.header or "") for column in column_spec.TABLE]
     assert starts == sorted(starts), lines[0]  # the headers in the spec's order
     ends = [*starts[1:], None]
     cells = [
-        {c.header or "": line[a:b].strip() for c, a, b in zip(spec.TABLE, starts, ends, strict=True)}
+        {c.header or "": line[a:b].strip() for c, a, b in zip(column_spec.TABLE, starts, ends, strict=True)}
         for line in lines[1:]
     ]
     return {row["ID"]: row for row in cells}
@@ -113,14 +113,14 @@ def ids(home: Path, *args: str) -> list[str]:
 def test_json_and_csv_carry_the_spec_s_keys_in_its_order(listed: tuple[Path, dict]) -> None:
     home, expected = listed
     rows = json_out(cli(home, "show", "--all", "--json"))["experiments"]
-    assert [list(row) for row in rows] == [list(spec.KEYS)] * 2
+    assert [list(row) for row in rows] == [list(column_spec.KEYS)] * 2
     assert rows == [expected["EXP-001"], expected["EXP-002"]]
     written = list(csv.reader(io.StringIO(cli(home, "show", "--all", "--csv").stdout)))
-    assert written[0] == list(spec.KEYS)
+    assert written[0] == list(column_spec.KEYS)
 
 
-@pytest.mark.parametrize("column", spec.COLUMNS, ids=lambda column: column.key)
-def test_each_column_is_written_as_its_row_says(listed: tuple[Path, dict], column: spec.Column) -> None:
+@pytest.mark.parametrize("column", column_spec.COLUMNS, ids=lambda column: column.key)
+def test_each_column_is_written_as_its_row_says(listed: tuple[Path, dict], column: column_spec.Column) -> None:
     home, expected = listed
     shown = csv.DictReader(io.StringIO(cli(home, "show", "--all", "--csv").stdout))
     assert {row["id"]: row[column.key] for row in shown} == {i: csv_text(e[column.key]) for i, e in expected.items()}
@@ -133,8 +133,8 @@ def test_each_column_is_written_as_its_row_says(listed: tuple[Path, dict], colum
     assert [row[column.key] for row in picked] == [expected[i][column.key] for i in ("EXP-001", "EXP-002")]
 
 
-@pytest.mark.parametrize("column", spec.COLUMNS, ids=lambda column: column.key)
-def test_each_column_filters_and_sorts(listed: tuple[Path, dict], column: spec.Column) -> None:
+@pytest.mark.parametrize("column", column_spec.COLUMNS, ids=lambda column: column.key)
+def test_each_column_filters_and_sorts(listed: tuple[Path, dict], column: column_spec.Column) -> None:
     home, expected = listed
     value = where_text(expected["EXP-001"][column.key])
     assert "EXP-001" in ids(home, "--where", f"{column.key}=={value}")
@@ -162,16 +162,18 @@ def test_a_narrow_terminal_leaves_columns_out_in_the_spec_s_drop_order(
         note = capsys.readouterr().err
         left.append(note.split("left out ", 1)[1].split(" (widen")[0].split(", ") if "left out" in note else [])
         assert max(len(line) for line in buffer.getvalue().splitlines()) <= width
-    assert left[0] == [] and left[-1] == list(spec.DROP_ORDER)  # at 70 columns, every column that may go has gone
-    assert all(names == list(spec.DROP_ORDER[: len(names)]) for names in left), left
+    assert left[0] == [] and left[-1] == list(
+        column_spec.DROP_ORDER
+    )  # at 70 columns, every column that may go has gone
+    assert all(names == list(column_spec.DROP_ORDER[: len(names)]) for names in left), left
 
 
 def test_any_field_of_the_newest_record_is_a_key_of_the_list(listed: tuple[Path, dict]) -> None:
     """No line of the spec is needed to list, filter or sort by a figure the run file's records carry: every field of
     the record that is not a column (``FIGURES``) is listed, filtered and sorted by from the record itself."""
     home, _ = listed
-    fields = list(spec.FIGURES)
-    assert fields and not set(fields) & set(spec.KEYS)
+    fields = list(column_spec.FIGURES)
+    assert fields and not set(fields) & set(column_spec.KEYS)
     picked = json_out(cli(home, "show", "--all", "--json", "--columns", ",".join(fields)))["experiments"]
     assert picked == [
         {"id": i, **{f: planted(shift)[f] for f in fields}} for i, shift in (("EXP-001", 0), ("EXP-002", 3))

@@ -19,7 +19,7 @@ from octlm.core.home import Home
 from octlm.views.sweeps import live
 
 IDLE = "nothing to watch: no experiment is training and no sweep has a trial queued or running"
-COLUMNS = ("ID", "status", "step", "train loss", "eval loss", "tokens/s", "ETA", "train loss, recent")
+WATCH_COLUMNS = ("ID", "status", "step", "train loss", "eval loss", "tokens/s", "ETA", "train loss, recent")
 
 
 def watch(home: Home, targets: tuple[str, ...], interval: float, once: bool = False) -> int:
@@ -62,7 +62,7 @@ def draw(screen: live.Screen, width: int = 200) -> Group:
         ]
         for e in screen.experiments
     ]
-    header = list(COLUMNS)
+    header = list(WATCH_COLUMNS)
     keep, dropped = render.fit(header, body, ["raw"] * len(header), width, DROPPABLE)
     title = f"octlm watch  {time.strftime('%H:%M:%S')}  (Ctrl-C to leave)"
     title += f"  {width} columns: left out {', '.join(dropped)}" if dropped else ""

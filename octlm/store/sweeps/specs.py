@@ -33,7 +33,7 @@ NAME_HELP = "a sweep's name is lowercase letters, digits, '_', '.' and '-', star
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 STATUSES = ("queued", "running", "done", "failed", "stopped")
 
-Check = Callable[[Any], bool]
+Checker = Callable[[Any], bool]
 
 
 def validate_name(name: str) -> str:
@@ -47,7 +47,7 @@ def validate_name(name: str) -> str:
     raise BadInput(f"sweep name {name!r} reads as an experiment ID: choose one that does not end in '-' and digits")
 
 
-def _whole(low: int | None = None, high: int | None = None) -> Check:
+def _whole(low: int | None = None, high: int | None = None) -> Checker:
     def check(value: Any) -> bool:
         if not isinstance(value, int) or isinstance(value, bool):
             return False
@@ -64,19 +64,19 @@ def _text(value: Any) -> bool:
     return isinstance(value, str)
 
 
-def _optional(check: Check) -> Check:
+def _optional(check: Checker) -> Checker:
     return lambda value: value is None or check(value)
 
 
-def _list_of(check: Check, empty: bool = True) -> Check:
+def _list_of(check: Checker, empty: bool = True) -> Checker:
     return lambda value: isinstance(value, list) and (empty or bool(value)) and all(check(item) for item in value)
 
 
-def _map_of(check: Check, key: Check = _text) -> Check:
+def _map_of(check: Checker, key: Checker = _text) -> Checker:
     return lambda value: isinstance(value, dict) and all(key(k) and check(v) for k, v in value.items())
 
 
-def _fields(shape: dict[str, Check], optional: tuple[str, ...] = ()) -> Check:
+def _fields(shape: dict[str, Checker], optional: tuple[str, ...] = ()) -> Checker:
     """A mapping holding ``shape``'s keys (but ``optional`` ones), each as its check says."""
 
     def check(value: Any) -> bool:
@@ -87,7 +87,7 @@ def _fields(shape: dict[str, Check], optional: tuple[str, ...] = ()) -> Check:
     return check
 
 
-def _passes(validate: Callable[[Any], object]) -> Check:
+def _passes(validate: Callable[[Any], object]) -> Checker:
     """A validator that raises (``validate_id``, ``validate_prefix``, ``split_key``) as a check."""
 
     def check(value: Any) -> bool:
@@ -141,7 +141,7 @@ _EXTENDED = _fields(
 )
 _MISSING = object()  # a key with no default: absent, it stays absent
 # Each key of a spec: its check, what it must be (in words), its default for a spec that lacks it.
-SPEC: dict[str, tuple[Check, str, Any]] = {
+SPEC: dict[str, tuple[Checker, str, Any]] = {
     "grid": (_GRID, "a mapping of config keys (SECTION.KEY) to lists of values, none empty", {}),
     "ranges": (_map_of(_range, key=_KEY), "a mapping of config keys to {low, high, log, int}, low below high", {}),
     "random": (_whole(0, MAX_TRIALS), f"a whole number from 0 to {MAX_TRIALS:,}", 0),
@@ -182,7 +182,7 @@ def check_spec(spec: Any, source: str) -> SweepSpec:
     return cast(SweepSpec, {**defaults, **spec})
 
 
-SWEEP_ROW: dict[str, tuple[Check, str]] = {
+SWEEP_ROW: dict[str, tuple[Checker, str]] = {
     "name": (_passes(validate_name), NAME_HELP.replace("a sweep's name is ", "")),
     "uuid": (lambda value: _text(value) and bool(UUID.fullmatch(value)), "a UUID"),
     "base": (_optional(_ID), "an experiment ID or null"),
@@ -190,7 +190,7 @@ SWEEP_ROW: dict[str, tuple[Check, str]] = {
     "created": (_optional(_text), "a text or null"),
     "spec": (lambda _: True, "a mapping"),  # there: what it holds is check_spec's
 }
-TRIAL_ROW: dict[str, tuple[Check, str]] = {
+TRIAL_ROW: dict[str, tuple[Checker, str]] = {
     "experiment_id": (_ID, "an experiment ID"),
     **dict.fromkeys(("position", "replicate", "rung", "target_step"), (_whole(0), "a whole number, not negative")),
     "seed": (_whole(), "a whole number"),
@@ -204,7 +204,7 @@ _GROUP = _fields(
     {"group": _text, "trials": _list_of(_ID), "value": _optional(_finite_number), "promoted": _flag, "late": _flag},
     optional=("promoted", "late"),
 )
-DECISION_ROW: dict[str, tuple[Check, str]] = {
+DECISION_ROW: dict[str, tuple[Checker, str]] = {
     "rung": (_whole(0), "a whole number, not negative"),
     "step": (_whole(1), "a whole number above 0"),
     "ranking": (_list_of(_GROUP), "a list of configurations ({group, trials, value, promoted})"),
@@ -213,7 +213,7 @@ DECISION_ROW: dict[str, tuple[Check, str]] = {
 }
 
 
-def _check_row(row: Any, shape: dict[str, tuple[Check, str]], where: str) -> Mapping[str, Any]:
+def _check_row(row: Any, shape: dict[str, tuple[Checker, str]], where: str) -> Mapping[str, Any]:
     if not isinstance(row, dict):
         raise BadInput(f"{where} must be a mapping (not {_shown(row)})")
     for key, (check, wanted) in shape.items():

@@ -44,7 +44,7 @@ from octlm.runtime.pieces import PieceSum
 from octlm.tasks.bench import rounds as bench_rounds
 from octlm.tasks.bench.measure import header, sync, synthetic_blocks
 from octlm.tasks.bench.plan import variant
-from octlm.tasks.bench.records import Figures, RanksReport, RanksRow, RankTimes
+from octlm.tasks.bench.records import PrecisionFigures, RanksReport, RanksRow, RankTimes
 from octlm.train.loop import train_step
 from octlm.train.state import TrainState
 
@@ -105,7 +105,7 @@ def timed_steps(config: Config, precision: str, steps: int, ranks: Ranks) -> Ran
     return {**row, "parameters": state.model.parameter_count(), "speed_up": None}
 
 
-def figures(precision: str, tokens_per_step: int, per_rank: list[RankTimes]) -> Figures:
+def figures(precision: str, tokens_per_step: int, per_rank: list[RankTimes]) -> PrecisionFigures:
     """One row from every rank's step and all-reduce times (``per_rank``, in rank order)."""
     world = len(per_rank)
     seconds = statistics.median(max(step) for step in zip(*(r["steps"] for r in per_rank), strict=True))

@@ -69,7 +69,7 @@ class RankTimes(TypedDict):
     threads: int
 
 
-class Figures(TypedDict):
+class PrecisionFigures(TypedDict):
     """One precision on one variant, from every rank's times."""
 
     precision: str
@@ -82,7 +82,7 @@ class Figures(TypedDict):
     all_reduce_share: float
 
 
-class RanksRow(Figures):
+class RanksRow(PrecisionFigures):
     """A row of bench --nproc: the figures, then (from the user's process) the medians over the rounds."""
 
     parameters: int

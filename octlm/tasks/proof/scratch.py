@@ -34,7 +34,7 @@ STOP_GRACE_S = 10.0  # a stopped segment may finish its step; then its process g
 
 
 @dataclass(frozen=True)
-class Plan:
+class ResumePlan:
     """The two runs to compare: (a) 0 -> until in one process; (b) split at ``splits``."""
 
     experiment_id: str
@@ -62,7 +62,7 @@ class Plan:
         return given
 
 
-def scratch_home(root: Path, plan: Plan) -> Home:
+def scratch_home(root: Path, plan: ResumePlan) -> Home:
     """A home with the experiment's config, its tokenizer and (a fork's) parent checkpoint."""
     home = Home(root)
     home.experiments.mkdir(parents=True)
@@ -77,7 +77,7 @@ def scratch_home(root: Path, plan: Plan) -> Home:
     return home
 
 
-def run_segment(home: Home, plan: Plan, segment: int, begin: int, stop: int, segments: Segments) -> float:
+def run_segment(home: Home, plan: ResumePlan, segment: int, begin: int, stop: int, segments: Segments) -> float:
     """Segment ``segment`` (0: (a); 1 ...: (b1) ...) on its world size, in a child process; its seconds."""
     label, size = "(a)" if segment == 0 else f"(b{segment})", plan.size_of(segment)
     label += f" x{size}" if len(set(plan.sizes)) > 1 else ""
@@ -159,7 +159,7 @@ def _signals_held() -> Iterator[None]:
 Done = TypeVar("Done")  # what the work in the scratch folder gives back
 
 
-def in_scratch(plan: Plan, keep: bool, report: Callable[[str], None], work: Callable[[Path], Done]) -> Done:
+def in_scratch(plan: ResumePlan, keep: bool, report: Callable[[str], None], work: Callable[[Path], Done]) -> Done:
     """``work`` in a new scratch folder, which goes entirely afterwards (unless ``keep``), however ``work`` ends."""
     scratch: Path | None = None
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_EXIT)  # no signal until the cleanup knows the folder

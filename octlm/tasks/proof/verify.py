@@ -43,7 +43,7 @@ from octlm.store.registry import Registry
 from octlm.store.runs import runfile
 from octlm.tasks.proof import bitcompare, scratch
 from octlm.tasks.proof.bitcompare import Check, Differing
-from octlm.tasks.proof.scratch import Plan
+from octlm.tasks.proof.scratch import ResumePlan
 from octlm.train import checkpoint
 from octlm.train.loop import train_step
 
@@ -204,16 +204,18 @@ def _shape(experiment_id: str, splits: list[int], final: int, sizes: list[int]) 
     return f"verify-resume {experiment_id}: (a) 0 -> {final} {where}, (b) split at {','.join(map(str, splits))}{then}"
 
 
-def _plan(home: Home, config: Config, splits: list[int], final: int, sizes: list[int], threads: load.Choice) -> Plan:
+def _plan(
+    home: Home, config: Config, splits: list[int], final: int, sizes: list[int], threads: load.Choice
+) -> ResumePlan:
     # Both runs checkpoint only where they must: at the splits (by --until) and at the end.
     scratch = config.with_keys({"checkpoint.interval": final, "checkpoint.keep": len(splits) + 1})
     tokenizer = ExperimentFiles(home, config.id).tokenizer
     cadence = (to_yaml(scratch), tokenizer, splits, final, data_root(home), home.cache)
     chosen = threads.threads if threads.how == "chosen" else None
-    return Plan(config.id, *cadence, home.root, config.init.checkpoint, tuple(sizes), chosen)
+    return ResumePlan(config.id, *cadence, home.root, config.init.checkpoint, tuple(sizes), chosen)
 
 
-def _both_runs(folder: Path, plan: Plan, prepared: PreparedData, segments: Segments, kept: bool) -> BothRuns:
+def _both_runs(folder: Path, plan: ResumePlan, prepared: PreparedData, segments: Segments, kept: bool) -> BothRuns:
     a, b = scratch.scratch_home(folder / "a", plan), scratch.scratch_home(folder / "b", plan)
     bounds = [0, *plan.splits, plan.until]
     seconds = {"a": scratch.run_segment(a, plan, 0, 0, plan.until, segments), "b": 0.0}
@@ -227,7 +229,7 @@ def _both_runs(folder: Path, plan: Plan, prepared: PreparedData, segments: Segme
     }
 
 
-def _final(home: Home, plan: Plan) -> checkpoint.Loaded:
+def _final(home: Home, plan: ResumePlan) -> checkpoint.Loaded:
     loaded = checkpoint.newest_valid(ExperimentFiles(home, plan.experiment_id).folder, step=plan.until)
     assert loaded is not None  # newest_valid refuses rather than return None when a step is given
     return loaded

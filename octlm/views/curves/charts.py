@@ -166,7 +166,7 @@ CURVES = (  # (key, title, y label, metrics, x field)
     ("gradient-norm", "Gradient norm before clipping", "gradient norm", ("gradient_norm",), "step"),
     ("bpb", "Bits per byte (evaluation)", "bits per byte", ("bits_per_byte",), "step"),
 )
-NAMES = {
+LABELS = {
     "train_loss": "train loss",
     "eval_loss": "eval loss",
     "lr": "learning rate",
@@ -182,7 +182,7 @@ def points(records: Records, metric: str, x_field: str, prefix: str) -> tuple[Po
         x, y = record.get(x_field), record.get(metric)  # any key: a record may hold more than RunRecord says
         if isinstance(x, (int, float)) and isinstance(y, (int, float)):
             where = f"step {number(record.get('step'))}, {number(record.get('tokens'))} tokens"
-            found.append((float(x), float(y), f"{prefix}{NAMES.get(metric, metric)} at {where} = {number(y)}"))
+            found.append((float(x), float(y), f"{prefix}{LABELS.get(metric, metric)} at {where} = {number(y)}"))
     return tuple(found)
 
 
@@ -198,7 +198,7 @@ def curves(runs: Mapping[str, Records], clip: float | None) -> list[Chart]:
             for rank, metric in enumerate(metrics):
                 color = index if several else rank
                 found = points(records, metric, x_field, prefix)
-                series.append(Series(prefix + NAMES[metric], found, color, dashed=metric == "eval_loss"))
+                series.append(Series(prefix + LABELS[metric], found, color, dashed=metric == "eval_loss"))
         hline = ("clip threshold", clip) if key == "gradient-norm" and clip else None
         charts.append(Chart(title, key, x_field, y_label, tuple(series), hline, metrics))
     return charts

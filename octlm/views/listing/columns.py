@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 
 from octlm.core.records import NESTED_FIELDS, NUMBER_FIELDS, RUN_RECORD_FIELDS
 
-Cells = Mapping[str, Any]  # a listing row as a column's cell and a filter read it
+ListedRow = Mapping[str, Any]  # a listing row as a column's cell and a filter read it
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Column:
     kind: str  # the type of its values, as the JSON reference writes it: "float | None"
     format: str  # how the table writes a value: a kind of ``cli.formats.COLUMN_KINDS`` (raw, count, metric, text...)
     drop: int | None = None  # a narrow terminal leaves the columns out lowest first; None: never
-    cell: Callable[[Cells], Any] | None = None  # the table's cell when not the value as stored
+    cell: Callable[[ListedRow], Any] | None = None  # the table's cell when not the value as stored
 
     @property
     def numeric(self) -> bool:
@@ -40,18 +40,18 @@ class Column:
         return self.kind.removesuffix(" | None") in ("int", "float")
 
 
-def _tags(row: Cells) -> str:
+def _tags(row: ListedRow) -> str:
     """The tags, after ``archived`` for an archived experiment; ``-`` for neither."""
     tags = " ".join(str(tag) for tag in row.get("tags") or [])
     return ("archived" + (f" {tags}" if tags else "") if row.get("archived") else tags) or "-"
 
 
-def _step(row: Cells) -> str:
+def _step(row: ListedRow) -> str:
     """``12/200``: the step reached of ``training.steps``."""
     return f"{row.get('step') or 0}/{row['steps']}" if row.get("steps") else "-"
 
 
-def _updated(row: Cells) -> str:
+def _updated(row: ListedRow) -> str:
     """To the minute, UTC, with a space: ``2026-03-01 12:04``."""
     return str(row.get("updated") or "")[:16].replace("T", " ")
 
@@ -91,7 +91,7 @@ def numeric(key: str) -> bool:
     return BY_KEY[key].numeric if key in BY_KEY else key in NUMBER_FIELDS
 
 
-def cells(row: Cells) -> list[Any]:
+def cells(row: ListedRow) -> list[Any]:
     """A row's cells in the table, in the order of ``TABLE``."""
     return [column.cell(row) if column.cell else row.get(column.key) for column in TABLE]
 

@@ -13,8 +13,8 @@ from typing import Any
 from octlm.config import describe_keys
 from octlm.core.errors import BadInput
 from octlm.core.records.freeform import TableRow
-from octlm.views.listing import columns as spec
-from octlm.views.listing.columns import Cells
+from octlm.views.listing import columns as column_spec
+from octlm.views.listing.columns import ListedRow
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "<=": operator.le,
@@ -32,8 +32,8 @@ WHERE_HELP = (
     "OP one of == (or =), !=, <, <=, >, >=, ~ (contains)"
 )
 KNOWN = (
-    f"a listing column ({', '.join(spec.KEYS)}), a field of the run's newest record ({', '.join(spec.FIGURES)}) "
-    "or a config key (`octlm config keys`)"
+    f"a listing column ({', '.join(column_spec.KEYS)}), a field of the run's newest record "
+    f"({', '.join(column_spec.FIGURES)}) or a config key (`octlm config keys`)"
 )
 
 
@@ -44,13 +44,13 @@ def parse_columns(text: str | None) -> list[str] | None:
 
 def known(key: str) -> bool:
     """A column of the spec, a field of a run's newest record, or a config key."""
-    return key in spec.BY_KEY or key in spec.FIGURES or key in config_keys()
+    return key in column_spec.BY_KEY or key in column_spec.FIGURES or key in config_keys()
 
 
 def header(columns: list[str] | None) -> list[str]:
     """The columns a listing shows: ``id`` first, then the chosen ones (default: the spec's, in its order)."""
     if not columns:
-        return list(spec.KEYS)
+        return list(column_spec.KEYS)
     unknown = [c for c in columns if not known(c)]
     if unknown:
         raise BadInput(f"--columns {unknown[0]}: unknown column; choose {KNOWN}")
@@ -84,19 +84,19 @@ def parse_where(expression: str) -> tuple[str, str, str]:
         raise BadInput(f"--where {expression!r}: malformed value {raw!r} after {op!r}; expected {WHERE_HELP}")
     if not known(key):
         raise BadInput(f"--where {key}: unknown key; use {KNOWN}")
-    numeric = spec.numeric(key) or config_keys().get(key) in ("int", "float")
+    numeric = column_spec.numeric(key) or config_keys().get(key) in ("int", "float")
     if numeric and op not in ("~",) and _as_float(raw) is None:
         raise BadInput(f"--where {expression!r}: {key} is a number; {raw!r} is not")
     return key, "==" if op == "=" else op, raw
 
 
-def predicate(expression: str) -> Callable[[Cells], bool]:
+def predicate(expression: str) -> Callable[[ListedRow], bool]:
     """``eval_loss<2.5``, ``status=completed``, ``model.n_layers==4``, ``description~lr``: a Python predicate,
     never SQL. A number given with decimals matches at that precision (``eval_loss==4.39`` matches 4.3912)."""
     key, op, raw = parse_where(expression)
     wanted = _as_float(raw)
 
-    def test(row: Cells) -> bool:
+    def test(row: ListedRow) -> bool:
         value = row.get(key)
         if value is None:
             return op == "!="

@@ -57,7 +57,7 @@ class Trial:
 
 
 @dataclass
-class Plan:
+class SweepPlan:
     spec: SweepSpec
     trials: list[Trial] = field(default_factory=list)
 
@@ -123,7 +123,7 @@ def replicates(home: Home, config: cfg.Config, seeds: int, prefix: str) -> list[
     return [trial.config for trial in trials]
 
 
-def plan(home: Home, request: SweepRequest) -> Plan:
+def plan(home: Home, request: SweepRequest) -> SweepPlan:
     """The sweep's spec and its first trials (all of them, but with a sampler that asks), validated: the options
     its sampler reads and needs, and the trials it makes, counted before a single trial's config is built."""
     validate_name(request.name)
@@ -152,7 +152,7 @@ def plan(home: Home, request: SweepRequest) -> Plan:
     samplers.size(spec)  # before a single trial's config is built
     spec["halving"] = parse_rungs(request.halving, base)
     trials = build_trials(base, sampler.first(spec), spec, request.name)
-    return Plan(spec, check_sources(home, trials))
+    return SweepPlan(spec, check_sources(home, trials))
 
 
 def check_sources(home: Home, trials: list[Trial]) -> list[Trial]:

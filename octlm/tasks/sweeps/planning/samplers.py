@@ -1,6 +1,6 @@
 """The sweep samplers: one table (``SAMPLERS``), a row each, and everything that reads a sampler reads it there.
 
-A row (``Sampler``) is the whole member: its name (``--sampler NAME``), its sentence in ``sweep new --help`` (the
+A row (``SweepSampler``) is the whole member: its name (``--sampler NAME``), its sentence in ``sweep new --help`` (the
 option's choices and help are made from the table), the spec keys it reads beyond ``grid`` and ``seeds`` (an
 option of those given to a sampler that does not read it is refused; ``sweep extend --random`` goes only to one
 that reads ``random``), the ones it cannot go without, how many configurations a spec makes (counted, never made),
@@ -44,7 +44,7 @@ def _none(spec: SweepSpec) -> None:
 
 
 @dataclass(frozen=True)
-class Sampler:
+class SweepSampler:
     """One member of the family, whole: see the module. ``needs``: each a tuple of keys of which one at least must
     be given; ``more`` None: every configuration is made at once (``asks`` False)."""
 
@@ -105,11 +105,11 @@ def _within_budget(spec: SweepSpec) -> None:
         raise BadInput(f"--parallel {parallel}: at most --trials ({trials}) asked ahead")
 
 
-SAMPLERS: dict[str, Sampler] = {
+SAMPLERS: dict[str, SweepSampler] = {
     sampler.name: sampler
     for sampler in (
-        Sampler("grid", "the product of the --grid values", (), (), _cells_count, cells),
-        Sampler(
+        SweepSampler("grid", "the product of the --grid values", (), (), _cells_count, cells),
+        SweepSampler(
             "random",
             "--random N seeded draws of the --range keys (crossed with the --grid values)",
             ("ranges", "random", "seed"),
@@ -118,7 +118,7 @@ SAMPLERS: dict[str, Sampler] = {
             drawn,
             check=_some_draws,
         ),
-        Sampler(
+        SweepSampler(
             "tpe",
             "Optuna's TPE, asked for --parallel K configurations ahead as trials finish, --trials N in all",
             ("ranges", "trials", "parallel", "seed"),
@@ -141,7 +141,7 @@ def chosen(request: SweepRequest) -> str:
     return name
 
 
-def of(spec: SweepSpec, source: str) -> Sampler:
+def of(spec: SweepSpec, source: str) -> SweepSampler:
     """A sweep's sampler, as its spec names it (``check_spec`` reads a spec without one as grid); a name not in the
     table is refused in one line naming ``source`` and the key (``PATH: sweep NAME: spec.sampler must be ...``), as
     ``store/sweeps/specs`` refuses the spec's other keys, never read as another sampler."""
@@ -161,7 +161,7 @@ def readers(key: str) -> str:
     return " or ".join(name for name, sampler in SAMPLERS.items() if key in sampler.reads)
 
 
-def check(spec: SweepSpec) -> Sampler:
+def check(spec: SweepSpec) -> SweepSampler:
     """The spec's sampler, once what ``sweep new`` was given fits it (BadInput naming the option): no option it
     does not read, one at least of each of its ``needs``, its own check."""
     sampler = SAMPLERS[spec["sampler"]]

@@ -108,7 +108,7 @@ def _raced(registry: Registry, name: str) -> None:
 def _grown(
     name: str,
     spec: SweepSpec,
-    sampler: samplers.Sampler,
+    sampler: samplers.SweepSampler,
     base: Any,
     seeds: int | None,
     grid: tuple[str, ...],
