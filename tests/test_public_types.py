@@ -31,7 +31,7 @@ UNTYPED_FIELDS = {  # "path Class.field": why the field is not typed
     "octlm/store/merge.py Merge.notes": MERGED_ROW,
     "octlm/store/merge.py Merge.metrics": MERGED_ROW,
 }
-FREE_FORM_FIELDS = 21  # 13 config trees (a config, a sweep's configuration), 7 state dicts, 1 list of chosen rows
+FREE_FORM_FIELDS = 23  # 15 config trees (a config, a sweep's configuration), 7 state dicts, 1 list of chosen rows
 
 
 def untyped(root: Path, spelled: tuple[str, ...] = ("dict[str, Any]", "Mapping[str, Any]")) -> list[str]:

@@ -26,7 +26,7 @@ def page(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
 
 def shapes() -> dict[str, object]:
     """{what is run: the TypedDict of what its ``--json`` writes}, every document that is typed."""
-    from octlm.core.records import Checkup, EvalResult, Problem, SourceFigures, TrainResult
+    from octlm.core.records import Checkup, EvalResult, Problem, ShownFingerprints, SourceFigures, TrainResult
     from octlm.exchange import results as exchange
     from octlm.run.overfit import Overfitted
     from octlm.store.registry import CheckpointRow, RunRow, VerificationRow
@@ -44,7 +44,7 @@ def shapes() -> dict[str, object]:
     from octlm.views.compare.versus import Versus
     from octlm.views.compare.winner import Challenger, Optimism
     from octlm.views.curves.plots import PlotData
-    from octlm.views.details import Detail, ShownFingerprints
+    from octlm.views.details import Detail
     from octlm.views.listing import Listing, ListingRow
     from octlm.views.paired import Paired
     from octlm.views.side_by_side import Comparison

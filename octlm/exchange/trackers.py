@@ -32,7 +32,7 @@ import yaml
 
 from octlm.config import flatten
 from octlm.core.fsutil import atomic_write
-from octlm.core.records import NUMBER_FIELDS, RunRecord
+from octlm.core.records import NUMBER_FIELDS, RunRecord, ShownFingerprints
 from octlm.core.records.freeform import ConfigTree
 
 SCALARS: dict[str, str] = {  # TensorBoard's tag -> the run file's field (core.records.RunRecord)
@@ -51,14 +51,6 @@ METRIC_TAGS = ("eval/loss", "eval/bits_per_byte", "eval/perplexity", "train/loss
 FINGERPRINTS_TAG, CONFIG_TAG = "octlm/fingerprints", "octlm/config"  # the text TensorBoard shows
 
 
-class Fingerprints(TypedDict):
-    """A run's fingerprints, as ``show ID`` says them (None: not recorded)."""
-
-    config: str | None
-    data: str | None
-    tokenizer: str | None
-
-
 @dataclass(frozen=True)
 class RunOut:
     """One run as a tracker is given it."""
@@ -67,7 +59,7 @@ class RunOut:
     group: str  # the folder its seed replicates share (``exchange.tracking.groups``)
     records: Sequence[RunRecord]  # its run file's
     config: ConfigTree
-    fingerprints: Fingerprints
+    fingerprints: ShownFingerprints
     started: float  # when it began (seconds since the epoch): a record's wall time is this plus its elapsed_seconds
 
 
@@ -75,7 +67,7 @@ class ReadBack(TypedDict):
     """What a tracker's own reader finds of one run."""
 
     scalars: dict[str, list[tuple[int, float]]]  # the run file's field -> (step, value), in step order
-    config: dict[str, Any] | None  # the hyperparameters by dotted key (None: the tracker keeps none)
+    config: ConfigTree | None  # the hyperparameters by dotted key (None: the tracker keeps none)
     text: dict[str, str]  # tag -> the text shown
 
 
@@ -117,7 +109,7 @@ class Events:
         if purge_step is not None:
             self._writer.add_event(Event(step=purge_step, session_log=SessionLog(status=SessionLog.START)))
 
-    def header(self, experiment_id: str, config: ConfigTree, prints: Fingerprints, wall_time: float) -> None:
+    def header(self, experiment_id: str, config: ConfigTree, prints: ShownFingerprints, wall_time: float) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 

@@ -23,9 +23,10 @@ from octlm.config import BOOKKEEPING, canonical, flatten
 from octlm.core.errors import BadInput
 from octlm.core.fsutil.folder import check_folder, publish
 from octlm.core.home import ID_PATTERN, Home, validate_id
+from octlm.core.records import ShownFingerprints
 from octlm.core.records.freeform import ConfigTree
 from octlm.exchange.results import TrackerExported, TrackerRun
-from octlm.exchange.trackers import TRACKERS, Fingerprints, RunOut
+from octlm.exchange.trackers import TRACKERS, RunOut
 from octlm.store import experiments
 from octlm.store.registry import TRAINING_KINDS, Registry, RunRow
 from octlm.store.runs import runfile
@@ -100,7 +101,7 @@ def gathered(home: Home, ids: list[str]) -> list[RunOut]:
 
 def _known(
     home: Home, experiment_id: str, kept: dict[str, ConfigTree], rows: list[RunRow]
-) -> tuple[ConfigTree, Fingerprints, float]:
+) -> tuple[ConfigTree, ShownFingerprints, float]:
     """An experiment's config, fingerprints (as ``show ID`` says them) and when its first training run began."""
     fingerprint: str | None
     if home.config_path(experiment_id).exists():

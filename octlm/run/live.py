@@ -30,7 +30,7 @@ from octlm.exchange.trackers import Events
 QUEUE = 10_000  # records a writer may fall behind by before it is given up on (a run logs every few steps)
 CLOSE_S = 10.0  # what the writer has at the end to write what is queued
 FLUSH_S = 5.0  # how often the event file is flushed, so that a TensorBoard open beside the run follows it
-Item = tuple[str, tuple[Any, ...]] | None  # ("header" | "record", its arguments); None: close
+QueuedWrite = tuple[str, tuple[Any, ...]] | None  # ("header" | "record", its arguments); None: close
 
 
 class LiveEvents:
@@ -38,7 +38,7 @@ class LiveEvents:
 
     def __init__(self, folder: Path, start_step: int, warn: Callable[[str], None]):
         self.folder, self._warn = folder, warn
-        self._queue: queue.Queue[Item] = queue.Queue(QUEUE)
+        self._queue: queue.Queue[QueuedWrite] = queue.Queue(QUEUE)
         self._failure: str | None = None  # set by the writer's thread, said by the session's
         self._said = False
         self._thread = threading.Thread(target=self._write, args=(start_step,), name="octlm-tensorboard", daemon=True)
@@ -61,7 +61,7 @@ class LiveEvents:
             self._failure = f"the writer did not finish within {CLOSE_S:g} s; what it had not written is lost"
         self._say()
 
-    def _put(self, item: Item) -> None:
+    def _put(self, item: QueuedWrite) -> None:
         if self._failure is not None:
             return
         try:

@@ -11,7 +11,7 @@ from typing import Any, Literal, TypedDict, cast
 from octlm.config import flatten
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
-from octlm.core.records import NUMBER_FIELDS, TOTALS, Figures, RunRecord, RunTotals
+from octlm.core.records import NUMBER_FIELDS, TOTALS, Figures, RunRecord, RunTotals, ShownFingerprints
 from octlm.core.records.freeform import ConfigTree
 from octlm.store import experiments
 from octlm.store.registry import (
@@ -27,12 +27,6 @@ from octlm.store.runs import runfile
 
 SCHEMA_VERSION = 1  # of every ``octlm show --json`` document
 NUMBERS = NUMBER_FIELDS  # the fields of a run-file record the views compute with
-
-
-class ShownFingerprints(TypedDict):
-    config: str | None
-    data: str | None
-    tokenizer: str | None
 
 
 class Lifecycle(TypedDict):

@@ -3,7 +3,7 @@ its fields), the documents ``--json`` writes (``documents``), and the mappings t
 named with its reason (``freeform``). Imported from here.
 """
 
-from octlm.core.records.documents import Checkup, EvalResult, Figures, Problem, TrainResult
+from octlm.core.records.documents import Checkup, EvalResult, Figures, Problem, ShownFingerprints, TrainResult
 from octlm.core.records.runs import (
     EVALUATION_FIELDS,
     LOOP_FIELDS,
@@ -39,6 +39,7 @@ __all__ = [
     "Problem",
     "RunRecord",
     "RunTotals",
+    "ShownFingerprints",
     "SourceFigures",
     "TrainResult",
 ]

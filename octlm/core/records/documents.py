@@ -10,6 +10,15 @@ from typing import NotRequired, TypedDict
 from octlm.core.records.runs import RunRecord, SourceFigures
 
 
+class ShownFingerprints(TypedDict):
+    """A run's fingerprints, as ``show ID`` says them (None: not recorded): its config's, its data's and its
+    tokenizer's; what ``show ID --json`` writes and the trackers' export writes beside a run's records."""
+
+    config: str | None
+    data: str | None
+    tokenizer: str | None
+
+
 class Figures(TypedDict):
     """An evaluation's figures, each with its standard error over clusters of blocks (None: one cluster), and the
     clusters: how many (G: judge with Student's t at G-1 degrees of freedom) and what they are (documents, chunks of
