@@ -60,7 +60,7 @@ def load_model(
     config = from_dict(loaded.record.config, loaded.path.name)
     device = runtime.select_device(config.training.device)
     model = Decoder(config)
-    model.load_state_dict(loaded.record.model)
+    checkpoint.load_weights(model, loaded.record, loaded.path)
     return loaded, model.to(device), tokenizer, device
 
 

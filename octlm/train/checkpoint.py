@@ -78,6 +78,8 @@ class Record:
                 raise InvalidCheckpoint(f"{name}: missing the key {key!r}")
             if not isinstance(flat[key], kinds) or isinstance(flat[key], bool):
                 raise InvalidCheckpoint(f"{name}: {key!r} has the wrong type ({type(flat[key]).__name__})")
+        if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in flat["model"].items()):
+            raise InvalidCheckpoint(f"{name}: 'model' must map each parameter's name to a tensor")
         bounded = _Bounded(name)
         prints = bounded.mapping(flat["fingerprints"], "fingerprints")
         if not all(isinstance(prints.get(k), str) for k in ("config", "data", "tokenizer")):
@@ -289,6 +291,18 @@ def newest_valid(
 
 
 # ---------------------------------------------------------------- refusals and warnings
+
+
+def load_weights(model: torch.nn.Module, record: Record, path: Path) -> None:
+    """``record``'s weights into ``model`` (built from its config), or Refused in one line where they do not fit it: a
+    parameter missing or unknown, a tensor of another shape (a checkpoint edited and signed again)."""
+    try:
+        model.load_state_dict(record.model)
+    except RuntimeError as error:
+        detail = " ".join(str(error).split())[:200]
+        raise Refused(
+            f"checkpoint {path.name} cannot be used: its weights do not fit the model its config builds ({detail})"
+        ) from None
 
 
 def check_fingerprints(record: Record, *, config: Any, current: Fingerprints, path: Path) -> None:

@@ -124,3 +124,28 @@ def valid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 @given(data=st.data())
 def test_checkpoints_and_sidecars_meet_any_bytes(valid: dict[str, Any], data: st.DataObject) -> None:
     fz.run_suite_case(READER, valid, data.draw(cases(valid)))
+
+
+# ---------------------------------------------------------------- what the campaign found, fixed
+
+LOADING = [c for c in COMMANDS if c[0] in ("sample", "eval", "export") and "--step" not in c]  # the loaders
+
+
+@pytest.mark.parametrize("value", [{"\x80": -2.5852987237492648e283}, "text", [1.0], None])
+def test_a_signed_checkpoint_whose_weight_is_not_a_tensor_is_refused_in_one_line(valid, value) -> None:
+    """Found by the campaign: a parameter of the record replaced by a mapping (any value that is not a tensor) and
+    the sidecar signed again made ``sample`` end in a traceback from ``load_state_dict``; the record's check refuses
+    it now (``Record.from_payload``), for every reader of checkpoints."""
+    edit = (Record("step-000004", ("model", "blocks.0.attention.proj.weight"), value), Signed("step-000004"))
+    for command in LOADING:
+        assert fz.check(READER, valid, edit, command) == [], command
+
+
+@pytest.mark.parametrize("value", ["tensor", "nan", "<drop>"])
+def test_a_signed_checkpoint_whose_weights_do_not_fit_its_model_is_refused_in_one_line(valid, value) -> None:
+    """Found by the campaign: a parameter of another shape, or none, in a checkpoint signed again made ``sample``,
+    ``eval`` and ``export`` end in a traceback (``load_state_dict``'s RuntimeError); they refuse it now, naming the
+    checkpoint and the parameter (``checkpoint.load_weights``)."""
+    edit = (Record("step-000004", ("model", "blocks.0.attention.proj.weight"), value), Signed("step-000004"))
+    for command in LOADING:
+        assert fz.check(READER, valid, edit, command) == [], command
