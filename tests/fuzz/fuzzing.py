@@ -222,18 +222,25 @@ ROWS = {
 
 
 def registry_rows(home: Path) -> dict[str, set[tuple[Any, ...]]] | None:
-    """The registry's experiments, runs and checkpoints (their keys), or None where it cannot be read as it is."""
+    """The registry's experiments, runs and checkpoints (their keys), or None where it cannot be read as it is. Read
+    from a copy of the database and its WAL: SQLite writes the WAL index (``-shm``) of a database it reads in place,
+    and a planted one may be a hard link to a file outside the home, which this must not change."""
     path = home / "registry.db"
     if not path.is_file() or path.is_symlink():
         return None
-    try:
-        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.1)
+    with tempfile.TemporaryDirectory(dir=home.parent) as scratch:
+        for suffix in ("", "-wal"):
+            side = Path(f"{path}{suffix}")
+            if side.is_file() and not side.is_symlink():
+                shutil.copyfile(side, Path(scratch) / f"copy.db{suffix}")
         try:
-            return {table: set(connection.execute(query).fetchall()) for table, query in ROWS.items()}
-        finally:
-            connection.close()
-    except (sqlite3.Error, ValueError, OverflowError, MemoryError):
-        return None
+            connection = sqlite3.connect(Path(scratch) / "copy.db", timeout=0.1)
+            try:
+                return {table: set(connection.execute(query).fetchall()) for table, query in ROWS.items()}
+            finally:
+                connection.close()
+        except (sqlite3.Error, ValueError, OverflowError, MemoryError):
+            return None
 
 
 # ---------------------------------------------------------------- running a command in this process
