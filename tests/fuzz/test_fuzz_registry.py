@@ -143,3 +143,16 @@ def valid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 @given(data=st.data())
 def test_the_registry_meets_any_edit_and_any_damage(valid: dict[str, Any], data: st.DataObject) -> None:
     fz.run_suite_case(READER, valid, data.draw(cases(valid)))
+
+
+# ---------------------------------------------------------------- what the campaign found, fixed
+
+
+@pytest.mark.parametrize("name", ["registry.db", "registry.db-wal", "registry.db-shm"])
+@pytest.mark.parametrize("command", [("show",), ("tag", "EXP-001", "+fuzzed"), ("new", "--from", "EXP-001")])
+def test_a_registry_or_side_file_hard_linked_outside_the_home_is_never_written(valid, name, command) -> None:
+    """Found by the campaign: ``registry.db-shm`` hard-linked to a file outside the home was written by ``show``
+    (SQLite writes the WAL index of a database it reads, in place), and ``registry.db`` or its WAL hard-linked were
+    written by ``tag``, ``note``, ``new`` and ``archive``: the file outside changed with them. A side file with other
+    hard links is refused as a symbolic link is, and so is a registry with them by the commands that write it."""
+    assert fz.check(READER, valid, (fz.Plant(name, "hardlink-outside"),), command) == []

@@ -33,7 +33,8 @@ T = TypeVar("T")
 def _refuse_unsafe(path: Path, writing: bool) -> None:
     """Refused before SQLite opens it: a ``registry.db`` that is not a regular file (a FIFO would hang the opening),
     and, to write, one that is a link (rows would go into another home's registry; a dangling one would make a
-    database outside the home). Reading through a link never writes, so it is let be."""
+    database outside the home) or a file with other hard links (written in place, the other names' file would change
+    too). Reading through a link never writes, so it is let be."""
     try:
         info = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -50,6 +51,12 @@ def _refuse_unsafe(path: Path, writing: bool) -> None:
             return  # a link to nothing: read as no registry
     if not stat.S_ISREG(info.st_mode):
         raise Refused(f"{path} is {kind_of(info.st_mode)}, not a registry: move it aside; nothing was changed")
+    if writing and info.st_nlink > 1:  # a hard link: every row written would change the other name's file too
+        raise Refused(
+            f"{path} has {info.st_nlink} hard links (another name elsewhere shares its bytes, and writing it would "
+            f"change that file too): make it a file of its own (cp {path.name} {path.name}.own && mv "
+            f"{path.name}.own {path.name}); nothing was changed"
+        )
 
 
 SIDE_FILES = ("-journal", "-wal", "-shm")  # SQLite's files beside a database: rollback journal, WAL, WAL index
@@ -66,7 +73,8 @@ def _refuse_unsafe_sides(path: Path) -> None:
     """Refused before SQLite opens anything: a side file of the registry (``registry.db-journal``, ``-wal``,
     ``-shm``, beside the file SQLite opens: the link's target when ``registry.db`` is a link) that SQLite would open
     as its own but that is not: a link (written through), a FIFO or device (the opening hangs, every command with
-    it), a folder, or a file of a user other than the registry's owner and this one (planted). The line names the
+    it), a folder, a file of a user other than the registry's owner and this one (planted), or a hard link to a file
+    elsewhere (written through as a link is). The line names the
     side file and its fix; the registry itself is healthy and is left where it is. A regular side file of the
     owner's is SQLite's own (a WAL left by a crash holds committed rows) and is let be."""
     real = os.path.realpath(path)
@@ -86,6 +94,8 @@ def _refuse_unsafe_sides(path: Path) -> None:
             what, fix = kind_of(info.st_mode), f"remove it (rm {side})"
         elif info.st_uid not in owners:
             what, fix = f"a file of another user (uid {info.st_uid})", aside
+        elif info.st_nlink > 1:  # SQLite writes its side files in place: the other name's file would change too
+            what, fix = f"a file with {info.st_nlink} hard links", aside
         else:
             continue
         raise Refused(
