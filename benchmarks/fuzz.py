@@ -5,18 +5,25 @@ runner), with the same properties as the suite's budget (``tests/fuzz/fuzzing.ch
 raised, so that every case of the budget runs; the table says per reader: cases run, cases per second, distinct
 failures (by ``fuzzing.signature``), and the smallest failing case of each (the shortest as printed).
 
-    python benchmarks/fuzz.py --cases 100000 [--seed 0] [--readers config,packs] [--progress fuzz.log] [--json out.json]
+    python benchmarks/fuzz.py --cases 100000 [--seed 0] [--readers config,packs] [--jobs 2] [--minutes 90]
+                              [--progress fuzz.log] [--json out.json]
 
-``--cases`` is the total, shared evenly among the readers chosen (``--per-reader`` sets each instead). One thread
-for torch, as the suite's workers; the box's load at the start and the end is printed beside the table.
+``--cases`` is the total, shared evenly among the readers chosen (``--per-reader`` sets each instead); ``--jobs``
+runs that many readers at once, each in a process of its own; ``--minutes`` bounds each reader's share of the time
+(the cases left when it is spent are not run, and the table counts only those that ran). One thread for torch, as
+the suite's workers; the box's load at the start and the end is printed beside the table, and ``--json`` is written
+again every 100 cases (a campaign stopped early still says what it ran).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib
 import json
+import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -31,18 +38,27 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "fuzz"), str(REPO / "tests")]
 READERS = ("config", "registry", "packs", "records", "runfiles", "checkpoints", "tokens", "sources")
 
 
-def campaign(name: str, valid: dict[str, Any], cases: int, seed: int, progress: Any) -> dict[str, Any]:
-    """Run ``cases`` generated cases of one reader; what it found."""
+_VALID: dict[str, Any] = {}  # the valid home of this process (a worker of --jobs builds its own)
+
+
+def campaign(name: str, cases: int, seed: int, seconds: float, progress: str | None, partial: str | None):
+    """Run up to ``cases`` generated cases of one reader within ``seconds``; what it found."""
     import fuzzing as fz
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
 
+    if not _VALID:
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        scratch = tempfile.mkdtemp(prefix="octlm-fuzz-", dir=shm)
+        _VALID.update(fz.build_valid(Path(scratch) / "valid"), scratch=scratch)
+    valid = _VALID
     module = importlib.import_module(f"test_fuzz_{name}")
     reader: fz.Reader = module.READER
     strategy = reader.cases(valid)
-    found: dict[str, dict[str, Any]] = {}
-    ran, started = [0], time.perf_counter()
+    result: dict[str, Any] = {"reader": name, "cases": 0, "seconds": 0.0, "rate": 0.0, "failures": {}}
+    started = time.perf_counter()
+    out = open(progress, "a") if progress else sys.stderr  # noqa: SIM115
 
     @seeded(seed)
     @settings(
@@ -55,27 +71,41 @@ def campaign(name: str, valid: dict[str, Any], cases: int, seed: int, progress: 
     )
     @given(data=st.data())
     def one(data: st.DataObject) -> None:
+        if time.perf_counter() - started > seconds:
+            return  # the reader's time is spent: the cases left are not run (nor counted)
         mutations, args = data.draw(strategy)
         try:
             failures = fz.check(reader, valid, mutations, args)
         except Exception as error:  # the harness's own failure: counted and shown, the campaign goes on
             failures = [f"harness: {type(error).__name__}: {error}"]
-        ran[0] += 1
-        for failure in failures:
-            key = fz.signature(failure)
-            example = f"{list(mutations)!r} `octlm {' '.join(args)}`"
-            entry = found.setdefault(key, {"count": 0, "example": example, "failure": failure})
-            entry["count"] += 1
-            if len(example) < len(entry["example"]):
-                entry.update(example=example, failure=failure)
-        if ran[0] % 100 == 0 and progress is not None:
-            rate = ran[0] / (time.perf_counter() - started)
-            print(f"{time.strftime('%H:%M:%S')} {name}: {ran[0]} cases, {rate:.1f}/s, {len(found)} distinct failures",
-                  file=progress, flush=True)  # fmt: skip
+        record(result, mutations, args, failures, started)
+        if result["cases"] % 100 == 0:
+            print(f"{time.strftime('%H:%M:%S')} {name}: {result['cases']} cases, {result['rate']:.1f}/s, "
+                  f"{len(result['failures'])} distinct failures", file=out, flush=True)  # fmt: skip
+            if partial:
+                Path(f"{partial}.{name}").write_text(json.dumps(result, indent=1))
 
     one()
-    seconds = time.perf_counter() - started
-    return {"reader": name, "cases": ran[0], "seconds": seconds, "rate": ran[0] / seconds, "failures": found}
+    if partial:
+        Path(f"{partial}.{name}").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def record(result: dict[str, Any], mutations: Any, args: Any, failures: list[str], started: float) -> None:
+    """One case counted, and each of its failures under its signature, the smallest case of each kept."""
+    import fuzzing as fz
+
+    result["cases"] += 1
+    result["seconds"] = time.perf_counter() - started
+    result["rate"] = result["cases"] / result["seconds"]
+    for failure in failures:
+        example = f"{list(mutations)!r} `octlm {' '.join(args)}`"
+        entry = result["failures"].setdefault(
+            fz.signature(failure), {"count": 0, "example": example, "failure": failure}
+        )
+        entry["count"] += 1
+        if len(example) < len(entry["example"]):
+            entry.update(example=example, failure=failure)
 
 
 def main() -> None:
@@ -84,26 +114,28 @@ def main() -> None:
     parser.add_argument("--per-reader", type=int, default=None, help="cases for each reader (instead of --cases)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--readers", default=",".join(READERS))
+    parser.add_argument("--jobs", type=int, default=1, help="readers run at once, each in a process of its own")
+    parser.add_argument("--minutes", type=float, default=None, help="the campaign's time, shared among the readers")
     parser.add_argument("--progress", default=None, help="a file for a line every 100 cases (default: stderr)")
     parser.add_argument("--json", default=None, help="also write the results to this file")
-    parser.add_argument("--scratch", default=None, help="where the cases' homes go (default: /dev/shm, else /tmp)")
     options = parser.parse_args()
     names = [name for name in options.readers.split(",") if name]
     each = options.per_reader or max(1, options.cases // len(names))
-    progress = open(options.progress, "a") if options.progress else sys.stderr  # noqa: SIM115
-
-    import fuzzing as fz
-
+    rounds = -(-len(names) // max(1, options.jobs))
+    seconds = options.minutes * 60 / rounds if options.minutes else float("inf")
     load_before, started = os.getloadavg(), time.time()
-    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, not the disk: a case is many small files
-    with tempfile.TemporaryDirectory(prefix="octlm-fuzz-", dir=options.scratch or shm) as scratch:
-        valid = {**fz.build_valid(Path(scratch) / "valid"), "scratch": scratch}
-        results = []
-        for name in names:
-            results.append(campaign(name, valid, each, options.seed, progress))
-            if options.json:
-                Path(options.json).write_text(json.dumps(results, indent=1))
+    arguments = [(name, each, options.seed, seconds, options.progress, options.json) for name in names]
+    if options.jobs > 1:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(options.jobs, mp_context=context) as pool:
+            results = list(pool.map(campaign, *zip(*arguments, strict=True)))
+    else:
+        results = [campaign(*given) for given in arguments]
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=1))
     report(results, load_before, os.getloadavg(), time.time() - started, options.seed)
+    if _VALID:
+        shutil.rmtree(_VALID["scratch"], ignore_errors=True)
 
 
 def report(results: list[dict[str, Any]], before: tuple[float, ...], after: tuple[float, ...], took: float, seed: int):

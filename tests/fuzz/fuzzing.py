@@ -63,7 +63,7 @@ PROTECTED = ("experiments", "runs", "checkpoints", ".octlm/identities")
 # The suite's budget of each reader: a deterministic handful, a few seconds (derandomized: the same cases every
 # run, so a failure is never a flake); the campaign's is benchmarks/fuzz.py's.
 SUITE = settings(
-    max_examples=int(os.environ.get("OCTLM_FUZZ_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("OCTLM_FUZZ_EXAMPLES", "20")),
     derandomize=True,
     deadline=None,
     database=None,
@@ -91,7 +91,10 @@ def build_valid(root: Path) -> dict[str, Any]:
             assert done.exit_code == 0, done.stderr
         inputs = root / "in"
         inputs.mkdir()
-        for args in (("pack", IDS[0], "-o", str(inputs / "pack.tar")), ("registry", "export", "-o", str(inputs / "records.jsonl"))):
+        for args in (
+            ("pack", IDS[0], "-o", str(inputs / "pack.tar")),
+            ("registry", "export", "-o", str(inputs / "records.jsonl")),
+        ):
             done = cli(home, *args)
             assert done.exit_code == 0, done.stderr
         paired = _paired_references(root, home)
@@ -507,7 +510,7 @@ def line_boundaries(data: bytes) -> list[int]:
     """Offsets where a line, a JSON value or a structure begins or ends: where a cut is most telling."""
     marks = {0, len(data)}
     for index, byte in enumerate(data):
-        if byte in b"\n,:{}[]\"":
+        if byte in b'\n,:{}[]"':
             marks.update((index, index + 1))
     return sorted(marks)
 
@@ -767,4 +770,3 @@ def valid_of(factory: Any) -> Iterator[dict[str, Any]]:
         yield {**valid, "scratch": scratch}
     finally:
         _remove(Path(scratch))
-

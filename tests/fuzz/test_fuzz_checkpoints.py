@@ -8,7 +8,6 @@ read them, and must keep every property of ``fuzzing.check``."""
 from __future__ import annotations
 
 import hashlib
-import json
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,9 +67,13 @@ class Record(fz.Mutation):
             node = node.get(key) if isinstance(node, dict) else None
         if not isinstance(node, dict):
             return
-        value = {"tensor": torch.zeros(3, dtype=torch.float16), "nan": torch.full((2, 2), float("nan"))}.get(
-            self.value, self.value
-        ) if isinstance(self.value, str) else self.value
+        value = (
+            {"tensor": torch.zeros(3, dtype=torch.float16), "nan": torch.full((2, 2), float("nan"))}.get(
+                self.value, self.value
+            )
+            if isinstance(self.value, str)
+            else self.value
+        )
         if value == "<drop>":
             node.pop(self.path[-1], None)
         else:

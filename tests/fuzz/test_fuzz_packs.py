@@ -76,8 +76,12 @@ def _crafted(info: tarfile.TarInfo, data: bytes, kind: str, given: bytes, member
         copy.type = {"symlink-out": tarfile.SYMTYPE, "symlink-abs": tarfile.SYMTYPE, "hardlink-out": tarfile.LNKTYPE,
                      "hardlink-member": tarfile.LNKTYPE, "fifo": tarfile.FIFOTYPE, "chardev": tarfile.CHRTYPE,
                      "folder": tarfile.DIRTYPE}[kind]  # fmt: skip
-        copy.linkname = {"symlink-out": "../../outside/secret.txt", "symlink-abs": "/etc/passwd",
-                         "hardlink-out": "/etc/passwd", "hardlink-member": members[0][0].name}.get(kind, "")  # fmt: skip
+        targets = {
+            "symlink-out": "../../outside/secret.txt",
+            "symlink-abs": "/etc/passwd",
+            "hardlink-out": "/etc/passwd",
+        }
+        copy.linkname = {**targets, "hardlink-member": members[0][0].name}.get(kind, "")
         copy.devmajor, copy.devminor = (1, 5) if kind == "chardev" else (0, 0)
         return [(copy, b"")]
     if kind in ("absolute", "dotdot", "rename"):

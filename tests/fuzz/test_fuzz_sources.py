@@ -16,7 +16,11 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-COMMANDS = (("prepare", "EXP-001"), ("prepare", "EXP-001", "--json"), ("eval", "EXP-001", "--on", "corpus/*", "--tokens", "64"))
+COMMANDS = (
+    ("prepare", "EXP-001"),
+    ("prepare", "EXP-001", "--json"),
+    ("eval", "EXP-001", "--on", "corpus/*", "--tokens", "64"),
+)
 PATTERNS = ("corpus/*.txt", "corpus/**", "corpus", "../outside/*", "../outside/secret.txt", "/dev/zero", "/etc/*.conf",
             "builtin:docs", "builtin:nothing", "", "*", "corpus/*.jsonl", "corpus/doc0.txt", "~/x.txt", "~nouser/x",
             "corpus/[", "corpus/\x00", "corpus/" + "x" * 300, "./corpus/../corpus/*.txt", "corpus/*.md")  # fmt: skip
@@ -45,7 +49,11 @@ def cases(valid: dict[str, Any]) -> st.SearchStrategy:
         st.builds(fz.Write, planted_name, fz.random_bytes()),
         planted_name.flatmap(fz.plants),
         fz.jsonl_edits("corpus/new.jsonl", JSONL),
-        st.builds(fz.Write, st.just("corpus/new.jsonl"), st.sampled_from((b"[1]\n", b'{"text": 3}\n', b'{"text": "\\u0000"}\n', b'{"text": "\\ud800"}\n', b'"x"\n'))),
+        st.builds(
+            fz.Write,
+            st.just("corpus/new.jsonl"),
+            st.sampled_from((b"[1]\n", b'{"text": 3}\n', b'{"text": "\\u0000"}\n', b'{"text": "\\ud800"}\n', b'"x"\n')),
+        ),
         fz.plants("corpus"),
     )
     edits = st.one_of(existing, existing, planted, planted, _sources(valid))
