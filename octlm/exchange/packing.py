@@ -141,7 +141,7 @@ def _records(
             found.append(
                 exchange.record("checkpoint", {"experiment_uuid": key, "step": number, "sha256": digest, "size": size})
             )
-    return "".join(json.dumps(item) + "\n" for item in found).encode("utf-8")  # in a fixed order: rows, columns
+    return exchange.json_lines(found, home).encode("utf-8")  # in a fixed order: rows, columns
 
 
 def _write_tar(output: Path, members: dict[str, Source], own_name: bool = False) -> int:

@@ -199,7 +199,7 @@ def export(home: Home, ids: list[str], output: Path | None) -> tuple[RegistryExp
                 raise BadInput(f"unknown experiment {validate_id(experiment_id)}: not in {home.registry}")
         chosen = ids or known
         found = records(home, registry, chosen)
-    text = "".join(json.dumps(item) + "\n" for item in found)  # run-file records keep their key order
+    text = json_lines(found, home)  # run-file records keep their key order
     if output is not None:
         write_output(output, text.encode("utf-8"), "the records")
     counts: dict[str, int] = {}
@@ -212,6 +212,18 @@ def export(home: Home, ids: list[str], output: Path | None) -> tuple[RegistryExp
         "records": counts,
     }
     return summary, text
+
+
+def json_lines(found: Iterable[ExportRecord], home: Home) -> str:
+    """The records as JSON Lines; Refused (nothing written) where a registry cell holds what JSON cannot say: bytes
+    (a BLOB) where text or a number belongs, in a registry edited by hand or damaged."""
+    try:
+        return "".join(json.dumps(item) + "\n" for item in found)
+    except (TypeError, ValueError) as error:
+        raise Refused(
+            f"{home.registry}: a row holds what a record cannot carry ({error}): a registry edited by hand or damaged; "
+            "`octlm doctor` checks it; nothing was written"
+        ) from None
 
 
 def records(home: Home, registry: ExchangeRegistry, ids: Iterable[str], keep: Keep | None = None) -> list[ExportRecord]:

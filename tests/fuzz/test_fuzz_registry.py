@@ -44,14 +44,14 @@ class Sql(fz.Mutation):
     value: Any = None
 
     def apply(self, sandbox: fz.Sandbox) -> None:
-        connection = sqlite3.connect(sandbox.home / FILE)
-        try:
-            with contextlib.suppress(sqlite3.Error, OverflowError, UnicodeError, ValueError):
+        with contextlib.suppress(sqlite3.Error, OverflowError, UnicodeError, ValueError):
+            connection = sqlite3.connect(sandbox.home / FILE)  # not a database (a folder planted): nothing to edit
+            try:
                 parameters = (self.value,) if "?" in self.statement else ()
                 connection.execute(self.statement, parameters)
                 connection.commit()
-        finally:
-            connection.close()
+            finally:
+                connection.close()
 
 
 def schema(path: Path) -> dict[str, list[str]]:
@@ -105,13 +105,17 @@ def sql_edits(tables: dict[str, list[str]]) -> st.SearchStrategy[fz.Mutation]:
             ))))  # fmt: skip
         return Sql(f'drop {kind} "{name}"')
 
-    deletes = st.sampled_from(plain).flatmap(
-        lambda t: st.sampled_from((f'delete from "{t}"', f'delete from "{t}" where rowid = 1'))
-    ).map(Sql)
+    deletes = (
+        st.sampled_from(plain)
+        .flatmap(lambda t: st.sampled_from((f'delete from "{t}"', f'delete from "{t}" where rowid = 1')))
+        .map(Sql)
+    )
     versions = st.one_of(
         st.integers(-(2**31), 2**31 - 1).map(lambda n: Sql(f"pragma user_version = {n}")),
         st.sampled_from(("m013_from_the_future", "m001_initial", "", "m999")).map(
-            lambda name: Sql("insert into _sqlite_migrations (migration_set, name, applied_at) values ('octlm', ?, 'x')", name)
+            lambda name: Sql(
+                "insert into _sqlite_migrations (migration_set, name, applied_at) values ('octlm', ?, 'x')", name
+            )
         ),
         st.just(Sql("delete from _sqlite_migrations where id > 6")),
         st.just(Sql("pragma journal_mode = wal")),
@@ -122,7 +126,9 @@ def sql_edits(tables: dict[str, list[str]]) -> st.SearchStrategy[fz.Mutation]:
 def cases(valid: dict[str, Any]) -> st.SearchStrategy:
     path = Path(valid["home"]) / FILE
     size = path.stat().st_size
-    boundaries = sorted({*range(0, size + 1, PAGE), *(n * PAGE - 1 for n in range(1, size // PAGE + 1)), 16, 18, 28, 100})
+    boundaries = sorted(
+        {*range(0, size + 1, PAGE), *(n * PAGE - 1 for n in range(1, size // PAGE + 1)), 16, 18, 28, 100}
+    )
     pages = fz.byte_mutations(FILE, size, boundaries)
     journal = st.sampled_from(("registry.db-journal", "registry.db-wal", "registry.db-shm")).flatmap(
         lambda name: st.one_of(st.builds(fz.Write, st.just(name), fz.random_bytes()), fz.plants(name))
@@ -131,7 +137,10 @@ def cases(valid: dict[str, Any]) -> st.SearchStrategy:
     return fz.cases_of(st.lists(edit, min_size=1, max_size=3), COMMANDS)
 
 
-READER = fz.Reader("registry", cases)
+# An experiment's kept identity (``.octlm/identities/<ID>``) is given up, by design, where the registry holds its
+# UUID under another ID (``store/experiments.register``: the registry's row wins, the ID gets a new one); only an
+# edited registry makes that so.
+READER = fz.Reader("registry", cases, changes=(".octlm/identities/",))
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +165,15 @@ def test_a_registry_or_side_file_hard_linked_outside_the_home_is_never_written(v
     written by ``tag``, ``note``, ``new`` and ``archive``: the file outside changed with them. A side file with other
     hard links is refused as a symbolic link is, and so is a registry with them by the commands that write it."""
     assert fz.check(READER, valid, (fz.Plant(name, "hardlink-outside"),), command) == []
+
+
+@pytest.mark.parametrize("table, column", [("checkpoints", "tokens"), ("runs", "host"), ("experiments", "description")])
+@pytest.mark.parametrize(
+    "command", [("registry", "export", "-o", "{out}/records.jsonl"), ("pack", "EXP-001", "-o", "{out}/p.tar")]
+)
+def test_a_blob_in_a_registry_cell_is_refused_by_export_and_pack_in_one_line(valid, table, column, command) -> None:
+    """Found by the campaign: bytes (a BLOB) in ``checkpoints.tokens`` made ``registry export`` end in a traceback
+    (``json.dumps``: bytes are not JSON); a cell of any column of a row exported, by export and by pack, is refused
+    in one line now, nothing written."""
+    edit = (Sql(f'update "{table}" set "{column}" = ?', b"\x00\xff"),)
+    assert fz.check(READER, valid, edit, command) == []
