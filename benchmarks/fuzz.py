@@ -18,6 +18,7 @@ again every 100 cases (a campaign stopped early still says what it ran).
 from __future__ import annotations
 
 import argparse
+import atexit
 import concurrent.futures
 import importlib
 import json
@@ -51,6 +52,7 @@ def campaign(name: str, cases: int, seed: int, seconds: float, progress: str | N
     if not _VALID:
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         scratch = tempfile.mkdtemp(prefix="octlm-fuzz-", dir=shm)
+        atexit.register(shutil.rmtree, scratch, True)  # this process's, a worker of --jobs too
         _VALID.update(fz.build_valid(Path(scratch) / "valid"), scratch=scratch)
     valid = _VALID
     module = importlib.import_module(f"test_fuzz_{name}")
@@ -134,8 +136,6 @@ def main() -> None:
     if options.json:
         Path(options.json).write_text(json.dumps(results, indent=1))
     report(results, load_before, os.getloadavg(), time.time() - started, options.seed)
-    if _VALID:
-        shutil.rmtree(_VALID["scratch"], ignore_errors=True)
 
 
 def report(results: list[dict[str, Any]], before: tuple[float, ...], after: tuple[float, ...], took: float, seed: int):

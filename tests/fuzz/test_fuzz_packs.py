@@ -43,8 +43,8 @@ class Member(fz.Mutation):
 
     def apply(self, sandbox: fz.Sandbox) -> None:
         path = sandbox.home / FILE
-        try:
-            with tarfile.open(path) as pack:
+        try:  # "r:", as octlm opens a pack: bytes that look compressed are not decompressed (without end)
+            with tarfile.open(path, mode="r:") as pack:
                 members = [(info, _content(pack, info)) for info in pack.getmembers()]
         except (tarfile.TarError, OSError, EOFError):
             return  # an earlier mutation left no tar to rebuild: the case goes on with what it left
