@@ -758,6 +758,16 @@ def run_suite_case(reader: Reader, valid: dict[str, Any], case: tuple[tuple[Muta
     assert not failures, f"{reader.name}: {mutations} `octlm {' '.join(args)}`: {failures}"
 
 
+WHERE = ("path", "remote_host", "remote_path")  # where a checkpoint's file lies: another home's once imported
+
+
+def records_of(text: str) -> list[dict[str, Any]]:
+    """The records of an export, in order, each checkpoint's without where its file lies (the home that imports it
+    records the file as the exporting box's: ``host:path``)."""
+    found = [json.loads(line) for line in text.splitlines()]
+    return [{k: v for k, v in r.items() if r["type"] != "checkpoint" or k not in WHERE} for r in found]
+
+
 def valid_of(factory: Any) -> Iterator[dict[str, Any]]:
     """The valid home for a test module, made once for every worker of the run (``conftest.made_once``), and a
     folder for its cases' sandboxes, in memory where the box has /dev/shm (a case is a few dozen small files)."""
