@@ -97,8 +97,25 @@ def build_valid(root: Path) -> dict[str, Any]:
         ):
             done = cli(home, *args)
             assert done.exit_code == 0, done.stderr
+        _sweep_pack(root, home, inputs / "sweep")
         paired = _paired_references(root, home)
     return {"home": str(home), "state": str(root / "state"), "in": str(inputs), "paired": paired}
+
+
+def _sweep_pack(root: Path, home: Path, folder: Path) -> None:
+    """A sweep of two untrained trials of EXP-001, packed by ``sweep pack`` into ``folder`` (made in a copy of the
+    home, so that the home itself has no sweep to unpack over)."""
+    from conftest import cli
+
+    copy = root / "sweeping"
+    shutil.copytree(home, copy, symlinks=True)
+    for args in (
+        ("sweep", "new", "lr", "--from", IDS[0], "--grid", "training.learning_rate=1e-3,3e-3"),
+        ("sweep", "pack", "lr", "-o", str(folder)),
+    ):
+        done = cli(copy, *args)
+        assert done.exit_code == 0, done.stderr
+    shutil.rmtree(copy)
 
 
 def _paired_references(root: Path, home: Path) -> dict[str, Any]:

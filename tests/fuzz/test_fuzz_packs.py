@@ -28,6 +28,8 @@ COMMANDS = (
     ("unpack", "{home}/../in/pack.tar", "--as", "B-EXP-001"),
     ("unpack", "{home}/../in/pack.tar", "--as", "B-EXP-001", "--json"),
 )
+SWEEP = "../in/sweep"
+SWEEP_COMMANDS = (("sweep", "unpack", "{home}/../in/sweep"), ("sweep", "unpack", "{home}/../in/sweep", "--json"))
 KINDS = ("symlink-out", "symlink-abs", "hardlink-out", "hardlink-member", "fifo", "chardev", "folder", "absolute",
          "dotdot", "duplicate", "drop", "rename", "extra", "huge-mode", "setuid")  # fmt: skip
 
@@ -40,9 +42,10 @@ class Member(fz.Mutation):
     index: int
     kind: str
     data: bytes = b""
+    path: str = FILE
 
     def apply(self, sandbox: fz.Sandbox) -> None:
-        path = sandbox.home / FILE
+        path = sandbox.home / self.path
         try:  # "r:", as octlm opens a pack: bytes that look compressed are not decompressed (without end)
             with tarfile.open(path, mode="r:") as pack:
                 members = [(info, _content(pack, info)) for info in pack.getmembers()]
@@ -102,20 +105,20 @@ def _crafted(info: tarfile.TarInfo, data: bytes, kind: str, given: bytes, member
 
 
 @st.composite
-def _member_bytes(draw: st.DrawFn, members: list[tuple[str, bytes]]) -> fz.Mutation:
+def _member_bytes(draw: st.DrawFn, members: list[tuple[str, bytes]], path: str = FILE) -> fz.Mutation:
     """A member's bytes changed: its JSON edited where it is JSON, else cut, flipped or replaced."""
     index = draw(st.integers(0, len(members) - 1))
     name, data = members[index]
     if name.endswith(".json"):
-        return Member(index, "bytes", fz.dumps(fz.edited(json.loads(data), draw)))
+        return Member(index, "bytes", fz.dumps(fz.edited(json.loads(data), draw)), path)
     if name.endswith(".jsonl"):
         edit = draw(fz.jsonl_edits("x", data))
-        return Member(index, "bytes", edit.data)  # type: ignore[attr-defined]
+        return Member(index, "bytes", edit.data, path)  # type: ignore[attr-defined]
     cut = draw(st.integers(0, len(data)))
     flipped = bytearray(data)
     if flipped:
         flipped[cut % len(flipped)] ^= draw(st.integers(1, 255))
-    return Member(index, "bytes", draw(st.sampled_from((data[:cut], bytes(flipped), draw(fz.random_bytes())))))
+    return Member(index, "bytes", draw(st.sampled_from((data[:cut], bytes(flipped), draw(fz.random_bytes())))), path)
 
 
 def cases(valid: dict[str, Any]) -> st.SearchStrategy:
@@ -126,7 +129,24 @@ def cases(valid: dict[str, Any]) -> st.SearchStrategy:
     crafted = st.builds(Member, st.integers(0, len(members) - 1), st.sampled_from(KINDS))
     tarred = fz.byte_mutations(FILE, size, sorted({*range(0, size + 1, 512), *range(0, size + 1, 10240)}))
     edit = st.one_of(crafted, crafted, _member_bytes(members), _member_bytes(members), tarred, fz.plants(FILE))
-    return fz.cases_of(st.lists(edit, min_size=1, max_size=2), COMMANDS)
+    return st.one_of(fz.cases_of(st.lists(edit, min_size=1, max_size=2), COMMANDS), _sweep_cases(valid))
+
+
+def _sweep_cases(valid: dict[str, Any]) -> st.SearchStrategy:
+    """A packed sweep (``sweep pack``: its ``sweep.json`` and a pack per trial) edited as a pack is, and unpacked."""
+    folder = Path(valid["in"]) / "sweep"
+    spec = (folder / "sweep.json").read_bytes()
+    edits = [fz.file_mutations(f"{SWEEP}/sweep.json", spec, fz.json_edits(f"{SWEEP}/sweep.json", spec))]
+    for trial in sorted(folder.glob("*.tar")):
+        name = f"{SWEEP}/{trial.name}"
+        with tarfile.open(trial, mode="r:") as pack:
+            members = [(info.name, pack.extractfile(info).read()) for info in pack.getmembers() if info.isfile()]
+        crafted = st.builds(
+            Member, st.integers(0, len(members) - 1), st.sampled_from(KINDS), st.just(b""), st.just(name)
+        )
+        edits += [crafted, _member_bytes(members, name), fz.plants(name)]
+    edits.append(st.builds(fz.Write, st.just(f"{SWEEP}/EXP-099.tar"), fz.random_bytes()))
+    return fz.cases_of(st.lists(st.one_of(*edits), min_size=1, max_size=2), SWEEP_COMMANDS)
 
 
 READER = fz.Reader("packs", cases)
