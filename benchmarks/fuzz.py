@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import concurrent.futures
+import faulthandler
 import importlib
 import json
 import multiprocessing
@@ -75,6 +76,7 @@ def campaign(name: str, cases: int, seed: int, seconds: float, progress: str | N
     def one(data: st.DataObject) -> None:
         if time.perf_counter() - started > seconds:
             return  # the reader's time is spent: the cases left are not run (nor counted)
+        faulthandler.dump_traceback_later(300, file=out)  # a case stuck past every limit says where it is
         mutations, args = data.draw(strategy)
         try:
             failures = fz.check(reader, valid, mutations, args)
@@ -88,6 +90,7 @@ def campaign(name: str, cases: int, seed: int, seconds: float, progress: str | N
                 Path(f"{partial}.{name}").write_text(json.dumps(result, indent=1))
 
     one()
+    faulthandler.cancel_dump_traceback_later()
     if partial:
         Path(f"{partial}.{name}").write_text(json.dumps(result, indent=1))
     return result

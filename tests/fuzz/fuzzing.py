@@ -56,6 +56,7 @@ from conftest import write_corpus, write_experiment  # noqa: E402
 
 DOCUMENTED = frozenset(int(code) for row in EXIT_CODES for code in row.codes.split(" / "))
 LIMIT = 20.0  # seconds a case may take before it counts as a hang (a loaded box of two cores runs one in 0.05 s)
+MUTATION_LIMIT = 5.0  # seconds a mutation may take (one that opens a FIFO an earlier one planted blocks)
 HEADROOM = 3 << 30  # bytes of address space a case may add: a reader that reads a device whole stops there
 IDS = ("EXP-001", "EXP-002")
 PROTECTED = ("experiments", "runs", "checkpoints", ".octlm/identities")
@@ -660,8 +661,7 @@ def check(reader: Reader, valid: dict[str, Any], mutations: Sequence[Mutation], 
     try:
         sandbox.fill(valid)
         for mutation in mutations:
-            with contextlib.suppress(OSError):  # one that cannot apply over what an earlier one left is skipped
-                mutation.apply(sandbox)
+            applied(mutation, sandbox)
         args = [arg.replace("{out}", str(sandbox.out)).replace("{home}", str(sandbox.home)) for arg in args]
         around, files, rows = sandbox.listing(), protected_files(sandbox.home), registry_rows(sandbox.home)
         os.chdir(base / "cwd")
@@ -677,6 +677,24 @@ def check(reader: Reader, valid: dict[str, Any], mutations: Sequence[Mutation], 
     finally:
         os.chdir(cwd)
         _remove(base)
+
+
+def applied(mutation: Mutation, sandbox: Sandbox) -> None:
+    """``mutation`` applied, or skipped where it cannot apply over what an earlier one left (a file gone, a FIFO
+    planted where it would read: it is given ``MUTATION_LIMIT`` seconds, then stopped)."""
+
+    def alarm(number: int, frame: Any) -> None:
+        raise Hang("a mutation blocked")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, MUTATION_LIMIT)
+        mutation.apply(sandbox)
+    except (OSError, Hang):
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _remove(base: Path) -> None:

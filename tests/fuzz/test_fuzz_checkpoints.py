@@ -58,6 +58,8 @@ class Record(fz.Mutation):
         import torch
 
         file = sandbox.home / FOLDER / f"{self.step}.pt"
+        if not file.is_file():
+            return  # an earlier mutation planted something else here
         try:
             record = torch.load(file, map_location="cpu", weights_only=False)
         except Exception:  # an earlier mutation left nothing to load: the case goes on with what it left

@@ -46,6 +46,8 @@ class Member(fz.Mutation):
 
     def apply(self, sandbox: fz.Sandbox) -> None:
         path = sandbox.home / self.path
+        if not path.is_file() or path.is_symlink():
+            return  # an earlier mutation planted something else here: nothing to rebuild
         try:  # "r:", as octlm opens a pack: bytes that look compressed are not decompressed (without end)
             with tarfile.open(path, mode="r:") as pack:
                 members = [(info, _content(pack, info)) for info in pack.getmembers()]

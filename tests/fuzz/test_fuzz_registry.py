@@ -44,6 +44,8 @@ class Sql(fz.Mutation):
     value: Any = None
 
     def apply(self, sandbox: fz.Sandbox) -> None:
+        if not (sandbox.home / FILE).is_file():
+            return  # an earlier mutation planted something else here (a FIFO would block the opening)
         with contextlib.suppress(sqlite3.Error, OverflowError, UnicodeError, ValueError):
             connection = sqlite3.connect(sandbox.home / FILE)  # not a database (a folder planted): nothing to edit
             try:
