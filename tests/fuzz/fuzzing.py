@@ -39,7 +39,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -373,7 +373,7 @@ def _read(target: Path) -> bytes:
 @dataclass(frozen=True)
 class Truncate(Mutation):
     path: str
-    at: int  # a fraction of the length when negative is not needed: taken modulo the length + 1
+    at: int  # where to cut, taken modulo the length + 1 (0: the file emptied)
 
     def apply(self, sandbox: Sandbox) -> None:
         target = _target(sandbox, self.path)
@@ -643,14 +643,14 @@ def file_mutations(path: str, data: bytes, structured: st.SearchStrategy[Mutatio
 @dataclass
 class Reader:
     """A reader under test: ``cases`` draws (mutations, command) pairs given the valid home's facts; ``changes`` names
-    the protected paths (prefixes) its command may change; ``extra`` checks what only this reader promises."""
+    the protected paths (prefixes) its command may change; ``rows_may_change``: its command may remove registry rows
+    (none does: importing and unpacking add); ``extra`` checks what only this reader promises."""
 
     name: str
     cases: Callable[[dict[str, Any]], st.SearchStrategy[tuple[tuple[Mutation, ...], tuple[str, ...]]]]
     changes: tuple[str, ...] = ()
     rows_may_change: bool = False
     extra: Callable[[dict[str, Any], Sandbox, Outcome, tuple[str, ...]], list[str]] | None = None
-    stats: dict[str, int] = field(default_factory=dict)
 
 
 def check(reader: Reader, valid: dict[str, Any], mutations: Sequence[Mutation], args: Sequence[str]) -> list[str]:
