@@ -180,6 +180,7 @@ def print_detail(item: Detail) -> None:
         [
             ("status", item["status"]),
             ("step", item["step"]),
+            ("world sizes", item["moves"]),
             *_lifecycle(item),
             ("config fingerprint", fingerprints["config"]),
             ("data hash", fingerprints["data"]),

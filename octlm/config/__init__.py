@@ -35,6 +35,12 @@ from octlm.config.schema import (
     TokenizerConfig,
     TrainingConfig,
 )
+from octlm.config.training_section import (
+    exact_world_sizes,
+    moves_between,
+    new_pieces,
+    pieces_fit,
+)
 from octlm.config.tree import (
     canonical,
     diff,
@@ -60,11 +66,15 @@ __all__ = [
     "canonical",
     "describe_keys",
     "diff",
+    "exact_world_sizes",
     "flatten",
     "from_dict",
     "load",
     "merge",
+    "moves_between",
+    "new_pieces",
     "parse_yaml",
+    "pieces_fit",
     "resolve_preset",
     "to_yaml",
 ]

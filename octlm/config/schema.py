@@ -112,7 +112,8 @@ ADDED_LATER: dict[str, Any] = {
     "tokenizer.special_tokens": [],
 }
 # What ``octlm new`` writes into a new experiment's file where its preset (or parent) does not say: the defaults
-# of experiments made now, where an absent key keeps what an experiment made before the key existed did.
+# of experiments made now, where an absent key keeps what an experiment made before the key existed did. Beside them,
+# ``training.micro_batches``, which depends on the batch: ``training_section.new_pieces`` (``store/experiments``).
 NEW_DEFAULTS: dict[str, Any] = {
     "data.sampling": "epochs",
     "training.eval_tokens": 8192,

@@ -37,7 +37,8 @@ class TrainingConfig(_Section):
         "pass) and summed in one fixed tree, so every --nproc x --nnodes that divides K, 1 "
         "included, trains the same bits and a checkpoint continues exactly at any of them (training.grad_accum_steps "
         "stays 1); the CPU matmuls run in MKL's strict reproducible mode (MKL_CBWR=AUTO,STRICT; vendor's AVX2,STRICT "
-        "is strict already; portable's COMPATIBLE has none, so its thread count stays pinned; docs/performance.md)",
+        "is strict already; portable's COMPATIBLE has none, so its thread count stays pinned; docs/performance.md); "
+        "`octlm new` writes the largest power of two that divides the batch, up to 4",
         0,
         bound="non-negative",
         maximum=2**16,
@@ -148,7 +149,7 @@ class TrainingConfig(_Section):
 
     def world_sizes(self) -> list[int]:
         """The world sizes (ranks: --nproc x --nnodes) that train this config's canonical pieces: K's divisors."""
-        return [size for size in range(1, self.micro_batches + 1) if self.micro_batches % size == 0]
+        return exact_world_sizes(self.micro_batches)
 
     def check_split(self, world_size: int, batch_size: int | None = None) -> None:
         """The global batch must cut into equal parts, one per rank and micro-batch; with canonical pieces, the
@@ -167,8 +168,47 @@ class TrainingConfig(_Section):
         if batch % pieces:
             raise ConfigError(f"training.micro_batches {pieces}: must divide the batch of {counted(batch, 'block')}")
         if pieces % world_size:
-            sizes = [str(size) for size in self.world_sizes()]
-            named = sizes[0] if len(sizes) == 1 else f"{', '.join(sizes[:-1])} or {sizes[-1]}"
             raise ConfigError(
-                f"training.micro_batches {pieces}: --nproc x --nnodes must divide it: {named} (not {world_size})"
+                f"training.micro_batches {pieces}: --nproc x --nnodes must divide it: {either(pieces)} "
+                f"(not {world_size})"
             )
+
+
+NEW_PIECES = 4  # `octlm new`: at most this many canonical pieces, so that a new experiment continues on 1, 2 or 4 ranks
+
+
+def new_pieces(batch_size: int, grad_accum_steps: int = 1) -> int:
+    """The canonical pieces ``octlm new`` gives an experiment whose preset, parent or ``--set`` does not decide: the
+    largest power of two that divides its batch and is at most ``NEW_PIECES`` (so it continues exactly on 1, 2 or 4
+    ranks, as far as the batch allows); none where ``training.grad_accum_steps`` cuts the batch its own way."""
+    if grad_accum_steps != 1 or batch_size < 1:
+        return 0
+    pieces = NEW_PIECES
+    while batch_size % pieces:
+        pieces //= 2
+    return pieces
+
+
+def pieces_fit(pieces: int, batch_size: int, grad_accum_steps: int = 1) -> bool:
+    """Whether ``pieces`` canonical pieces (0: none) cut this batch (``TrainingConfig._check_pieces``'s rule)."""
+    return pieces == 0 or (batch_size % pieces == 0 and grad_accum_steps == 1)
+
+
+def exact_world_sizes(pieces: int) -> list[int]:
+    """The world sizes a run of ``pieces`` canonical pieces continues on exactly: their divisors (none: [])."""
+    return [size for size in range(1, pieces + 1) if pieces % size == 0]
+
+
+def moves_between(pieces: int) -> str:
+    """What ``show`` and ``verify-resume`` say of the world sizes a run moves between: ``continues exactly on 1, 2 or
+    4 ranks (training.micro_batches 4)``; without pieces, only on the one it trained on."""
+    if not pieces:
+        return "continues exactly only on the world size it trained on (no canonical pieces: training.micro_batches 0)"
+    ranks = "rank" if pieces == 1 else "ranks"
+    return f"continues exactly on {either(pieces)} {ranks} (training.micro_batches {pieces})"
+
+
+def either(pieces: int) -> str:
+    """The world sizes of ``pieces`` in words: ``1, 2 or 4``."""
+    sizes = [str(size) for size in exact_world_sizes(pieces)]
+    return sizes[0] if len(sizes) == 1 else f"{', '.join(sizes[:-1])} or {sizes[-1]}"

@@ -101,7 +101,11 @@ def build(
     description defaults to where it came from and what changed: "from EXP-008: training.learning_rate=1e-3". From a
     preset, the
     keys of ``NEW_DEFAULTS`` the preset leaves out take the defaults of experiments made now (epochs, the
-    evaluation's budget); copied from another, everything is the other's."""
+    evaluation's budget); copied from another, everything is the other's. Canonical pieces
+    (``training.micro_batches``), unless ``--set`` names them, are the preset's or the other's while they still cut
+    the batch (so a copy of EXP-008, which has none, has none), else ``cfg.new_pieces`` of the batch: a new
+    experiment from a preset continues exactly on 1, 2 or 4 ranks, and a copy whose ``--set`` (or a sweep's grid)
+    changes the batch keeps pieces that fit it."""
     if preset and from_config is not None:
         raise BadInput("--preset and --from cannot be used together: choose one")
     if from_config is not None:
@@ -109,6 +113,8 @@ def build(
     else:
         raw = cfg.merge(_new_defaults(), preset_raw(preset or "day1"))
     raw = cfg.apply_overrides(raw, overrides)
+    if "training.micro_batches" not in {item.partition("=")[0].strip() for item in overrides}:
+        _with_pieces(raw)
     if init is not None:
         raw["init"] = init
     parent = init["parent"] if init is not None else from_config.id if from_config is not None else None
@@ -120,6 +126,37 @@ def build(
         raw["description"] = description
     raw.pop("id", None)
     return cfg.from_dict(raw, "--set" if overrides else "new")
+
+
+def _with_pieces(raw: ConfigTree) -> None:
+    """The canonical pieces of a new experiment where ``--set`` does not name them (see ``build``): its preset's or
+    parent's while they still cut its batch (an experiment of none keeps none), else ``cfg.new_pieces`` of its batch.
+    A batch that is not a number is left to ``from_dict`` to name."""
+    training = raw.setdefault("training", {})
+    if not isinstance(training, dict):
+        return  # from_dict names what is wrong
+    batch, accum = training.get("batch_size", cfg.TrainingConfig.batch_size), training.get("grad_accum_steps", 1)
+    kept = training.get("micro_batches", 0)
+    if not (_whole(batch) and _whole(accum) and _whole(kept)):
+        return  # from_dict names what is wrong
+    if "micro_batches" not in training or not cfg.pieces_fit(kept, batch, accum):
+        training["micro_batches"] = cfg.new_pieces(batch, accum)
+
+
+def refitted_pieces(config: cfg.Config, key: str, value: Any) -> dict[str, Any]:
+    """``training.micro_batches`` as a copy of ``config`` with ``key`` set to ``value`` takes it (``build``'s rule),
+    where that changes it ({} where it does not): a sweep's grid checks each value of a key on its own."""
+    training = {name: getattr(config.training, name) for name in ("batch_size", "grad_accum_steps", "micro_batches")}
+    section, _, name = key.partition(".")
+    if section != "training" or name not in ("batch_size", "grad_accum_steps"):
+        return {}
+    _with_pieces(raw := {"training": {**training, name: value}})
+    kept = raw["training"]["micro_batches"]
+    return {} if kept == config.training.micro_batches else {"training.micro_batches": kept}
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _new_defaults() -> dict[str, Any]:

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, Literal, TypedDict, cast
 
-from octlm.config import flatten
+from octlm.config import exact_world_sizes, flatten, moves_between
 from octlm.core.errors import BadInput
 from octlm.core.home import Home, validate_id
 from octlm.core.records import NUMBER_FIELDS, TOTALS, Figures, RunRecord, RunTotals, ShownFingerprints
@@ -49,6 +49,8 @@ class Detail(Lifecycle, Figures):
     step: int | None
     train_loss: float | None
     fingerprints: ShownFingerprints
+    world_sizes: list[int] | None  # those its checkpoints continue on exactly (canonical pieces); None: its own only
+    moves: str  # the same in words: ``continues exactly on 1, 2 or 4 ranks (training.micro_batches 4)``
     config: ConfigTree  # resolved
     runs: list[RunRow]
     checkpoints: list[CheckpointRow]
@@ -100,11 +102,26 @@ def detail(home: Home, experiment_id: str) -> Detail:
             "tokenizer": _newest(runs, "tokenizer_hash"),
         },
         **lifecycle(row, resolved, notes),
+        **_moves(resolved),
         "config": resolved,
         "runs": runs,
         "checkpoints": checkpoints,
         "verifications": verdicts,
     }
+
+
+class Moves(TypedDict):
+    world_sizes: list[int] | None
+    moves: str
+
+
+def _moves(resolved: dict[str, Any]) -> Moves:
+    """The world sizes the experiment continues on exactly, from its canonical pieces (none in a config that lacks
+    them, or holds something else there)."""
+    training = resolved.get("training")
+    pieces = training.get("micro_batches") if isinstance(training, dict) else 0
+    pieces = pieces if isinstance(pieces, int) and not isinstance(pieces, bool) and pieces > 0 else 0
+    return {"world_sizes": exact_world_sizes(pieces) or None, "moves": moves_between(pieces)}
 
 
 class Headline(TypedDict):

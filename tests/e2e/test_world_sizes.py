@@ -209,6 +209,66 @@ def test_stopped_on_four_ranks_continues_on_two_and_on_one_exactly(tmp_path: Pat
     assert rows == [("train", 4, None), ("resume", 2, None)]
 
 
+TINY = {  # tiny_config's, as `octlm new --set` gives them; dropout, so the pieces' random streams matter
+    "data.sources": "corpus/*.txt",
+    "data.validation_fraction": 0.2,
+    "tokenizer.vocab_size": 300,
+    "model.context_length": 16,
+    "model.d_model": 32,
+    "model.n_layers": 2,
+    "model.n_heads": 2,
+    "model.dropout": 0.1,
+    "training.steps": STEPS,
+    "training.warmup_steps": 2,
+    "training.learning_rate": 3e-3,
+    "training.min_learning_rate": 3e-4,
+    "training.eval_interval": 4,
+    "training.eval_tokens": 256,
+    "checkpoint.interval": 4,
+}
+
+
+def test_a_new_experiment_stopped_on_two_ranks_continues_on_one_and_on_four_exactly(tmp_path: Path) -> None:
+    """Issue 50: pieces by default. An experiment as `octlm new` makes it (day1's batch of 8: four pieces, nothing
+    set about them) trained straight on one process, and stopped on 2 ranks then continued on 1 and on 4, without
+    --reshard: the same weights, optimizer state, random states and run file at the end."""
+    straight = write_corpus(tmp_path / "straight")
+    made = octlm(straight, "new", ID, *(arg for key, value in TINY.items() for arg in ("--set", f"{key}={value}")))
+    assert made.returncode == 0, made.stderr
+    assert "micro_batches: 4" in (straight / "experiments" / f"{ID}.yaml").read_text()
+    stopped = tmp_path / "stopped"
+    shutil.copytree(straight, stopped)
+    running = [
+        start(straight, "train", ID, "-q", env=THREADS),
+        start(stopped, "train", ID, "--nproc", "2", "--until", "4", "-q", env=THREADS),
+    ]
+    try:
+        for process in running:
+            _, stderr = process.communicate(timeout=300)
+            assert process.returncode == 0, stderr
+    finally:
+        reap(straight, running[0])
+        reap(stopped, running[1])
+    on_one, on_four = tmp_path / "on-one", tmp_path / "on-four"
+    shutil.copytree(stopped, on_one)
+    shutil.copytree(stopped, on_four)
+    resumed = [
+        start(on_one, "resume", ID, "-q", env=THREADS),
+        start(on_four, "resume", ID, "--nproc", "4", "-q", env=THREADS),
+    ]
+    try:
+        for process in resumed:
+            _, stderr = process.communicate(timeout=300)
+            assert process.returncode == 0, stderr
+            assert "--reshard" not in stderr and "not be bit-identical" not in stderr, stderr
+    finally:
+        reap(on_one, resumed[0])
+        reap(on_four, resumed[1])
+    assert_identical({"straight": straight, "on one": on_one, "on four": on_four})
+    rows = registry(on_four, "select kind, world_size, resharded_from from runs order by id")
+    assert rows == [("train", 2, None), ("resume", 4, None)]
+
+
 def test_verify_resume_from_two_ranks_to_one_passes(tmp_path: Path) -> None:
     """Another world size for each segment (2, then 1, then 2): the smallest proof; 4 ranks stopped and continued on 2
     and on 1 is the test above."""

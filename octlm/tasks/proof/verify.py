@@ -28,7 +28,7 @@ from typing import NotRequired, TypedDict
 
 import torch
 
-from octlm.config import Config, to_yaml
+from octlm.config import Config, exact_world_sizes, moves_between, to_yaml
 from octlm.core.errors import BadInput
 from octlm.core.home import Home
 from octlm.core.reporting import QuietReporter, QuietSegments, Reporter, Segments
@@ -78,6 +78,7 @@ class Resumed(BothRuns):
     until: int
     nproc: int | list[int]  # one size, or the sizes (a) and the segments of (b) cycled through
     threads: Threads
+    world_sizes: list[int] | None  # those the experiment continues on exactly (canonical pieces); None: its own only
     warnings: NotRequired[list[SegmentWarning]]  # the command's: what the segments warned of, each once
 
 
@@ -157,7 +158,8 @@ def verify_resume(
     files = ExperimentFiles(home, experiment_id)
     home.ensure_writable()
     threads = thread_choice(config)
-    report(f"{_shape(experiment_id, splits, final, sizes)}; {threads.said()}")
+    moves = f"; {moves_between(config.training.micro_batches)}" if config.training.micro_batches else ""
+    report(f"{_shape(experiment_id, splits, final, sizes)}; {threads.said()}{moves}")
     outcome = "its child process was stopped and its scratch folder " + ("kept" if keep_scratch else "removed")
     with scratch.stopped_by_signals(outcome), Registry(home.registry) as registry:
         experiments.register(home, registry, config)
@@ -180,6 +182,7 @@ def verify_resume(
             "until": final,
             "nproc": shown,
             "threads": said,
+            "world_sizes": exact_world_sizes(config.training.micro_batches) or None,
         }
         registry.add_verification(experiment_id, "verify-resume", resumed["verdict"], resumed)
         return resumed

@@ -17,6 +17,7 @@ from octlm.config import flatten
 from octlm.config.schema import split_key
 from octlm.core.errors import BadInput, OctlmError
 from octlm.core.home import DEFAULT_PREFIX
+from octlm.store import experiments
 from octlm.store.sweeps.records import Range
 from octlm.store.sweeps.specs import MAX_SEEDS, OBJECTIVES
 from octlm.store.sweeps.specs import validate_name as validate_name  # the check is the store's: every reader's
@@ -68,10 +69,13 @@ def parse_grid(items: Sequence[str], base: cfg.Config) -> dict[str, list[Any]]:
 
 def _typed(base: cfg.Config, key: str, text: str) -> Any:
     """``text`` as the config holds it at ``key`` (``1e-3`` -> 0.001), checked as the config checks it: the key's
-    section and the config rebuilt with it (not the whole config from YAML: a grid may hold 1,000 values)."""
+    section and the config rebuilt with it (not the whole config from YAML: a grid may hold 1,000 values), with the
+    canonical pieces a trial of that value takes (``experiments.refitted_pieces``: a batch they no longer cut takes
+    others, as ``new --from`` gives)."""
     origin = f"--grid {key}={text}"
     try:
-        built = base.with_keys({key: cfg.parse_yaml(text, origin) if text.strip() else ""}, origin)
+        value = cfg.parse_yaml(text, origin) if text.strip() else ""
+        built = base.with_keys({key: value, **experiments.refitted_pieces(base, key, value)}, origin)
     except OctlmError as error:
         raise BadInput(str(error)) from None
     return flatten(built.to_dict())[key]  # as a config file holds it (data.sources a list)
