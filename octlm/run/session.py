@@ -187,7 +187,9 @@ class Session(_Steps):
                 "ranks": self.ranks.world_size,
             }
         )
-        busy = load.oversubscribed(torch.get_num_threads(), load.others_since_begin())
+        busy = load.oversubscribed(
+            torch.get_num_threads(), load.others_since_begin(), runtime.threads_came(self.config)
+        )
         if busy:
             self.reporter.warn(busy, again=True)
         slower = runtime.bf16_warning(self.config, state.device) if self.ranks.leader else None

@@ -83,17 +83,18 @@ class Meter:
 
 @dataclass(frozen=True)
 class Choice:
-    """The threads a command takes, and why: ``chosen`` (from the free cores) or ``asked`` (set by the user)."""
+    """The threads a command takes, and why: ``chosen`` (from the free cores), ``asked`` (set by the user) or
+    ``recorded`` (a run's, which ``verify-run`` replays at the count its checkpoint recorded)."""
 
     threads: int
-    how: str  # "chosen" | "asked"
+    how: str  # "chosen" | "asked" | "recorded"
     others: float | None = None  # the cores other processes kept busy when it was chosen
 
     def said(self) -> str:
         """``2 threads (2 of 2 cores free)``, ``1 thread (1.6 of 2 cores busy with other work)``."""
         count = counted(self.threads, "thread")
-        if self.how == "asked":
-            return f"{count} (as asked)"
+        if self.how in ("asked", "recorded"):
+            return f"{count} ({'as asked' if self.how == 'asked' else 'as the run trained'})"
         if self.others is None:
             return f"{count} (this box's cores)"
         if self.others >= SLACK:
@@ -125,9 +126,12 @@ def others_since_begin() -> float | None:
     return _BEGUN[0].stop().others if _BEGUN else None
 
 
-def oversubscribed(threads: int, others: float | None = None) -> str | None:
+def oversubscribed(threads: int, others: float | None = None, how: str = "") -> str | None:
     """A one-line warning when other processes keep busy enough of the box that a run of ``threads`` threads will wait
-    on its own threads (``others``: their cores, measured; else the 1-minute load average is read), or None."""
+    on its own threads (``others``: their cores, measured; else the 1-minute load average is read), or None. ``how``
+    the count came where it cannot change the bits (canonical pieces): ``chosen`` from the cores free at the start (the
+    box got busier since: a resume takes the cores free then), ``asked`` (a resume may ask for fewer); "" where the
+    count is part of the run's bits (a resume under another one is not bit-exact)."""
     if threads < 2 or os.environ.get(LOAD_CHECK_VARIABLE) == "1":
         return None
     available = cores()
@@ -142,8 +146,15 @@ def oversubscribed(threads: int, others: float | None = None) -> str | None:
         shown = f"load {load:.1f} on {counted(available, 'core')}"
     if not busy:
         return None
-    return (
-        f"this box is busy ({shown}) and this run uses {counted(threads, 'thread')}: it may run many times slower "
-        "than it should; give it fewer (training.threads: 1, or OMP_NUM_THREADS=1) before the run starts (a resume "
-        "under another thread count is not bit-exact), or wait until the box is quieter"
-    )
+    slower = f"this box is busy ({shown}) and this run uses {counted(threads, 'thread')}: it may run many times slower"
+    return f"{slower} than it should; {REMEDIES[how]}"
+
+
+REMEDIES = {  # what a busy box's warning asks, by how the run's thread count came (``oversubscribed``)
+    "": "give it fewer (training.threads: 1, or OMP_NUM_THREADS=1) before the run starts (a resume under another "
+    "thread count is not bit-exact), or wait until the box is quieter",
+    "chosen": "the box got busier since its start chose them; stop it (Ctrl-C) and resume: the resume takes the cores "
+    "free then, and canonical pieces train the same bits at any thread count",
+    "asked": "give it fewer (training.threads: 1, or OMP_NUM_THREADS=1) and resume it: canonical pieces train the same "
+    "bits at any thread count (or leave both unset, and each start takes the cores free then)",
+}

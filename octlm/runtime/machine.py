@@ -112,7 +112,7 @@ def set_threads(config: Config, recorded: int | None = None) -> None:
     """``training.threads`` when set; else, where the count does not change the bits (``thread_invariant``) and
     ``OMP_NUM_THREADS`` is unset, the cores free at this start (measured once per process: ``threads_taken``);
     else, under a tier that pins kernels, the count a resumed checkpoint ``recorded``."""
-    if not config.training.threads and thread_invariant(config) and not os.environ.get("OMP_NUM_THREADS"):
+    if _free_to_choose(config):
         if not _TAKEN:
             _TAKEN.append(load.free_threads())
         wanted: int | None = _TAKEN[0].threads
@@ -122,9 +122,20 @@ def set_threads(config: Config, recorded: int | None = None) -> None:
         torch.set_num_threads(wanted)
 
 
+def _free_to_choose(config: Config) -> bool:
+    """Whether this process takes its threads from the free cores (``set_threads``)."""
+    return not config.training.threads and thread_invariant(config) and not os.environ.get("OMP_NUM_THREADS")
+
+
 def threads_taken() -> load.Choice | None:
     """The threads this process took from the free cores (``set_threads``), if it did."""
     return _TAKEN[0] if _TAKEN else None
+
+
+def threads_came(config: Config) -> str:
+    """How this process's thread count came where it cannot change the bits (``thread_invariant``): ``chosen`` from
+    the free cores (``set_threads``), else ``asked``; "" where it can (``load.oversubscribed``'s remedy)."""
+    return ("chosen" if _free_to_choose(config) else "asked") if thread_invariant(config) else ""
 
 
 def prepare_process(config: Config) -> torch.device:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import cli, json_out, write_experiment
+from conftest import cli, json_out, octlm, write_experiment
 
 from octlm.runtime import load
 
@@ -27,6 +27,27 @@ def test_a_run_that_asks_for_more_threads_than_the_box_has_free_is_warned(
     assert "again here: it slowed this run" in again
     write_experiment(home, "EXP-002", training={"threads": 1, "steps": 4})
     assert "this box is busy" not in cli(home, "train", "EXP-002", "-q").stderr  # one thread waits on no other
+
+
+def test_where_pieces_make_the_thread_count_irrelevant_the_warning_says_resume_instead(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 50 item 2: with canonical pieces a resume at another thread count continues the same bits, so the busy
+    box's warning no longer says that it is not bit-exact: it asks for fewer threads and a resume (threads asked for),
+    or for a resume, which takes the cores free then (threads chosen at the start, and the box got busier since)."""
+    monkeypatch.setenv("OCTLM_NO_LOAD_CHECK", "0")
+    write_experiment(home, training={"threads": load.cores() + 8, "steps": 4, "micro_batches": 2})
+    result = octlm(home, "train", "EXP-001", "-q")  # a process of its own: the pieces pin MKL before torch loads
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "this box is busy" in line]
+    assert warned and "not bit-exact" not in result.stderr, result.stderr
+    assert "give it fewer (training.threads: 1, or OMP_NUM_THREADS=1) and resume it" in warned[0]
+    assert "canonical pieces train the same bits at any thread count" in warned[0]
+    cores = load.cores()
+    chosen = load.oversubscribed(cores, others=float(cores), how="chosen")
+    assert chosen is not None and "stop it (Ctrl-C) and resume: the resume takes the cores free then" in chosen
+    plain = load.oversubscribed(cores, others=float(cores))
+    assert plain is not None and "a resume under another thread count is not bit-exact" in plain
 
 
 def test_the_busy_box_rule_reads_what_other_processes_use(monkeypatch: pytest.MonkeyPatch) -> None:
