@@ -143,16 +143,16 @@ def _with_pieces(raw: ConfigTree) -> None:
         training["micro_batches"] = cfg.new_pieces(batch, accum)
 
 
-def refitted_pieces(config: cfg.Config, key: str, value: Any) -> dict[str, Any]:
+def refitted_pieces(config: cfg.Config, key: str, value: object) -> int | None:
     """``training.micro_batches`` as a copy of ``config`` with ``key`` set to ``value`` takes it (``build``'s rule),
-    where that changes it ({} where it does not): a sweep's grid checks each value of a key on its own."""
+    where that changes it (None where it does not): a sweep's grid checks each value of a key on its own."""
     training = {name: getattr(config.training, name) for name in ("batch_size", "grad_accum_steps", "micro_batches")}
     section, _, name = key.partition(".")
     if section != "training" or name not in ("batch_size", "grad_accum_steps"):
-        return {}
+        return None
     _with_pieces(raw := {"training": {**training, name: value}})
     kept = raw["training"]["micro_batches"]
-    return {} if kept == config.training.micro_batches else {"training.micro_batches": kept}
+    return None if kept == config.training.micro_batches else kept
 
 
 def _whole(value: object) -> bool:

@@ -75,7 +75,9 @@ def _typed(base: cfg.Config, key: str, text: str) -> Any:
     origin = f"--grid {key}={text}"
     try:
         value = cfg.parse_yaml(text, origin) if text.strip() else ""
-        built = base.with_keys({key: value, **experiments.refitted_pieces(base, key, value)}, origin)
+        pieces = experiments.refitted_pieces(base, key, value)
+        refitted = {} if pieces is None else {"training.micro_batches": pieces}
+        built = base.with_keys({key: value, **refitted}, origin)
     except OctlmError as error:
         raise BadInput(str(error)) from None
     return flatten(built.to_dict())[key]  # as a config file holds it (data.sources a list)
