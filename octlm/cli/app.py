@@ -117,6 +117,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm verify-resume EXP-008 --split-at 50 --until 100",
         "octlm verify-resume EXP-008 --split-at 100 --nproc 4",
     ),
+    "verify-run": (
+        "octlm verify-run EXP-008",
+        "octlm verify-run EXP-021 --nproc 2",
+        "octlm verify-run EXP-008 --keep-scratch --json",
+    ),
     "overfit": (
         "octlm overfit EXP-008",
         "octlm overfit EXP-008 --steps 300 --max-loss 0.5",
@@ -347,7 +352,7 @@ def write_examples(epilog: str | None, formatter: Any) -> None:
 # The panels `octlm --help` lists its commands in, in order: where a user looks for each.
 PANELS: dict[str, tuple[str, ...]] = {
     "Experiments": ("new", "show", "tag", "note", "archive", "unarchive", "rm"),
-    "Training": ("train", "resume", "verify-resume", "overfit", "eval", "sample"),
+    "Training": ("train", "resume", "verify-resume", "verify-run", "overfit", "eval", "sample"),
     "Many runs": ("sweep", "work", "watch"),
     "Moving runs": ("pack", "unpack", "registry", "export"),
     "Tools": ("report", "bench", "canary", "prepare", "doctor", "config"),
@@ -442,6 +447,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {  # in the order `octlm --help` lists
     "train": commands_training.train,
     "resume": commands_training.resume,
     "verify-resume": commands_training.verify_resume,
+    "verify-run": commands_training.verify_run,
     "overfit": commands_training.overfit,
     "sample": commands_training.sample,
     "eval": commands_evaluation.eval_command,

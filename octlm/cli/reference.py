@@ -35,6 +35,7 @@ def shapes() -> dict[str, object]:
     from octlm.tasks.export import Exported
     from octlm.tasks.lifecycle import Archived, Removal, Retagged
     from octlm.tasks.prepare import Phase, Prepared
+    from octlm.tasks.proof.audit import Audited
     from octlm.tasks.proof.bitcompare import Check, Differing
     from octlm.tasks.proof.verify import Resumed
     from octlm.tasks.sample import Sampled
@@ -76,6 +77,7 @@ def shapes() -> dict[str, object]:
         "octlm verify-resume ID --json": Resumed,
         "octlm verify-resume ID --json: each of checks": Check,
         "octlm verify-resume ID --json: each of a check's differing": Differing,
+        "octlm verify-run ID --json": Audited,
         "octlm overfit ID --json": Overfitted,
         "octlm prepare ID --json": Prepared,
         "octlm prepare ID --json: each of phases": Phase,

@@ -8,12 +8,13 @@ when it logs and evaluates).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from octlm.config import Config
 from octlm.core import layout
-from octlm.core.errors import Refused
+from octlm.core.errors import BadInput, Refused
 from octlm.core.records import RunRecord
 from octlm.core.records.freeform import StateDict
 from octlm.data.fingerprints import Fingerprints
@@ -25,13 +26,23 @@ from octlm.train.state import TrainState, record_of
 
 @dataclass(frozen=True)
 class CheckpointCadence:
-    """When a checkpoint is written: every ``interval`` steps and at ``until`` (and when a run stops early)."""
+    """When a checkpoint is written: every ``interval`` steps, at each step of ``also`` (``train --checkpoint-at``:
+    ``verify-run``'s replay writes the audited run's steps with it) and at ``until`` (and when a run stops early)."""
 
     interval: int
     until: int
+    also: frozenset[int] = frozenset()
 
     def due(self, step: int) -> bool:
-        return step % self.interval == 0 or step == self.until
+        return step % self.interval == 0 or step == self.until or step in self.also
+
+    @staticmethod
+    def steps(asked: Collection[int], until: int) -> frozenset[int]:
+        """``--checkpoint-at``'s steps, each between 1 and the run's last (``until``), else one line."""
+        for step in asked:
+            if not 0 < step <= until:
+                raise BadInput(f"--checkpoint-at {step}: must be above 0 and at most the run's last step {until}")
+        return frozenset(asked)
 
 
 class CheckpointKeeper:

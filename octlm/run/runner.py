@@ -65,10 +65,12 @@ class Start:
     discard: Callable[[], None] | None = None  # what goes once everything is validated, before training
     tokenizer: Path | None = None  # where prepare finds or trains the tokenizer (default: the experiment's)
     reshard: bool = False  # continue a checkpoint of another world size (``resume --reshard``)
+    also: frozenset[int] = frozenset()  # steps to checkpoint at besides the cadence (``train --checkpoint-at``)
 
     def cadence(self, config: Config) -> CheckpointCadence:
-        """When this run checkpoints: every ``checkpoint.interval`` steps (overfit: at its end) and at ``until``."""
-        return CheckpointCadence(self.checkpoint_interval or config.checkpoint.interval, self.until)
+        """When this run checkpoints: every ``checkpoint.interval`` steps (overfit: at its end), at ``also`` and at
+        ``until``."""
+        return CheckpointCadence(self.checkpoint_interval or config.checkpoint.interval, self.until, self.also)
 
 
 @dataclass
@@ -255,11 +257,12 @@ def train(
     reporter: Reporter | None = None,
     confirm: Callable[[list[str]], bool] | None = None,
     config: Config | None = None,
+    checkpoint_at: Collection[int] = (),
 ) -> RunSummary | None:
     """Train from step 0. ``--restart`` discards the experiment's files once everything is validated;
     ``confirm`` sees the list first (paths relative to the home) and may cancel; the result's
     ``discarded`` lists what went. ``config``: the experiment's, when the caller has loaded it (None on a rank
-    other than 0, which reports nothing)."""
+    other than 0, which reports nothing). ``checkpoint_at``: steps to checkpoint at besides the cadence."""
     discarded: list[str] = []
 
     def plan(context: Context) -> Start:
@@ -272,11 +275,14 @@ def train(
             )
         final = check_until(until, context.config)  # bad input must not cost the user their checkpoints
         runtime.device_for(context.config)
+        also = CheckpointCadence.steps(checkpoint_at, final)
         if not restart:
-            return Start(files.main, final)
+            return Start(files.main, final, also=also)
         fresh = files.folder / RESTART_TOKENIZER  # trained while the old one still stands
         fresh.unlink(missing_ok=True)  # left by a restart that stopped halfway
-        return Start(files.main, final, discard=lambda: _discard(context, fresh, confirm, discarded), tokenizer=fresh)
+        return Start(
+            files.main, final, discard=lambda: _discard(context, fresh, confirm, discarded), tokenizer=fresh, also=also
+        )
 
     result = run_experiment(home, experiment_id, reporter, "train", plan, registered=config).report()
     return dataclasses.replace(result, discarded=tuple(discarded)) if result and restart else result

@@ -1,14 +1,16 @@
-"""Commands that train and use models: ``train``, ``resume``, ``verify-resume``, ``overfit``, ``sample``.
+"""Commands that train and use models: ``train``, ``resume``, ``verify-resume``, ``verify-run``, ``overfit``,
+``sample``.
 
-Each imports ``runner``, ``verify`` or ``sampling`` inside its body: both import torch, which ``octlm --help``,
-``show`` and ``new`` must never load.
+Each imports ``runner``, ``verify``, ``audit`` or ``sampling`` inside its body: they import torch, which
+``octlm --help``, ``show`` and ``new`` must never load.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -29,7 +31,10 @@ if TYPE_CHECKING:
     from octlm.core.home import Home
     from octlm.run.overfit import Overfitted  # imports torch
     from octlm.run.summary import RunSummary  # loads tokenizers and numpy (data.fingerprints)
+    from octlm.tasks.proof.audit import Audited  # imports torch
     from octlm.tasks.proof.verify import Resumed  # imports torch
+
+    Proof = TypeVar("Proof", Resumed, Audited)
 
 RestartOption = Annotated[
     bool, typer.Option("--restart", help="Discard existing checkpoints, tokenizer and run file, and start over.")
@@ -74,6 +79,26 @@ KeepScratchOption = Annotated[
         "--keep-scratch",
         help="Keep the scratch homes of (a) and (b) for inspection; where is said on stderr (and as scratch in "
         "--json).",
+    ),
+]
+ReplayNprocOption = Annotated[
+    int | None,
+    typer.Option(
+        "--nproc",
+        metavar="N",
+        help="Ranks of the replay (default: the run's newest checkpoint's); another world size only with "
+        "training.micro_batches, which it must divide.",
+        show_default=False,
+    ),
+]
+CheckpointAtOption = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--checkpoint-at",
+        metavar="N",
+        help="Also write a checkpoint at step N (repeatable), besides every checkpoint.interval steps and the last; "
+        "kept as checkpoint.keep says (verify-run's replay writes the audited run's steps with it).",
+        show_default=False,
     ),
 ]
 SizesOption = Annotated[
@@ -166,6 +191,7 @@ def train(
     nnodes: NnodesOption = 1,
     node_rank: NodeRankOption = 0,
     rdzv_endpoint: EndpointOption = "",
+    checkpoint_at: CheckpointAtOption = None,
 ) -> None:
     """Train an experiment from step 0 (refuses existing progress unless --restart)."""
     spec = launch.Launch(nproc, nnodes, node_rank, rdzv_endpoint)
@@ -173,7 +199,7 @@ def train(
     if restart and not yes and spec.wanted and spec.node_rank == 0 and sys.stdin.isatty():
         ctx.params["yes"] = _confirm_before_ranks(ctx, experiment_id)  # a rank cannot ask: it has no terminal
     start_ranks(ctx, experiment_id, spec, config)
-    options: dict[str, Any] = {"restart": restart, "until": until}
+    options: dict[str, Any] = {"restart": restart, "until": until, "checkpoint_at": checkpoint_at or []}
     if restart:
         options["confirm"] = None if yes else "ask"
     _train(ctx, _training, experiment_id, config, as_json, quiet, **options)
@@ -287,54 +313,67 @@ def verify_resume(
     from octlm.tasks.proof import verify  # imports torch
 
     sizes = verify.parse_sizes(nproc)
+    run = functools.partial(verify.verify_resume, home_of(ctx), experiment_id, split_at, until, keep_scratch)
+    result = _prove(functools.partial(run, config=config, nproc=sizes), as_json)
+    splits = ",".join(map(str, result["split_at"]))
+    _verdict(result, as_json, f"verify-resume {experiment_id}: split at {splits}, until {result['until']}")
 
+
+@handled
+def verify_run(
+    ctx: typer.Context,
+    experiment_id: IdArgument,
+    nproc: ReplayNprocOption = None,
+    keep_scratch: KeepScratchOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Audit the run itself: replay it straight and compare each of its own checkpoints with the replay's, bit for
+    bit (exit 3, one line, where its history cannot be replayed here)."""
+    pin_experiment(ctx, experiment_id)  # before torch loads, here and in the replay
+    from octlm.tasks.proof import audit  # imports torch
+
+    result = _prove(functools.partial(audit.verify_run, home_of(ctx), experiment_id, nproc, keep_scratch), as_json)
+    at = ", ".join(map(str, result["steps"]))
+    _verdict(result, as_json, f"verify-run {experiment_id}: the run's checkpoints at steps {at} against its replay")
+
+
+def _prove(proof: Callable[..., Proof], as_json: bool) -> Proof:
+    """A proof (``verify-resume``'s, ``verify-run``'s) with its children's lines and bars, and the warnings they
+    said, kept with the result."""
     with hangup_safe():
         reporter = ConsoleReporter()
         segments = SegmentsView(before=reporter.close)
         try:
-            result = verify.verify_resume(
-                home_of(ctx),
-                experiment_id,
-                split_at,
-                until,
-                keep_scratch,
-                config=config,
-                progress=render.info,
-                reporter=reporter,
-                segments=segments,
-                nproc=sizes,
-            )
+            result = proof(progress=render.info, reporter=reporter, segments=segments)
         finally:
             reporter.close()
             segments.close()
     result["warnings"] = [{"segments": labels, "message": message} for message, labels in segments.warnings.items()]
+    return result
+
+
+def _verdict(result: Resumed | Audited, as_json: bool, title: str) -> None:
+    """The proof's table (or ``--json``), its one-line verdict, the children's warnings again; exit 1 on FAIL."""
     if as_json:
         render.emit_json(result)
     else:
-        _print_verify_resume(experiment_id, result)
-    for message, labels in segments.warnings.items():
-        render.warn(f"{', '.join(labels)}: {message} (said by the segment, and again here)")
+        rows = []
+        for check in result["checks"]:
+            differing = check["differing"]
+            worst = max((d["max_abs_diff"] or 0.0 for d in differing), default=0.0)
+            names = ", ".join(d["name"] for d in differing[:5])
+            verdict = "identical" if not differing else f"DIFFERS (max |diff| {worst:.3g}) {names}"
+            rows.append((check["check"], check["compared"], check["compared"] - len(differing), verdict))
+        render.print_table(("check", "compared", "identical", "verdict"), rows, title=title)
+        timed = ", ".join(f"({name}) {seconds:.1f} s" for name, seconds in result["seconds"].items())
+        render.say(
+            f"{result['id']}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; "
+            f"next-batch loss {result['next_loss']:.6f}; {timed}; {result['threads']['said']}"
+        )
+    for warning in result.get("warnings", []):
+        render.warn(f"{', '.join(warning['segments'])}: {warning['message']} (said by the segment, and again here)")
     if not result["identical"]:
         raise typer.Exit(1)
-
-
-def _print_verify_resume(experiment_id: str, result: Resumed) -> None:
-    rows = []
-    for check in result["checks"]:
-        differing = check["differing"]
-        worst = max((d["max_abs_diff"] or 0.0 for d in differing), default=0.0)
-        names = ", ".join(d["name"] for d in differing[:5])
-        verdict = "identical" if not differing else f"DIFFERS (max |diff| {worst:.3g}) {names}"
-        rows.append((check["check"], check["compared"], check["compared"] - len(differing), verdict))
-    splits = ",".join(map(str, result["split_at"]))
-    title = f"verify-resume {experiment_id}: split at {splits}, until {result['until']}"
-    render.print_table(("check", "compared", "identical", "verdict"), rows, title=title)
-    seconds = result["seconds"]
-    render.say(
-        f"{experiment_id}: {'PASS' if result['identical'] else 'FAIL'}: {result['summary']}; "
-        f"next-batch loss {result['next_loss']:.6f}; (a) {seconds['a']:.1f} s, (b) {seconds['b']:.1f} s; "
-        f"{result['threads']['said']}"
-    )
 
 
 @handled

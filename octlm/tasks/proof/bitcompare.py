@@ -1,6 +1,6 @@
-"""Bit-for-bit comparison of two checkpoints' trees (``verify-resume``'s checks): every tensor and value by its
-dotted path, and the random states, of which a run of canonical pieces holds one distinct state whatever its world
-size."""
+"""Bit-for-bit comparison of two checkpoints' trees (``verify-resume``'s and ``verify-run``'s checks): every tensor
+and value by its dotted path, and the random states, of which a run of canonical pieces holds one distinct state
+whatever its world size; and of two run files, timings aside."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any, NotRequired, TypedDict
 
 import torch
 
+from octlm.core.records import RunRecord
 from octlm.core.records.freeform import StateDict
 from octlm.train.checkpoint import Record
 
@@ -85,3 +86,35 @@ def streams(record: Record, pieces: bool) -> Streams:
 def _differ(a: StateDict, b: StateDict) -> bool:
     left, right = tensors(a), tensors(b)
     return left.keys() != right.keys() or not all(same(left[key], right[key])[0] for key in left)
+
+
+def state_checks(ra: Record, rb: Record, pieces: bool) -> list[Check]:
+    """Every part of two checkpoints' training state, one check each: model, optimizer, random states (``pieces``:
+    every rank's alike, compared once per side), data order, and where either has them the spike guard, the fp16
+    scaler and a loss sum pending between two logged steps."""
+    checks = [
+        section("model", ra.model, rb.model),
+        section("optimizer", ra.optimizer, rb.optimizer),
+        section("rng", streams(ra, pieces), streams(rb, pieces)),
+        section("data order", ra.receipt, rb.receipt),  # the blocks read so far and their rolling digest
+    ]
+    if ra.guard or rb.guard:  # the spike guard's window and skipped steps
+        checks.append(section("guard", ra.guard, rb.guard))
+    if ra.scaler or rb.scaler:  # fp16 only
+        checks.append(section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
+    if ra.log_accumulator or rb.log_accumulator:
+        checks.append(section("log", {"log": ra.log_accumulator}, {"log": rb.log_accumulator}))
+    return checks
+
+
+def run_files(records_a: list[RunRecord], records_b: list[RunRecord]) -> tuple[Check, int | str | None]:
+    """Two run files' records (timings aside), and the first step where they differ (None when equal)."""
+    pairs = zip(records_a, records_b, strict=False)
+    first_step: int | str | None = next((left.get("step") for left, right in pairs if left != right), None)
+    if first_step is None and len(records_a) != len(records_b):
+        first_step = "length differs"
+    differing: list[Differing] = []
+    if first_step is not None:
+        differing.append({"name": f"first differing step: {first_step}", "max_abs_diff": None})
+    check: Check = {"check": "run file", "compared": max(len(records_a), len(records_b)), "differing": differing}
+    return check, first_step

@@ -1,4 +1,4 @@
-"""``verify-resume``'s scratch homes and the child processes that train in them (torch-free).
+"""``verify-resume``'s and ``verify-run``'s scratch homes and the child processes that train in them (torch-free).
 
 A scratch home holds the experiment's config (its checkpoint cadence adjusted), its tokenizer and, for a fork, its
 parent's checkpoint; the token cache is the experiment's own, named by ``OCTLM_CACHE_DIR`` in each segment's
@@ -19,7 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -77,14 +77,19 @@ def scratch_home(root: Path, plan: ResumePlan) -> Home:
     return home
 
 
-def run_segment(home: Home, plan: ResumePlan, segment: int, begin: int, stop: int, segments: Segments) -> float:
-    """Segment ``segment`` (0: (a); 1 ...: (b1) ...) on its world size, in a child process; its seconds."""
+def run_segment(
+    home: Home, plan: ResumePlan, segment: int, begin: int, stop: int, segments: Segments, also: Sequence[int] = ()
+) -> float:
+    """Segment ``segment`` (0: (a); 1 ...: (b1) ...) on its world size, in a child process; its seconds. ``also``:
+    steps the segment checkpoints at besides its cadence (``train --checkpoint-at``: verify-run's replay, labelled
+    ``(replay)``)."""
     label, size = "(a)" if segment == 0 else f"(b{segment})", plan.size_of(segment)
-    label += f" x{size}" if len(set(plan.sizes)) > 1 else ""
+    label = "(replay)" if also else label + (f" x{size}" if len(set(plan.sizes)) > 1 else "")
     segments.begin(label, begin, stop)
     verb = "resume" if begin else "train"
     ranks = ["--nproc", str(size)] if size > 1 else []
-    args = [verb, plan.experiment_id, "--until", str(stop), *ranks]
+    extra = [part for step in also for part in ("--checkpoint-at", str(step))]
+    args = [verb, plan.experiment_id, "--until", str(stop), *ranks, *extra]
     return _child(home, args, plan.environment(segment), label, segments)
 
 
@@ -130,9 +135,9 @@ def _stop(child: subprocess.Popen[str]) -> None:
 
 
 @contextlib.contextmanager
-def stopped_by_signals(outcome: str) -> Iterator[None]:
-    """The first SIGHUP/SIGINT/SIGTERM raises ``Interrupted`` (129/130/143) where it lands, saying
-    ``outcome``; later ones are ignored while the command stops its child and cleans up."""
+def stopped_by_signals(outcome: str, command: str = "verify-resume") -> Iterator[None]:
+    """The first SIGHUP/SIGINT/SIGTERM raises ``Interrupted`` (129/130/143) where it lands, saying that ``command``
+    stopped and ``outcome``; later ones are ignored while the command stops its child and cleans up."""
     stopping = False
 
     def handle(signum: int, frame: object) -> None:
@@ -140,7 +145,7 @@ def stopped_by_signals(outcome: str) -> Iterator[None]:
         if not stopping:
             stopping = True
             name = signal.Signals(signum)
-            raise Interrupted(f"verify-resume stopped by {name.name}; {outcome}", SIGNAL_EXIT[name])
+            raise Interrupted(f"{command} stopped by {name.name}; {outcome}", SIGNAL_EXIT[name])
 
     with handling(handle):
         yield
@@ -170,7 +175,7 @@ def in_scratch(plan: ResumePlan, keep: bool, report: Callable[[str], None], work
     finally:
         with _signals_held():  # the folder goes entirely, even if a signal arrives meanwhile
             if scratch is not None and keep:
-                homes = [f"({name}) in {name}/" for name in ("a", "b") if (scratch / name).is_dir()]
+                homes = [f"({home.name}) in {home.name}/" for home in sorted(scratch.iterdir()) if home.is_dir()]
                 report(f"scratch kept at {scratch}" + (f": {', '.join(homes)}" if homes else ""))
             elif scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)

@@ -246,23 +246,17 @@ def _verdict(
     b: Home,
     experiment_id: str,
 ) -> ResumeVerdict:
-    ra, rb = loaded_a.record, loaded_b.record
     pieces = bool(prepared.config.training.micro_batches)  # every rank's streams alike: compared once per side
-    checks = [
-        bitcompare.section("model", ra.model, rb.model),
-        bitcompare.section("optimizer", ra.optimizer, rb.optimizer),
-        bitcompare.section("rng", bitcompare.streams(ra, pieces), bitcompare.streams(rb, pieces)),
-        bitcompare.section("data order", ra.receipt, rb.receipt),  # the blocks read so far and their rolling digest
-    ]
-    if ra.guard or rb.guard:  # the spike guard's window and skipped steps
-        checks.append(bitcompare.section("guard", ra.guard, rb.guard))
-    if ra.scaler or rb.scaler:  # fp16 only
-        checks.append(bitcompare.section("scaler", {"scaler": ra.scaler}, {"scaler": rb.scaler}))
-    if ra.log_accumulator or rb.log_accumulator:  # a loss sum pending between two logged steps
-        checks.append(bitcompare.section("log", {"log": ra.log_accumulator}, {"log": rb.log_accumulator}))
-    loss_check = _loss_check(prepared, loaded_a, loaded_b)
-    run_file_check, first_step = _run_file_check(a, b, experiment_id)
-    checks += [loss_check, run_file_check]
+    checks = bitcompare.state_checks(loaded_a.record, loaded_b.record, pieces)
+    records_a = runfile.without_timings(runfile.read(a.run_file(experiment_id)))
+    records_b = runfile.without_timings(runfile.read(b.run_file(experiment_id)))
+    return verdict_of(checks, loss_check(prepared, loaded_a, loaded_b), bitcompare.run_files(records_a, records_b))
+
+
+def verdict_of(checks: list[Check], loss: Check, run_file: tuple[Check, int | str | None]) -> ResumeVerdict:
+    """The verdict of the state's ``checks``, the next batch's ``loss`` and the ``run_file``'s check (with the first
+    step where the files part): pass when nothing differs, and the summary line of every check."""
+    checks = [*checks, loss, run_file[0]]
     identical = all(not check["differing"] for check in checks)
     summary = ("identical: " if identical else "DIFFERENT: ") + ", ".join(
         f"{c['check']} {c['compared'] - len(c['differing'])}/{c['compared']}" for c in checks
@@ -271,29 +265,14 @@ def _verdict(
         "verdict": "pass" if identical else "fail",
         "identical": identical,
         "checks": checks,
-        "next_loss": loss_check["values"][0],
-        "first_differing_step": first_step,
+        "next_loss": loss["values"][0],
+        "first_differing_step": run_file[1],
         "summary": summary,
     }
 
 
-def _loss_check(prepared: PreparedData, loaded_a: checkpoint.Loaded, loaded_b: checkpoint.Loaded) -> Check:
+def loss_check(prepared: PreparedData, loaded_a: checkpoint.Loaded, loaded_b: checkpoint.Loaded) -> Check:
     """The loss of the batch after the last step, from each final checkpoint."""
     loss_a, loss_b = _next_loss(prepared, loaded_a), _next_loss(prepared, loaded_b)
     differing: list[Differing] = [] if loss_a == loss_b else [{"name": "loss", "max_abs_diff": abs(loss_a - loss_b)}]
     return {"check": "next-batch loss", "compared": 1, "differing": differing, "values": [loss_a, loss_b]}
-
-
-def _run_file_check(a: Home, b: Home, experiment_id: str) -> tuple[Check, int | str | None]:
-    """The two run files, timings aside, and the first step where they differ (None when equal)."""
-    records_a = runfile.without_timings(runfile.read(a.run_file(experiment_id)))
-    records_b = runfile.without_timings(runfile.read(b.run_file(experiment_id)))
-    pairs = zip(records_a, records_b, strict=False)
-    first_step: int | str | None = next((left.get("step") for left, right in pairs if left != right), None)
-    if first_step is None and len(records_a) != len(records_b):
-        first_step = "length differs"
-    differing: list[Differing] = []
-    if first_step is not None:
-        differing.append({"name": f"first differing step: {first_step}", "max_abs_diff": None})
-    check: Check = {"check": "run file", "compared": max(len(records_a), len(records_b)), "differing": differing}
-    return check, first_step
