@@ -26,6 +26,7 @@ MERGED_ROW = (  # store/merge.Merge: why its rows are not the tables' row types
 UNTYPED_FIELDS = {  # "path Class.field": why the field is not typed
     "octlm/store/merge.py Merge.experiments": MERGED_ROW,
     "octlm/store/merge.py Merge.runs": MERGED_ROW,
+    "octlm/store/merge.py Merge.run_updates": MERGED_ROW,
     "octlm/store/merge.py Merge.checkpoints": MERGED_ROW,
     "octlm/store/merge.py Merge.verifications": MERGED_ROW,
     "octlm/store/merge.py Merge.notes": MERGED_ROW,

@@ -4,7 +4,8 @@
 its local ID, and is refused, exit 3, when its config fingerprint differs from the one here: a copied home, changed
 and retrained, is another experiment; a new one takes its ID, renamed by ``--prefix`` or ``--as``, and is refused,
 exit 3, when that ID is here with another UUID or as files without a row: ``admitting`` decides what may come
-in); runs, verdicts and notes by UUID;
+in); runs, verdicts and notes by UUID (a run an earlier import found still running in its home is brought up to date
+by a later one that shows it further);
 checkpoints by experiment, step and sha256 (registered as remote, on their box, unless ``unpack`` brought the
 files); a run file is written when there is none here, or replaced when the imported one extends it. ``apply`` then
 writes the YAML and run files, and the rows in one transaction, under each experiment's lock; a failure takes the
@@ -204,15 +205,29 @@ def _children(registry: ExchangeRegistry, result: ImportPlan, kinds: ByType) -> 
         ("verifications", kinds.verifications, result.merge.verifications),
         ("notes", kinds.notes, result.merge.notes),
     )
+    in_flight = registry.runs_in_flight()
     for table, items, out in children:
         here = registry.by_uuid(table)
         for item in items:
+            fields = {k: v for k, v in item.items() if k not in ("schema_version", "type", "experiment_uuid")}
+            if table == "runs" and fields.get("status") == "running":  # another home's process: never checked here
+                fields["status"] = f"unknown (host {fields.get('host') or 'unrecorded'})"
             if item["uuid"] not in here:
-                fields = {k: v for k, v in item.items() if k not in ("schema_version", "type", "experiment_uuid")}
-                if table == "runs" and fields.get("status") == "running":  # another home's process: never checked here
-                    fields["status"] = f"unknown (host {fields.get('host') or 'unrecorded'})"
                 out.append({**fields, "experiment_id": result.targets[item["experiment_uuid"]]})
                 here[item["uuid"]] = None
+            elif table == "runs" and _further(in_flight, item):
+                result.merge.run_updates.append(fields)
+
+
+def _further(in_flight: dict[str, int | None], item: ExportedRun | ExportedVerification | ExportedNote) -> bool:
+    """Whether ``item``, a run here that an earlier import found still running in its home, shows it further now:
+    ended there, or a later step (a trial shipping its checkpoints back to its driver as it trains)."""
+    if item["uuid"] not in in_flight or item["type"] != "run":
+        return False
+    here, there = in_flight[item["uuid"]], item.get("end_step")
+    status = str(item.get("status") or "running")
+    ended = status != "running" and not status.startswith("unknown (")
+    return ended or (isinstance(there, int) and (here is None or there > here))
 
 
 def _checkpoints(registry: ExchangeRegistry, result: ImportPlan, items: list[ExportedCheckpoint], local: bool) -> None:

@@ -11,6 +11,7 @@ the home before anything is registered, then places the files (``placing``) and 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -56,15 +57,19 @@ def pack(
     step: int | None = None,
     every: bool = False,
     own_name: bool = False,
+    held: bool = False,
 ) -> Packed:
     """Write the pack of ``experiment_id`` to ``output`` (atomically), under the experiment's lock; ``own_name``: a
-    name octlm chose (``sweep pack``), written only as a regular file (``fsutil.output_writer``)."""
+    name octlm chose (``sweep pack``), written only as a regular file (``fsutil.output_writer``); ``held``: the
+    caller is the run that holds the lock, between two steps (a trial on a Ray node packing each checkpoint as its
+    keeper writes it, ``working/remote``), so the lock is not taken again."""
     if not output.parent.is_dir():
         raise BadInput(f"-o {output}: there is no folder {output.parent}")
     if not home.config_path(experiment_id).is_file():
         raise BadInput(f"unknown experiment {experiment_id}: {home.config_path(experiment_id)} does not exist")
     folder = home.checkpoint_dir(experiment_id)
-    with held_for_reading(home.lock_path(experiment_id), experiment_id):  # no run trains it while it is read
+    holding = contextlib.nullcontext() if held else held_for_reading(home.lock_path(experiment_id), experiment_id)
+    with holding:  # no run trains it while it is read (but the caller's own, between two steps)
         chosen = _chosen(folder, experiment_id, step, every)
         members: dict[str, Source] = {}
         for _, path in chosen:

@@ -103,8 +103,14 @@ class CheckpointKeeper:
     def prune(self) -> None:
         """Keep the newest ``checkpoint.keep`` and the final one; only ever after a newer one is durable."""
         found = layout.checkpoints(self.track.folder)
-        keep = {step for step, _ in found[-self.config.checkpoint.keep :]} | {self.config.training.steps}
+        keep = retained([step for step, _ in found], self.config)
         for step, path in found:
             if step not in keep:
                 self.registry.remove_checkpoint(self.files.relative(path))
                 layout.remove(path)
+
+
+def retained(steps: list[int], config: Config) -> set[int]:
+    """Of a track's checkpoint ``steps`` (oldest first), those kept: the newest ``checkpoint.keep`` and the final one
+    (the keeper's rule; a sweep's Ray driver keeps the checkpoints shipped back to it by the same one)."""
+    return set(steps[-config.checkpoint.keep :]) | {config.training.steps}

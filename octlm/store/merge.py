@@ -4,7 +4,10 @@ import in one transaction. Never imports torch; the records and their checks are
 the rows typed (``migrations.ExperimentRow`` ... ``MetricRow``), for ``exchange`` to build records from.
 
 Rows are matched by UUID (experiments, runs, verdicts, notes) or by path (checkpoints): a row already here is
-never written again, so merging the same plan twice changes nothing.
+never written again, so merging the same plan twice changes nothing; but a run that an earlier import found still
+running in its home (its status ``unknown (host ...)``, ``runs_in_flight``) is brought up to date when a later
+import shows it further (``Merge.run_updates``: a trial's checkpoints shipped back to its driver as it trains, then its
+end).
 """
 
 from __future__ import annotations
@@ -38,14 +41,15 @@ class Merge:
     experiments: list[dict[str, Any]] = field(default_factory=list)
     former_ids: dict[str, list[str]] = field(default_factory=dict)  # existing experiment -> its new former IDs
     runs: list[dict[str, Any]] = field(default_factory=list)
+    run_updates: list[dict[str, Any]] = field(default_factory=list)  # runs here (by uuid) brought up to date
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     verifications: list[dict[str, Any]] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        parts = (self.experiments, self.former_ids, self.runs, self.checkpoints, self.verifications, self.notes)
-        return not any(parts) and not self.metrics
+        rows = (self.experiments, self.runs, self.run_updates, self.checkpoints, self.verifications, self.notes)
+        return not any(rows) and not self.former_ids and not self.metrics
 
 
 class ExchangeRegistry(Registry):
@@ -77,6 +81,12 @@ class ExchangeRegistry(Registry):
             raise ValueError(f"{table}: has no uuid column")
         return {row["uuid"]: row["id"] for row in self._rows(f"select id, uuid from {table} where uuid is not null")}
 
+    def runs_in_flight(self) -> dict[str, int | None]:
+        """{uuid: end_step} of the runs an import found still running in their home (status ``unknown (host
+        ...)``): a later import that shows one further brings it up to date (``Merge.run_updates``)."""
+        sql = "select uuid, end_step from runs where uuid is not null and status like 'unknown (%'"
+        return {row["uuid"]: row["end_step"] for row in self._rows(sql)}
+
     def checkpoint_paths(self) -> set[str]:
         return {row["path"] for row in self._rows("select path from checkpoints")}
 
@@ -95,6 +105,11 @@ class ExchangeRegistry(Registry):
                 )
             for row in plan.runs:
                 _insert(conn, "runs", checked("runs", row, RUN_COLUMNS), " on conflict(uuid) do nothing", written)
+            for row in plan.run_updates:
+                fields = checked("runs", {k: v for k, v in row.items() if k != "uuid"}, RUN_COLUMNS)
+                sets = ", ".join(f"{column} = ?" for column in fields)  # checked columns, never user text
+                cursor = conn.execute(f"update runs set {sets} where uuid = ?", (*fields.values(), row["uuid"]))
+                written["runs"] = written.get("runs", 0) + max(cursor.rowcount, 0)
             run_ids = _run_ids(conn)
             for table, rows, columns, conflict in (
                 ("checkpoints", plan.checkpoints, CHECKPOINT_COLUMNS, "path"),

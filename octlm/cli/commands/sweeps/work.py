@@ -33,6 +33,18 @@ ThreadsOption = Annotated[
         "--threads", metavar="N", help="Threads of each worker (default: the cores // --workers).", show_default=False
     ),
 ]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        help=(
+            "Train the trials as tasks on a Ray cluster: its head's HOST:PORT; auto: RAY_ADDRESS, else the Ray "
+            "running on this box; local: a Ray of this box's cores started for the call. Needs octlm[ray]."
+        ),
+        show_default=False,
+    ),
+]
 UntilEmptyOption = Annotated[
     bool, typer.Option("--until-empty", help="Stop once no trial is queued or running (default: wait for more).")
 ]
@@ -45,11 +57,13 @@ def work(
     workers: WorkersOption = 1,
     threads: ThreadsOption = None,
     until_empty: UntilEmptyOption = False,
+    ray: RayOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Train the queue's trials: claim the next one in the registry, train it as resume would, record it, repeat.
-    SIGTERM: the running trial checkpoints, its claim is released, exit 143. A trial that failed: exit 5."""
+    SIGTERM: the running trial checkpoints, its claim is released, exit 143. A trial that failed: exit 5.
+    With --ray, each trial is a Ray task on the cluster's nodes, its checkpoints shipped back as it trains."""
     from octlm.tasks.sweeps.working import pool
     from octlm.tasks.sweeps.working.trial_log import Tally
 
@@ -58,6 +72,10 @@ def work(
         raise BadInput(f"--workers {workers}: give 1 to 256")
     if threads is not None and threads < 1:
         raise BadInput(f"--threads {threads}: give 1 or more")
+    if ray is not None:
+        if workers > 1:
+            raise BadInput("--workers with --ray: Ray places the trials; give --threads for each trial's share")
+        _on_ray(home, names, ray, threads or 1, until_empty, as_json, quiet)
     if workers > 1:
         code, total = pool.run(home.root, names, workers, threads or 0, until_empty, quiet, render.info)
         if total is not None:
@@ -73,6 +91,26 @@ def work(
         worker.work(home, options, say, tally)
     except Interrupted:
         tally.status = "interrupted"  # --json still says what was done; the signal's own line says the rest
+        _worked(tally, names, as_json, quiet)
+        raise
+    _worked(tally, names, as_json, quiet)
+    raise typer.Exit(tally.exit_code)
+
+
+def _on_ray(
+    home: Home, names: tuple[str, ...], address: str, threads: int, until_empty: bool, as_json: bool, quiet: bool
+) -> None:
+    """``work --ray``: the driver (``tasks/sweeps/working/driver``) until the queue is empty or a signal stops it."""
+    from octlm.runtime.load import cores
+    from octlm.tasks.sweeps.working import driver
+    from octlm.tasks.sweeps.working.trial_log import Tally
+
+    say = (lambda _: None) if quiet else render.info
+    options = driver.RayOptions(names, address, threads, until_empty, cores())
+    tally = Tally()
+    try:
+        driver.work(home, options, say, tally)
+    except Interrupted:
         _worked(tally, names, as_json, quiet)
         raise
     _worked(tally, names, as_json, quiet)

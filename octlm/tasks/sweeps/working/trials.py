@@ -23,7 +23,7 @@ from typing import Any
 from octlm.core import layout
 from octlm.core.errors import BadInput, BeingTrained, Interrupted
 from octlm.core.home import Home
-from octlm.core.reporting import counted
+from octlm.core.reporting import Reporter, counted
 from octlm.store import experiments, kept
 from octlm.store.registry import Registry
 from octlm.store.sweeps.records import ClaimedTrial, Lost, SweepRow
@@ -60,14 +60,14 @@ def run(home: Home, trial: ClaimedTrial, say: Say, tally: Tally, busy: set[int],
             _unrecorded(trial, reason, log, say, tally)
         return None
     except Exception as error:  # any failure of one trial: recorded, and the sweep goes on
-        return _failed(home, trial, error, log, say, tally)
+        return record_failed(home, trial, error, log, say, tally)
     tally.trained_s += (settled := time.perf_counter()) - began
-    _done(home, trial, value, log, say, tally)
+    record_done(home, trial, value, log, say, tally)
     tally.overhead_s += time.perf_counter() - settled
     return None
 
 
-def _done(home: Home, trial: ClaimedTrial, value: float | None, log: TrialLog, say: Say, tally: Tally) -> None:
+def record_done(home: Home, trial: ClaimedTrial, value: float | None, log: TrialLog, say: Say, tally: Tally) -> None:
     """A trial trained to its target: recorded done (with halving's decisions), then its sweep topped up. Its sweep
     damaged since it was claimed (a spec key, a sampler not in the table) is said, and the worker goes on: its other
     trials fail with that line before they train (``train_trial``)."""
@@ -108,13 +108,18 @@ def train_trial(home: Home, trial: ClaimedTrial, log: TrialLog, threads: int = 0
     """Resume the trial to its target step (nothing to train when its checkpoint is there already); its metric there."""
     import torch
 
-    from octlm.run import runner  # imports torch
-
     if threads and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
 
-    experiment_id, target = trial["experiment_id"], trial["target_step"]
     metric = metric_of(home, trial)  # its sweep's spec read (and checked) before anything trains
+    return train_to(home, trial["experiment_id"], trial["target_step"], metric, log)
+
+
+def train_to(home: Home, experiment_id: str, target: int, metric: str, log: Reporter) -> float | None:
+    """Resume ``experiment_id`` to step ``target`` as ``resume`` would (nothing to train when its checkpoint is there
+    already); its ``metric`` there (a worker's trial, and a trial on a Ray node: ``remote``)."""
+    from octlm.run import runner  # imports torch
+
     config = experiments.load(home, experiment_id)
     newest = layout.checkpoints(home.checkpoint_dir(experiment_id))
     summary = None
@@ -144,7 +149,7 @@ def sweep_of(home: Home, trial: ClaimedTrial) -> SweepRow | None:
     return sweep
 
 
-def _failed(home: Home, trial: ClaimedTrial, error: BaseException, log: TrialLog, say: Say, tally: Tally) -> None:
+def record_failed(home: Home, trial: ClaimedTrial, error: BaseException, log: TrialLog, say: Say, tally: Tally) -> None:
     message = str(error) or type(error).__name__
     log.line(f"failed: {message}")
     reason = settle(home, trial, "failed", error="\n".join(log.tail))

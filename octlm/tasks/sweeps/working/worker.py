@@ -70,7 +70,7 @@ def work(home: Home, options: Options, say: Say, tally: Tally | None = None) -> 
             if trial is None:
                 if deferred:  # trials of another determinism tier: a fresh process of this worker pins theirs
                     restart(tally, say, deferred)
-                if not _waiting(home, options, say) and options.until_empty:
+                if not waiting(home, options, say) and options.until_empty:
                     return tally
                 if not idle:
                     say("work: no trial to claim now; waiting for one (SIGTERM or Ctrl-C stops)")
@@ -148,7 +148,7 @@ def _claim(home: Home, options: Options, identity: Worker, busy: set[int]) -> Cl
         return registry.claim(sweep_ids(registry, options.sweeps), identity, skip=busy)
 
 
-def _waiting(home: Home, options: Options, say: Say) -> bool:
+def waiting(home: Home, options: Options, say: Say) -> bool:
     """Whether a trial of the worker's sweeps is queued or running on this host; a trial claimed on another host (a
     copied home, a container restarted under another name) is said once and not waited for, and so is a sweep
     shipped to other homes (``shipping.left_alone``: the queue never hands out its trials)."""

@@ -1,0 +1,160 @@
+"""A sweep's trials on a real Ray (issue 49): ``octlm work NAME --ray ADDRESS``, the driver the only process that
+opens the registry, each trial a Ray task in a scratch home of its own, its checkpoints shipped back as it trains.
+First a local Ray of two CPUs (``--ray local``): its registry rows and checkpoints equal a ``work`` run's; then
+Ray's own multi-node test cluster (``ray.cluster_utils.Cluster``, two 1-CPU nodes), the node training a trial
+removed once its first checkpoint reached the driver: the trial is submitted again, resumes from that checkpoint on
+the other node, is recorded once and ends bit for bit as a straight run. Skipped where Ray is not installed
+(``octlm[ray]``; ``.ci/run`` installs it); Ray's usage stats off."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import assert_same_training_state, cli, json_out, octlm, write_corpus, write_experiment
+
+from octlm.core import layout
+from octlm.store.runs import runfile
+from octlm.train import checkpoint
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+QUIET = {"RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
+# What differs between two homes that trained the same trials: ids, times, hosts and processes, the argv, timings.
+VOLATILE = {
+    "id", "run_id", "trial_id", "created", "updated", "started", "ended", "claimed", "released", "host", "pid",
+    "pid_start", "argv", "device", "sha256", "size", "load_average", "peak_rss", "uuid", "latest_metrics",
+    "final_metrics", "metrics", "elapsed_seconds", "tokens_per_second", "eval_seconds",
+}  # fmt: skip
+TABLES = ("experiments", "runs", "checkpoints", "metrics", "sweeps", "sweep_trials", "sweep_claims", "sweep_decisions")
+
+
+def sweep_home(root: Path, training: dict, every: int) -> Path:
+    home = write_corpus(root)
+    write_experiment(home, training=training, checkpoint={"interval": every, "keep": 3})
+    made = cli(home, "sweep", "new", "lr", "--from", "EXP-001", "--grid", "training.learning_rate=1e-3,3e-3")
+    assert made.exit_code == 0, made.stderr
+    return home
+
+
+def table_rows(home: Path) -> dict[str, list[dict]]:
+    """Every table a sweep's work writes, without what differs between two homes, in a fixed order."""
+    found: dict[str, list[dict]] = {}
+    with sqlite3.connect(home / "registry.db") as conn:
+        conn.row_factory = sqlite3.Row
+        for table in TABLES:
+            rows = [
+                {k: row[k] for k in row.keys() if k not in VOLATILE} for row in conn.execute(f"select * from {table}")
+            ]
+            found[table] = sorted(rows, key=lambda row: json.dumps(row, sort_keys=True, default=str))
+    return found
+
+
+def steps_of(home: Path, experiment_id: str) -> list[int]:
+    return [step for step, _ in layout.checkpoints(home / "checkpoints" / experiment_id)]
+
+
+def test_a_sweep_on_a_local_ray_records_what_work_records(tmp_path: Path) -> None:
+    training = {"steps": 8, "eval_interval": 4, "log_interval": 2, "warmup_steps": 1}
+    ray_home, work_home = (sweep_home(tmp_path / name, training, every=2) for name in ("ray", "work"))
+    began = time.monotonic()
+    on_ray = octlm(ray_home, "work", "lr", "--until-empty", "--ray", "local", "--json", env=QUIET, timeout=240)
+    assert on_ray.returncode == 0, on_ray.stderr
+    said = json_out(on_ray)
+    assert (sorted(said["done"]), said["failed"], said["status"]) == (["EXP-002", "EXP-003"], [], "empty")
+    assert "work: 8 checkpoints shipped to the driver" in on_ray.stderr, on_ray.stderr
+    assert re.search(r"EXP-002: step 2 on node \S+, its checkpoint held by the driver", on_ray.stderr), on_ray.stderr
+    ray_s = time.monotonic() - began
+    here = octlm(work_home, "work", "lr", "--until-empty", "--threads", "1", "-q", env=QUIET)
+    assert here.returncode == 0, here.stderr
+    assert table_rows(ray_home) == table_rows(work_home)
+    with sqlite3.connect(ray_home / "registry.db") as conn:
+        claims = conn.execute("select device, outcome from sweep_claims").fetchall()
+        runs = conn.execute("select status from runs").fetchall()
+    assert claims == [("ray", "done")] * 2 and runs == [("completed",)] * 2  # each run brought up to date once ended
+    for experiment_id in ("EXP-002", "EXP-003"):
+        assert steps_of(ray_home, experiment_id) == steps_of(work_home, experiment_id) == [4, 6, 8]  # keep: 3
+        for step, path in layout.checkpoints(ray_home / "checkpoints" / experiment_id):
+            twin = layout.checkpoint_path(work_home / "checkpoints" / experiment_id, step)
+            assert_same_training_state(checkpoint.read(path), checkpoint.read(twin))
+        records = [
+            runfile.without_timings(runfile.read(h / "runs" / f"{experiment_id}.jsonl")) for h in (ray_home, work_home)
+        ]
+        assert records[0] == records[1] and records[0]
+    assert ray_s < 120, ray_s
+
+
+def test_work_ray_says_in_one_line_when_nothing_answers_at_the_address(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path / "home", {"steps": 4}, every=2)
+    refused = octlm(home, "work", "lr", "--until-empty", "--ray", "127.0.0.1:9", env=QUIET, timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("octlm: error: --ray 127.0.0.1:9: nothing answers there"), lines
+    with sqlite3.connect(home / "registry.db") as conn:
+        assert conn.execute("select count(*) from sweep_claims").fetchone() == (0,)  # nothing was claimed
+
+
+def test_a_trial_whose_node_is_lost_resumes_on_another_and_ends_as_a_straight_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray.cluster_utils import Cluster
+
+    for name, value in QUIET.items():
+        monkeypatch.setenv(name, value)
+    training = {"steps": 240, "eval_interval": 120, "log_interval": 40, "warmup_steps": 5}
+    home = sweep_home(tmp_path / "home", training, every=20)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
+        cluster.wait_for_nodes()
+        command = [sys.executable, "-m", "octlm", "--home", str(home), "work", "lr", "--until-empty"]
+        driver = subprocess.Popen(
+            [*command, "--ray", cluster.address],
+            env={**os.environ, "NO_COLOR": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(driver.stderr.readline, "")), daemon=True)
+        reader.start()
+        held = re.compile(r"EXP-002: step (\d+) on node \S+/([0-9a-f]{8}), its checkpoint held by the driver")
+        deadline = time.monotonic() + 150
+        while not (found := [m for line in list(lines) if (m := held.search(line))]):
+            assert driver.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.02)
+        first_step, node_id = int(found[0].group(1)), found[0].group(2)
+        (doomed,) = [node for node in nodes if node.node_id.startswith(node_id)]
+        cluster.remove_node(doomed, allow_graceful=False)
+        driver.wait(timeout=240)
+        reader.join(timeout=10)
+    finally:
+        cluster.shutdown()
+    said = "".join(lines)
+    assert driver.returncode == 0, said
+    assert re.search(r"EXP-002: its task on node \S+ was lost \(.+\): submitted again, resuming at step \d+", said), (
+        said
+    )
+    resumed = int(re.search(r"EXP-002: its task .* resuming at step (\d+)", said).group(1))
+    assert first_step <= resumed < 240, said
+    with sqlite3.connect(home / "registry.db") as conn:
+        claims = conn.execute("select experiment_id, outcome from sweep_claims order by experiment_id").fetchall()
+        runs = conn.execute("select start_step, end_step, status from runs where experiment_id = 'EXP-002'").fetchall()
+        trials = conn.execute("select experiment_id, status, target_step from sweep_trials").fetchall()
+    assert claims == [("EXP-002", "done"), ("EXP-003", "done")]  # recorded once
+    assert sorted(trials) == [("EXP-002", "done", 240), ("EXP-003", "done", 240)]
+    assert len(runs) == 2 and runs[1][:2] == (resumed, 240) and runs[1][2] == "completed", runs  # the lost try's, then
+    twin = json_out(cli(home, "new", "--from", "EXP-002", "--json"))["id"]
+    straight = octlm(home, "train", twin, "-q", env=QUIET)
+    assert straight.returncode == 0, straight.stderr
+    ends = [checkpoint.read(layout.checkpoints(home / "checkpoints" / e)[-1][1]) for e in ("EXP-002", twin)]
+    assert ends[0].step == ends[1].step == 240
+    assert_same_training_state(*ends)
