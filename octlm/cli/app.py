@@ -225,6 +225,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "octlm work lr --workers 2 --until-empty",
         "octlm work --until-empty --json",
         "octlm work lr --workers 4 --threads 4",
+        "octlm work lr --ray 10.0.0.1:6379 --until-empty",
     ),
     "watch": ("octlm watch", "octlm watch lr", "octlm watch EXP-008 EXP-009 --interval 5", "octlm watch lr --once"),
     "config": ("octlm config keys", "octlm config keys --json"),

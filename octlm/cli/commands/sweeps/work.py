@@ -40,7 +40,8 @@ RayOption = Annotated[
         metavar="ADDRESS",
         help=(
             "Train the trials as tasks on a Ray cluster: its head's HOST:PORT; auto: RAY_ADDRESS, else the Ray "
-            "running on this box; local: a Ray of this box's cores started for the call. Needs octlm[ray]."
+            "running on this box; local: a Ray of this box's cores started for the call. Each trial asks for "
+            "--threads CPUs (default 1). Needs octlm[ray]."
         ),
         show_default=False,
     ),
