@@ -265,3 +265,33 @@ def test_a_pack_carries_the_evaluations_block_by_block(packed: tuple[Path, Path]
     assert cli(home_b, "unpack", str(pack)).exit_code == 0
     assert (home_b / "runs" / "EXP-001-blocks.jsonl").read_bytes() == kept.read_bytes()
     assert json_out(cli(home_b, "unpack", str(pack), "--json"))["changed"] is False
+
+
+def test_a_run_still_training_in_its_home_is_brought_up_to_date_by_a_later_pack(tmp_path: Path) -> None:
+    """Issue 49: a trial on a Ray node ships a pack at each checkpoint while its run is still ``running`` there; the
+    driver records that run as ``unknown (host ...)`` (another home's process, never checked here) and a later pack
+    of the same run, further or ended, brings the row up to date, where it used to stay as first seen. A run here
+    that no import found running is never rewritten, and the same pack twice changes nothing."""
+    home_a = make_home(tmp_path / "a")
+    assert cli(home_a, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    with sqlite3.connect(home_a / "registry.db") as conn:  # as a pack made between two steps sees it
+        conn.execute("update runs set status = 'running', ended = null")
+    first, later = tmp_path / "first.tar", tmp_path / "later.tar"
+    assert cli(home_a, "pack", "EXP-001", "-o", str(first)).exit_code == 0
+    assert cli(home_a, "resume", "EXP-001", "-q").exit_code == 0  # a second run: 4 -> 8
+    with sqlite3.connect(home_a / "registry.db") as conn:
+        conn.execute("update runs set status = 'completed', end_step = 6 where start_step = 0")  # it went on
+        ours = conn.execute("select uuid, status, end_step from runs order by id").fetchall()
+    assert cli(home_a, "pack", "EXP-001", "-o", str(later)).exit_code == 0
+    home_b = tmp_path / "b"
+    assert cli(home_b, "unpack", str(first)).exit_code == 0
+    sql = "select uuid, status, end_step from runs order by id"
+    with sqlite3.connect(home_b / "registry.db") as conn:
+        assert conn.execute(sql).fetchall() == [(ours[0][0], f"unknown (host {socket.gethostname()})", 4)]
+    again = json_out(cli(home_b, "unpack", str(first), "--json"))
+    assert again["changed"] is False and again["rows"] == {}  # not further: nothing to bring up to date
+    assert cli(home_b, "unpack", str(later)).exit_code == 0
+    with sqlite3.connect(home_b / "registry.db") as conn:
+        assert conn.execute(sql).fetchall() == ours  # the first run brought up to date, the second one added
+        conn.execute("update runs set status = 'completed by hand' where start_step = 4")
+    assert json_out(cli(home_b, "unpack", str(later), "--json"))["changed"] is False  # never found running here
