@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -158,3 +159,34 @@ def test_a_trial_whose_node_is_lost_resumes_on_another_and_ends_as_a_straight_ru
     ends = [checkpoint.read(layout.checkpoints(home / "checkpoints" / e)[-1][1]) for e in ("EXP-002", twin)]
     assert ends[0].step == ends[1].step == 240
     assert_same_training_state(*ends)
+
+
+def test_sigterm_to_the_driver_checkpoints_the_tasks_and_leaves_the_queue_as_work_does(tmp_path: Path) -> None:
+    training = {"steps": 400, "eval_interval": 200, "log_interval": 40, "warmup_steps": 5}
+    home = sweep_home(tmp_path / "home", training, every=20)
+    command = [sys.executable, "-m", "octlm", "--home", str(home), "work", "lr", "--ray", "local", "--json"]
+    driver = subprocess.Popen(
+        command, env={**os.environ, **QUIET, "NO_COLOR": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(driver.stderr.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 150
+    while not any("its checkpoint held by the driver" in line for line in list(lines)):
+        assert driver.poll() is None and time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.02)
+    driver.send_signal(signal.SIGTERM)
+    out, _ = driver.communicate(timeout=180)
+    reader.join(timeout=10)
+    said = "".join(lines)
+    assert driver.returncode == 143, said
+    assert json.loads(out)["status"] == "interrupted" and "work: stopped by SIGTERM" in said, said
+    assert said.strip().splitlines()[-1].startswith("octlm: stopped by SIGTERM"), said
+    with sqlite3.connect(home / "registry.db") as conn:
+        claims = conn.execute("select outcome from sweep_claims").fetchall()
+        trials = conn.execute("select status from sweep_trials").fetchall()
+        runs = conn.execute("select experiment_id, status, end_step from runs order by experiment_id").fetchall()
+    assert claims == [("released",)] * 2 and trials == [("queued",)] * 2, said  # as `work` leaves them
+    for experiment_id, status, end_step in runs:  # each task checkpointed where it stopped, and the driver holds it
+        assert status == "interrupted" and end_step == steps_of(home, experiment_id)[-1] > 0, runs
+    assert [run[0] for run in runs] == ["EXP-002", "EXP-003"], runs
