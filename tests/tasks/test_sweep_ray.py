@@ -8,6 +8,7 @@ the other node, is recorded once and ends bit for bit as a straight run. Skipped
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -26,8 +27,8 @@ from octlm.core import layout
 from octlm.store.runs import runfile
 from octlm.train import checkpoint
 
-pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="no Ray here: pip install 'octlm[ray]'")
 QUIET = {"RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
 # What differs between two homes that trained the same trials: ids, times, hosts and processes, the argv, timings.
 VOLATILE = {
@@ -63,6 +64,7 @@ def steps_of(home: Path, experiment_id: str) -> list[int]:
     return [step for step, _ in layout.checkpoints(home / "checkpoints" / experiment_id)]
 
 
+@needs_ray
 def test_a_sweep_on_a_local_ray_records_what_work_records(tmp_path: Path) -> None:
     training = {"steps": 8, "eval_interval": 4, "log_interval": 2, "warmup_steps": 1}
     ray_home, work_home = (sweep_home(tmp_path / name, training, every=2) for name in ("ray", "work"))
@@ -93,6 +95,7 @@ def test_a_sweep_on_a_local_ray_records_what_work_records(tmp_path: Path) -> Non
     assert ray_s < 120, ray_s
 
 
+@needs_ray
 def test_work_ray_says_in_one_line_when_nothing_answers_at_the_address(tmp_path: Path) -> None:
     home = sweep_home(tmp_path / "home", {"steps": 4}, every=2)
     refused = octlm(home, "work", "lr", "--until-empty", "--ray", "127.0.0.1:9", env=QUIET, timeout=60)
@@ -103,6 +106,20 @@ def test_work_ray_says_in_one_line_when_nothing_answers_at_the_address(tmp_path:
         assert conn.execute("select count(*) from sweep_claims").fetchone() == (0,)  # nothing was claimed
 
 
+def test_work_ray_says_in_one_line_when_ray_is_not_installed(tmp_path: Path) -> None:
+    home = sweep_home(tmp_path / "home", {"steps": 4}, every=2)
+    shadow = tmp_path / "shadow"  # a `ray` that cannot be imported, first on the path: as where it is not installed
+    shadow.mkdir()
+    (shadow / "ray.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    path = os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")])
+    refused = octlm(home, "work", "lr", "--until-empty", "--ray", "local", env={**QUIET, "PYTHONPATH": path})
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "octlm: error: --ray: Ray is not installed here: pip install 'octlm[ray]' (on every machine of the cluster)"
+    ]
+
+
+@needs_ray
 def test_a_trial_whose_node_is_lost_resumes_on_another_and_ends_as_a_straight_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,6 +178,7 @@ def test_a_trial_whose_node_is_lost_resumes_on_another_and_ends_as_a_straight_ru
     assert_same_training_state(*ends)
 
 
+@needs_ray
 def test_sigterm_to_the_driver_checkpoints_the_tasks_and_leaves_the_queue_as_work_does(tmp_path: Path) -> None:
     training = {"steps": 400, "eval_interval": 200, "log_interval": 40, "warmup_steps": 5}
     home = sweep_home(tmp_path / "home", training, every=20)

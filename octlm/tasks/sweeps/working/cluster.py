@@ -87,9 +87,9 @@ class Cluster:
         """The refs among ``refs`` whose tasks have ended, waiting at most ``timeout`` seconds for one."""
         if not refs:
             return []
-        done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
-        if not done:
-            done, _ = self.ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
+        done, _ = self.ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
+        if done:  # and any other that ended meanwhile
+            done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
         return list(done)
 
     def ended(self, ref: Any) -> Ended:

@@ -88,6 +88,8 @@ class Driver:
 def work(home: Home, options: RayOptions, say: Say, tally: Tally) -> Tally:
     """Train the queue's trials on Ray until the queue is empty (``until_empty``) or a signal stops the driver
     (``Interrupted``, once the running trials have checkpointed and been queued again)."""
+    with Registry(home.registry, create=False) as registry:  # an unknown sweep said before Ray starts
+        worker.sweep_ids(registry, options.sweeps)
     cluster = Cluster.connect(options.address, options.cpus)
     driver = Driver(home, options, cluster, say, tally)
     tally.workers = cluster.capacity(options.threads)
@@ -130,6 +132,7 @@ def _loop(driver: Driver) -> None:
             driver.say("work: no trial to claim now; waiting for one (SIGTERM or Ctrl-C stops)")
         idle = True
         time.sleep(POLL_S)
+        driver.busy.clear()  # a trial another process held may be free now
 
 
 def _fill(driver: Driver) -> None:
@@ -232,7 +235,13 @@ def _lost(driver: Driver, flight: inflight.Flight, reason: str, log: TrialLog) -
         error = RuntimeError(f"its task was lost {MAX_TRIES} times, the last{where}: {reason}")
         return trials.record_failed(driver.home, flight.trial, error, log, driver.say, driver.tally)
     log.line(f"its task was lost{where}: {reason}; submitted again (try {attempt} of {MAX_TRIES})")
-    resumed = _launch(driver, flight.trial, attempt)
+    try:
+        resumed = _launch(driver, flight.trial, attempt)
+    except Interrupted:
+        trials.settle(driver.home, flight.trial, "queued")
+        raise
+    except Exception as error:  # it cannot be packed again (its sweep damaged meanwhile): the trial fails
+        return trials.record_failed(driver.home, flight.trial, error, log, driver.say, driver.tally)
     driver.flights[flight.trial["claim_id"]] = resumed
     driver.say(
         f"{experiment_id}: its task{where} was lost ({reason}): submitted again, resuming at step {resumed.step} "

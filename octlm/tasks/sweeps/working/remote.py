@@ -7,7 +7,8 @@ inside these functions, on the ``--ray`` path.
   shared, and only the driver opens the home's), pins the trial's determinism tier and octlm's own thread count
   before torch loads (Ray sets ``OMP_NUM_THREADS`` to the task's CPUs, or 1: a tier must not inherit that silently;
   the task is a fresh process, ``max_calls=1``), and resumes the trial to its target step as ``work`` does
-  (``trials.train_to``), relative ``data.sources`` read from the driver's data root (the same path on every node).
+  (``trials.train_to``), relative ``data.sources`` read from the driver's data root (the same path on every node),
+  the token files cached in a folder the node's trials share (``node_cache``, unless ``OCTLM_CACHE_DIR`` names one).
 - Each checkpoint, as the keeper writes it, is packed (``packing.pack``, the lock being the run's own) and put in
   the driver's mailbox (an actor on the driver's node, ``Shipment``) before the next step: a node lost after that
   leaves the driver holding the checkpoint, and the trial resumes from it elsewhere.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from octlm.core.errors import Interrupted
-from octlm.core.home import Home
+from octlm.core.home import CACHE_VARIABLE, Home
 from octlm.exchange import packing
 from octlm.tasks.sweeps.working.trial_log import TrialLog
 
@@ -147,6 +149,19 @@ class CheckpointRelay(TrialLog):
             os.kill(os.getpid(), signal.SIGTERM)  # the session's own stop: a checkpoint at the next step
 
 
+def node_cache() -> Path | None:
+    """The token cache the trials on this node share (``OCTLM_CACHE_DIR``, which the scratch homes read): a folder of
+    this user's alone in the node's temporary folder, made private; None when something else holds its name."""
+    folder = Path(tempfile.gettempdir()) / f"octlm-ray-cache-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        found = folder.lstat()
+    except OSError:
+        return None
+    mine = stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and not found.st_mode & 0o077
+    return folder if mine else None
+
+
 def pack_of(home: Home, experiment_id: str, folder: Path, held: bool = False) -> bytes:
     """The experiment's pack (its newest checkpoint) as bytes, written in ``folder`` and removed."""
     path = folder / f"{experiment_id}.tar"
@@ -162,6 +177,8 @@ def train_trial(job: Job, mailbox: Any) -> Outcome:
     are written), packed back; see the module."""
     os.environ["OMP_NUM_THREADS"] = str(job.threads)  # octlm's own count, not Ray's, before torch loads
     os.environ["OCTLM_DATA_ROOT"] = job.data_root
+    if not os.environ.get(CACHE_VARIABLE) and (cache := node_cache()) is not None:
+        os.environ[CACHE_VARIABLE] = str(cache)  # the node's trials tokenize their data once, not once each
     node = node_name()
     with tempfile.TemporaryDirectory(prefix="octlm-ray-") as scratch:
         home, spare = Home(Path(scratch) / "home"), Path(scratch)
