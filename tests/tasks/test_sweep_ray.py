@@ -183,9 +183,10 @@ def test_sigterm_to_the_driver_checkpoints_the_tasks_and_leaves_the_queue_as_wor
     training = {"steps": 400, "eval_interval": 200, "log_interval": 40, "warmup_steps": 5}
     home = sweep_home(tmp_path / "home", training, every=20)
     command = [sys.executable, "-m", "octlm", "--home", str(home), "work", "lr", "--ray", "local", "--json"]
-    driver = subprocess.Popen(
-        command, env={**os.environ, **QUIET, "NO_COLOR": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    document = tmp_path / "work.json"  # stdout to a file: stderr has one reader, the thread below
+    with open(document, "w") as out:
+        environment = {**os.environ, **QUIET, "NO_COLOR": "1"}
+        driver = subprocess.Popen(command, env=environment, stdout=out, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(driver.stderr.readline, "")), daemon=True)
     reader.start()
@@ -194,11 +195,11 @@ def test_sigterm_to_the_driver_checkpoints_the_tasks_and_leaves_the_queue_as_wor
         assert driver.poll() is None and time.monotonic() < deadline, "".join(lines)
         time.sleep(0.02)
     driver.send_signal(signal.SIGTERM)
-    out, _ = driver.communicate(timeout=180)
+    driver.wait(timeout=180)
     reader.join(timeout=10)
     said = "".join(lines)
     assert driver.returncode == 143, said
-    assert json.loads(out)["status"] == "interrupted" and "work: stopped by SIGTERM" in said, said
+    assert json.loads(document.read_text())["status"] == "interrupted" and "work: stopped by SIGTERM" in said, said
     assert said.strip().splitlines()[-1].startswith("octlm: stopped by SIGTERM"), said
     with sqlite3.connect(home / "registry.db") as conn:
         claims = conn.execute("select outcome from sweep_claims").fetchall()
