@@ -209,3 +209,35 @@ def test_sigterm_to_the_driver_checkpoints_the_tasks_and_leaves_the_queue_as_wor
     for experiment_id, status, end_step in runs:  # each task checkpointed where it stopped, and the driver holds it
         assert status == "interrupted" and end_step == steps_of(home, experiment_id)[-1] > 0, runs
     assert [run[0] for run in runs] == ["EXP-002", "EXP-003"], runs
+
+
+def test_a_checkpoint_of_an_earlier_try_or_a_step_held_is_dropped_with_a_line(tmp_path: Path) -> None:
+    """The driver's side of what comes back (``inflight.arrived``), no Ray needed: a checkpoint from the try of a
+    trial that was lost and submitted again, or of a step the driver holds already, is dropped with a line and
+    changes nothing; the current try's newer one is merged into the home."""
+    from octlm.core.home import Home
+    from octlm.tasks.sweeps.working import inflight, remote
+
+    source = write_corpus(tmp_path / "node")
+    write_experiment(source, training={"steps": 8}, checkpoint={"interval": 4, "keep": 3})
+    assert cli(source, "train", "EXP-001", "--until", "4", "-q").exit_code == 0
+    pack = tmp_path / "EXP-001.tar"
+    assert cli(source, "pack", "EXP-001", "-o", str(pack)).exit_code == 0
+    home, said = write_corpus(tmp_path / "driver"), []
+    job = remote.Job("EXP-001", 7, 2, 8, "eval_loss", 1, str(home), b"")
+    flight = inflight.Flight({}, job, None, 0.0)  # no claim row: merging needs none
+    traffic = inflight.Traffic()
+
+    def shipment(attempt: int) -> remote.Shipment:
+        return remote.Shipment("EXP-001", 7, attempt, "vm/0123abcd", 4, pack.read_bytes(), 0.01)
+
+    assert inflight.arrived(Home(home), {7: flight}, shipment(1), traffic, said.append) == 0.0
+    assert (
+        said[-1] == "EXP-001: a checkpoint of step 4 from vm/0123abcd came late (an earlier try of the trial): dropped"
+    )
+    assert not (home / "checkpoints").exists() and traffic.count == 0
+    assert inflight.arrived(Home(home), {7: flight}, shipment(2), traffic, said.append) > 0
+    assert steps_of(home, "EXP-001") == [4] and (flight.step, traffic.count) == (4, 1)
+    assert said[-1] == "EXP-001: step 4 on node vm/0123abcd, its checkpoint held by the driver"
+    assert inflight.arrived(Home(home), {7: flight}, shipment(2), traffic, said.append) == 0.0  # the same again
+    assert said[-1].endswith("came late (a step held): dropped") and traffic.count == 1
