@@ -23,15 +23,23 @@ its kind uses. Each design is judged by octlm's own verdict code, as ``show`` ju
 - configuration level, paired by seed (a sweep: the configurations share their seeds): the same null groups with the
   second's seeds named as the first's, in order (the same config under the same seed trains the same bits, a twin:
   no test), a valid null for a paired t, whose pairs then share nothing; the base against the 3x on the same seeds,
-  the sweep's real case; and the fixed effects.
+  the sweep's real case; and the fixed effects;
+- both configuration-level designs again on --draws comparisons of two groups drawn at random from the base
+  config's 6C runs (resampled: the draws share runs, so they give a finer rate but no exact interval; the disjoint
+  comparisons' interval is the one to quote), with and without the fixed effects;
+- a no-effect sweep's winner (``compare.winner.challengers``): 6 configurations of 3 shared seeds drawn from the
+  base config's runs, the best against every other, Holm-adjusted; "different" when any is called beyond noise of
+  the best (the family-wise false rate), on --draws / 4 draws.
 
 Each rate has its 95% interval (Clopper-Pearson). The per-block evaluations are kept under --cache (a home a corpus:
 ``runs/BASE-007.jsonl`` and ``runs/BASE-007-blocks.jsonl`` for the base under seed 7, ``LR3X-...`` for the 3x, and
 the configs in ``experiments/``), so that a second call trains only what is missing and ``--no-train`` re-runs the
-analyses alone.
+analyses alone. Its cost is the training: 9C runs a corpus (144 at the default C = 16), 8-10 s a run on a 2-vCPU
+box at a load of 2-4 (20 s at first, while the corpus is prepared), so about 50 minutes from an empty cache for the
+two corpora; the analyses take 1-3 minutes.
 
-python benchmarks/calibration.py [--comparisons 16] [--steps 30] [--corpora docs,stdlib] [--cache DIR] [--no-train]
-                                 [--json]
+python benchmarks/calibration.py [--comparisons 16] [--steps 30] [--corpora docs,stdlib] [--draws 2000] [--cache DIR]
+                                 [--no-train] [--json]
 
 Prints the tables, the time each part took, the machine and its load; the measured tables are in docs/performance.md.
 """
@@ -54,6 +62,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +76,7 @@ from octlm.core.home import Home
 from octlm.store.runs.evalblocks import BlockEvaluation
 from octlm.views import paired as pairing
 from octlm.views import side_by_side
-from octlm.views.compare import noise, seeds, student, versus
+from octlm.views.compare import noise, seeds, student, versus, winner
 from octlm.views.compare.noise import Error, Size, Verdict
 from octlm.views.details import run_records
 
@@ -198,7 +207,7 @@ def load(home: Path, arm: str, seed: int) -> Run:
 
 def run_level(first: Run, other: Run) -> Verdict:
     """``show first other``'s run-level verdict (no replicates: the configuration-level one is not made)."""
-    kept = {first.id: first.blocks, other.id: other.blocks}
+    kept: dict[str, BlockEvaluation | pairing.Unused | None] = {first.id: first.blocks, other.id: other.blocks}
     paired, unpaired = side_by_side.pairing(kept, first.id, other.id)
     sides = (versus.Side(first.id, first.records), versus.Side(other.id, other.records))
     found = versus.settle([versus.measure(*sides, paired, unpaired, noise.MIN_EFFECT)])[0]["run"]
@@ -230,6 +239,42 @@ def _shifted(blocks: BlockEvaluation | None, effect: float) -> BlockEvaluation |
     return dataclasses.replace(blocks, nats=[n + effect * t for n, t in zip(blocks.nats, blocks.targets, strict=True)])
 
 
+def resampled(
+    pool: Sequence[Run], draws: int, draw: random.Random, *, as_seeds: bool = False, effect: float = 0.0
+) -> list[Verdict]:
+    """``draws`` configuration-level verdicts, each on two disjoint groups of ``GROUP`` runs drawn at random from
+    ``pool`` (runs of one config): many more comparisons than the pool's disjoint ones, from the same cached
+    evaluations. The draws share runs, so they are not independent: their rate estimates the same false "different"
+    rate more finely, but the Clopper-Pearson interval of the disjoint comparisons is the one to quote."""
+    made = []
+    for _ in range(draws):
+        chosen = draw.sample(list(pool), 2 * GROUP)
+        made.append(configuration(chosen[:GROUP], chosen[GROUP:], as_seeds=as_seeds, effect=effect))
+    return made
+
+
+def sweep_winner(pool: Sequence[Run], draws: int, draw: random.Random, configurations: int = 6) -> list[Verdict]:
+    """A no-effect sweep's winner, ``draws`` times: ``configurations`` groups of ``GROUP`` runs of one config drawn
+    from ``pool``, each group's seeds named as the first's (a sweep's shared seeds), ranked by their mean, and every
+    other configuration against the best as ``show SWEEP`` judges it (``compare.winner.challengers``: paired by
+    seed, Holm-adjusted over the comparisons). Each draw gives one verdict, the challenger judged most surely
+    different (the smallest adjusted p): "different" when the sweep would call its best beyond noise of any other
+    configuration, the family-wise false rate."""
+    made = []
+    for _ in range(draws):
+        chosen = draw.sample(list(pool), configurations * GROUP)
+        groups = [chosen[GROUP * i : GROUP * i + GROUP] for i in range(configurations)]
+        members = [
+            [seeds.Member(r.id, groups[0][j].seed, r.loss, None, r.blocks) for j, r in enumerate(g)] for g in groups
+        ]
+        members.sort(key=lambda m: statistics.fmean(x.loss for x in m))
+        entries = [winner.Entry(rank + 1, {"group": rank}, m) for rank, m in enumerate(members)]
+        size = Size(statistics.fmean(x.loss for x in members[0]), None)
+        found = [c["verdict"] for c in winner.challengers(entries, "eval_loss", size, None) if c["verdict"]]
+        made.append(min(found, key=lambda v: v["p_adjusted"] if v["p_adjusted"] is not None else 1.0))
+    return made
+
+
 def split_halves(first: Run, other: Run, draw: random.Random) -> float:
     """The share of ``CUTS`` random halvings of the pair's clusters whose two halves' paired differences are called
     different by their two clustered errors: the error's own check (both halves estimate one difference)."""
@@ -240,10 +285,9 @@ def split_halves(first: Run, other: Run, draw: random.Random) -> float:
     for _ in range(CUTS):
         chosen = set(draw.sample(clusters, len(clusters) // 2))
         halves = [pairing.pair(_part(a, keep), _part(b, keep)) for keep in (chosen, set(clusters) - chosen)]
-        assert halves[0] is not None and halves[1] is not None
-        (d1, se1, df1), (d2, se2, df2) = (
-            (h["eval_loss_difference"], h["eval_loss_se"] or 0.0, h["df"]) for h in halves
-        )
+        found = [h for h in halves if h is not None]
+        assert len(found) == 2
+        (d1, se1, df1), (d2, se2, df2) = ((h["eval_loss_difference"], h["eval_loss_se"] or 0.0, h["df"]) for h in found)
         error = Error(evaluation=math.hypot(se1, se2), evaluation_df=student.satterthwaite([(se1, df1), (se2, df2)]))
         said += noise.measured("run", "paired", d2 - d1, error, Size())["within_noise"] is False
     return said / CUTS
@@ -283,10 +327,11 @@ def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]
     return low, high
 
 
-def row(design: str, question: str, verdicts: Sequence[Verdict]) -> dict:
-    """How many of ``verdicts`` said "different", the rate and its interval, and the medians of what they rest on."""
+def row(design: str, question: str, verdicts: Sequence[Verdict], *, exact: bool = True) -> dict:
+    """How many of ``verdicts`` said "different", the rate and its interval (``exact`` false: draws that share runs,
+    no interval), and the medians of what they rest on."""
     said = sum(v["within_noise"] is False for v in verdicts)
-    low, high = clopper_pearson(said, len(verdicts))
+    low, high = clopper_pearson(said, len(verdicts)) if exact else (None, None)
 
     def median(key: str) -> float | None:
         values = [v[key] for v in verdicts if v[key] is not None]  # type: ignore[literal-required]
@@ -327,8 +372,9 @@ def halves_row(rates: Sequence[float], question: str) -> dict:
 # One corpus.
 
 
-def analyse(home: Path, wanted: dict[str, list[int]]) -> dict:
-    """Every design's rows on one corpus's cached runs."""
+def analyse(home: Path, wanted: dict[str, list[int]], draws: int) -> dict:
+    """Every design's rows on one corpus's cached runs: the disjoint comparisons with their exact intervals, then
+    ``draws`` resampled ones of the base config's runs (``resampled``)."""
     base = [load(home, "BASE", s) for s in wanted["BASE"]]
     fast = [load(home, "LR3X", s) for s in wanted["LR3X"]]
     by_seed = {r.seed: r for r in base}
@@ -360,6 +406,15 @@ def analyse(home: Path, wanted: dict[str, list[int]]) -> dict:
         for effect in EFFECTS:
             made = [configuration(a, b, as_seeds=as_seeds, effect=effect) for a, b in null_groups]
             rows.append(row(design, f"+{effect} nats (fixed)", made))
+        for effect in (0.0, *EFFECTS) if draws else ():
+            made = resampled(base, draws, random.Random(f"{design} {effect}"), as_seeds=as_seeds, effect=effect)
+            question = f"{draws} draws, " + (f"+{effect} nats" if effect else "same config")
+            rows.append(row(design, question, made, exact=False))
+    if draws:
+        found = sweep_winner(base, draws // 4, random.Random("sweep winner"))
+        rows.append(
+            row("sweep winner, 6 configurations x 3 seeds", f"{draws // 4} draws, same config", found, exact=False)
+        )
     losses = [r.loss for r in base]
     return {
         "blocks": first.blocks,
@@ -403,7 +458,8 @@ def machine() -> str:
 def table(report: dict) -> str:
     lines = [
         f"calibration: {report['steps']} steps, eval_tokens {report['eval_tokens']}, {report['comparisons']} "
-        f"comparisons a corpus; {report['date']}, {report['machine']}, "
+        f"comparisons a corpus, {report['draws']} resampled draws; {report['date']}, {report['machine']}, "
+        f"torch {report['torch']}, "
         f"load {report['load'][0]} -> {report['load'][1]}; "
         f"training {report['train_seconds']} s ({report['trained']} runs), analyses {report['analysis_seconds']} s",
     ]
@@ -423,6 +479,7 @@ def table(report: dict) -> str:
 
 
 def _line(r: dict) -> str:
+    interval = f"{r['low']:.1%}-{r['high']:.1%}" if r["low"] is not None else f"{'(draws share runs)':<12}"
     medians = ""
     if r.get("median_se") is not None:
         seed = f", seeds' {r['median_seed_se']:.4f}" if r.get("median_seed_se") is not None else ""
@@ -432,7 +489,7 @@ def _line(r: dict) -> str:
         )
     return (
         f"  {r['design']:<58} {r['question']:<30} {r['n']:>4} {r['different']:>5} {r['rate']:>6.1%}  "
-        f"{r['low']:.1%}-{r['high']:.1%}{medians}"
+        f"{interval}{medians}"
     )
 
 
@@ -447,6 +504,9 @@ def main() -> None:
         type=Path,
         default=Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "octlm-calibration",
     )
+    parser.add_argument(
+        "--draws", type=int, default=2000, help="resampled comparisons of the base config's runs a design (0: none)"
+    )
     parser.add_argument("--no-train", action="store_true", help="analyse the cached runs only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -460,10 +520,12 @@ def main() -> None:
         if not args.no_train:
             trained += train_missing(homes[corpus], base, wanted, args.steps)
     train_seconds, started = time.perf_counter() - started, time.perf_counter()
-    results = {corpus: analyse(home, wanted) for corpus, home in homes.items()}
+    results = {corpus: analyse(home, wanted, args.draws) for corpus, home in homes.items()}
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine(),
+        "torch": version("torch"),
+        "draws": args.draws,
         "load": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "steps": args.steps,
         "eval_tokens": args.eval_tokens,
