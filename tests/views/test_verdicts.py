@@ -83,6 +83,7 @@ def test_students_p_and_critical_values_agree_with_closed_forms_and_each_other()
 def test_holm_and_the_expected_largest_of_normal_draws() -> None:
     assert student.holm([0.01, 0.04, None, 0.03]) == [0.03, 0.06, None, 0.06]
     assert student.holm([0.2]) == [0.2]
+    assert student.holm([0.01, 0.004], family=6) == [0.05, 0.024]  # two of a family of 6: its largest multipliers
     # normal order statistics (any table): the best of 2, 6 and 18 alike draws
     assert [round(student.expected_maximum(k), 3) for k in (1, 2, 6, 18)] == [0.0, 0.564, 1.267, 1.82]
     # the issue's figure: the best of 6 configurations of 3 seeds is about 0.7 seed SDs optimistic
@@ -306,13 +307,34 @@ def test_a_sweeps_winner_names_its_optimism_those_within_noise_and_the_luckiest_
         members = [seeds.Member(f"T{rank}{s}", s, mean + 0.02 * draw.gauss(0, 1)) for s in range(3)]
         entries.append(winner.Entry(rank, {"lr": rank}, members))
     found = winner.challengers(entries, "eval_loss", Size(), None)
-    assert [c["verdict"]["comparisons"] for c in found] == [5] * 5  # type: ignore[index]
+    assert [c["verdict"]["comparisons"] for c in found] == [15] * 5  # type: ignore[index]  # every pair of the 6
     assert found[0]["verdict"]["within_noise"] is True and found[-1]["verdict"]["within_noise"] is False  # type: ignore[index]
     bias = winner.optimism(entries, 18)
     assert bias is not None and bias["seed_sds"] == pytest.approx(0.73, abs=0.005)
     assert bias["luckiest_seed_sds"] == pytest.approx(1.82, abs=0.005) and bias["nats"] is not None
     notes = winner.notes(found, entries[0], bias, "lr")
-    assert notes[0].startswith("within noise of the best (each against it, Holm-adjusted over 5 comparisons): rank 2")
+    assert notes[0].startswith(
+        "within noise of the best (each against it, Holm-adjusted over the 15 pairs of 6 configurations the best was "
+        "chosen from): rank 2"
+    )
     assert "about 0.73 seed SDs" in notes[1]
     assert "`octlm sweep extend lr --seeds 6`" in notes[2]
     assert winner.luckiest(4.85, 18, bias).startswith("best so far: 4.8500 after 18 finished trials: the luckiest")
+
+
+@pytest.mark.slow  # 1,500 sweeps judged: some 20 s
+def test_a_no_effect_sweeps_winner_is_called_beyond_noise_at_most_5_percent_of_the_time() -> None:
+    """Issue 46 item 7: a sweep's winner is the configuration whose mean came out lowest, so judging it against the
+    others is a comparison chosen after the fact; Holm over its k - 1 challengers alone said "beyond noise of the
+    best" of 7.7% of 4,000 no-effect sweeps of 6 configurations x 3 shared seeds (and of 8.2% of 500 drawn from real
+    runs, benchmarks/calibration.py). Adjusted over every pair the choice was made from, k(k-1)/2, the family-wise
+    false rate is at most 5%. Normal seed effects shared by every configuration, and each run's own noise."""
+    draw, sweeps, called = random.Random(46), 1500, 0
+    for _ in range(sweeps):
+        shared = [draw.gauss(0, 1) for _ in range(3)]
+        groups = [[seeds.Member(f"C{c}S{s}", s, 5 + shared[s] + draw.gauss(0, 1)) for s in range(3)] for c in range(6)]
+        groups.sort(key=lambda members: statistics.fmean(m.loss for m in members))
+        entries = [winner.Entry(rank, {"lr": rank}, members) for rank, members in enumerate(groups, 1)]
+        found = winner.challengers(entries, "eval_loss", Size(), None)
+        called += any(c["verdict"] is not None and c["verdict"]["within_noise"] is False for c in found)
+    assert called / sweeps <= 0.05, f"the best called beyond noise in {called} of {sweeps} no-effect sweeps"

@@ -60,7 +60,7 @@ class Verdict(TypedDict):
     critical: float | None  # two-sided 95% Student's t at df
     p: float | None  # two-sided, Student's t; the larger of the whole error's and the evaluation's alone
     p_adjusted: float | None  # Holm's, over the comparisons one command made (p itself when one)
-    comparisons: int  # how many comparisons ``p_adjusted`` is adjusted over
+    comparisons: int  # how many comparisons ``p_adjusted`` is adjusted over (a sweep's challengers: every pair)
     low: float | None  # the 95% interval: difference -/+ critical x se
     high: float | None
     within_noise: bool | None  # p_adjusted >= 5% (None: nothing to judge by)
@@ -183,11 +183,12 @@ def _effect(difference: float | None, size: Size) -> Effect | None:
     return {"nats": difference, "percent": percent, "seed_sds": difference / size.seed_sd if size.seed_sd else None}
 
 
-def adjust(verdicts: list[Verdict | None]) -> None:
+def adjust(verdicts: list[Verdict | None], family: int = 0) -> None:
     """Holm's adjustment over the comparisons one command made (each verdict with a p), in place: ``p_adjusted``,
-    ``comparisons`` and ``within_noise`` by the adjusted p."""
-    adjusted = student.holm([v["p"] if v is not None else None for v in verdicts])
-    made = sum(p is not None for p in adjusted)
+    ``comparisons`` and ``within_noise`` by the adjusted p. ``family``: the comparisons to adjust over where more were
+    looked at than judged (``student.holm``: a sweep's best was chosen among all its pairs)."""
+    adjusted = student.holm([v["p"] if v is not None else None for v in verdicts], family)
+    made = max(sum(p is not None for p in adjusted), family)
     for verdict, p in zip(verdicts, adjusted, strict=True):
         if verdict is not None and p is not None:
             verdict["p_adjusted"], verdict["comparisons"] = p, made

@@ -99,14 +99,17 @@ def satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
     return total**2 / below if below > 0 else math.inf
 
 
-def holm(values: Sequence[float | None]) -> list[float | None]:
+def holm(values: Sequence[float | None], family: int = 0) -> list[float | None]:
     """Holm's step-down adjustment of the p-values given (None: no test, left out of the count): the i-th smallest of
-    ``m`` is multiplied by ``m - i + 1``, never below the one before it, never above 1."""
+    ``m`` is multiplied by ``m - i + 1``, never below the one before it, never above 1. ``family``: ``m`` where the
+    tests given are some of a larger family whose other members were looked at (a sweep's best against the others:
+    every pair of configurations the best was chosen from), so the given ones take the family's largest multipliers;
+    Holm's over the whole family would reject all these reject, so the family-wise rate holds."""
     present = sorted((p, index) for index, p in enumerate(values) if p is not None)
     adjusted: list[float | None] = [None] * len(values)
-    running = 0.0
+    running, m = 0.0, max(len(present), family)
     for rank, (p, index) in enumerate(present):
-        running = max(running, min(1.0, (len(present) - rank) * p))
+        running = max(running, min(1.0, (m - rank) * p))
         adjusted[index] = running
     return adjusted
 

@@ -83,8 +83,9 @@ class Configuration(TypedDict):
 class SweepRanking(TypedDict):
     """The ``octlm show NAME --json`` document of a sweep: its configurations ranked; the best against the next
     (``best_against_next``, and ``verdict`` in words) and against every other configuration at its step
-    (``challengers``, Holm-adjusted over them; ``within_noise_of_best`` their ranks that noise could explain); the
-    best's expected optimism; ``notes``, all that in words; the best so far, the luckiest single trial."""
+    (``challengers``, Holm-adjusted over every pair of configurations, since the best was chosen among them;
+    ``within_noise_of_best`` their ranks that noise could explain); the best's expected optimism; ``notes``, all that
+    in words; the best so far, the luckiest single trial."""
 
     schema_version: int
     name: str
