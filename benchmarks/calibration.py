@@ -5,7 +5,7 @@ new`` writes (``training.eval_tokens`` 8192 spread across the validation split, 
 ``training.threads`` 1 (on a small box shared with other work, two threads a run waited on each other: 10 steps took
 45-50 s at a load of 15 where one thread took 3.3-4.2 s), evaluated once at its end, on two corpora: ``docs``
 (builtin:docs, whose validation split is 46 blocks of 4 documents: few documents) and ``stdlib`` (the first 4 MiB of
-the running Python's builtin:stdlib, whose 64 evaluated blocks come from some 20-30 documents: many). Of each corpus,
+the running Python's builtin:stdlib, whose 64 evaluated blocks come from 22 documents: many). Of each corpus,
 with C = --comparisons: the base config under seeds 1 to 6C, and its learning rate 3x under seeds 6i+1 to 6i+3 (i <
 C), so that every comparison below is of runs no other comparison of
 its kind uses. Each design is judged by octlm's own verdict code, as ``show`` judges it:
