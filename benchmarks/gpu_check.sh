@@ -4,30 +4,124 @@
 # --nproc 1 against 2 ranks with canonical pieces, and the deterministic settings timed against torch's defaults;
 # one table at the end. At most about 6 minutes on one GPU (day3 shortened to --steps).
 #
-#   bash benchmarks/gpu_check.sh                  # on a GPU box: --device cuda, day3's shapes
+#   bash benchmarks/gpu_check.sh --prepare .gpu-wheels   # here, before a GPU is lent: the wheels its image lacks
+#   bash benchmarks/gpu_check.sh                  # on a GPU box: --device cuda, day3's shapes, from .gpu-wheels/
 #   bash benchmarks/gpu_check.sh --device cpu     # tiny shapes on the CPU: the script itself, tested by CI
 #   bash benchmarks/gpu_check.sh --steps 200 --keep /tmp/gpu-check   # longer runs; keep the scratch home
 #
-# Exit 0 when every check that ran passed (a check that cannot run here says why in its row), 1 otherwise.
+# A lent GPU runs its own image (Python 3.12, torch with CUDA, typer, rich, tokenizers, pyyaml, jinja2, numpy) and
+# reaches no package index; only the working tree and a few carried files arrive. --prepare DIR (here, with an index)
+# fills DIR with pure-Python wheels of what the image lacks (sqlite-utils and what it needs, typer and pip at the
+# versions installed here) and a wheel of octlm built from this tree. Given DIR (--wheels DIR, or .gpu-wheels/ at
+# the repository's root when it is there), the check first makes a venv over --python's packages
+# (--system-site-packages: the image's torch), installs octlm from DIR with pip --no-index, and runs that octlm;
+# without, the python on PATH must import octlm and torch already.
+#
+# Exit 0 when every check that ran passed (a check that cannot run here says why in its row), 1 otherwise; 2 when
+# the check cannot start (bad arguments, wheels missing or built from another tree, an install that failed).
 set -uo pipefail
 
-device=cuda steps="" keep=""
+root="$(cd "$(dirname "$0")/.." && pwd)"
+device=cuda steps="" keep="" prepare="" wheels="" base=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --device) device="$2"; shift 2 ;;
         --steps) steps="$2"; shift 2 ;;
         --keep) keep="$2"; shift 2 ;;
-        -h|--help) sed -n 2,11p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --prepare) prepare="$2"; shift 2 ;;
+        --wheels) wheels="$2"; shift 2 ;;
+        --python) base="$2"; shift 2 ;;
+        -h|--help) sed -n 2,21p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 case "$device" in cuda|cpu) ;; *) echo "gpu_check.sh: --device cuda or cpu, not $device" >&2; exit 2 ;; esac
-python -c 'import octlm, torch' 2>/dev/null ||
-    { echo "gpu_check.sh: octlm and torch are not importable by $(command -v python): pip install -e . first" >&2; exit 2; }
-octlm=(python -m octlm)
-home="${keep:-$(mktemp -d)}"
+base="${base:-$(command -v python3 || command -v python)}"
+scratch="$(mktemp -d)"  # the venv, a copy of the source, pins: gone at exit
+trap 'rm -rf "$scratch"' EXIT
+
+tree_digest() {  # what the octlm wheel is built from, as the working tree's copy arrives on the GPU machine
+    (cd "$root" && find octlm octlm_cli pyproject.toml README.md -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
+        -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+}
+
+prepare_wheels() {  # $1: the folder, made anew: pure-Python wheels the image lacks, octlm's wheel, the tree's digest
+    local dir="$1" version isolation=() impure
+    # Made anew, but only ever a folder of wheels: --prepare . must not empty the repository.
+    if [ -d "$dir" ] && [ -n "$(ls -A "$dir" | grep -v -e '\.whl$' -e '^tree\.sha256$')" ]; then
+        echo "gpu_check.sh: $dir holds other files than wheels: name a new folder (.gpu-wheels is ignored by git)" >&2
+        exit 2
+    fi
+    rm -f "$dir"/*.whl "$dir/tree.sha256" && mkdir -p "$dir" || exit 2
+    # The versions installed here are the ones tested here: every package pinned to them where it is installed.
+    "$base" -m pip list --format=freeze --exclude-editable 2>/dev/null | grep -E '^[A-Za-z0-9_.-]+==' \
+        >"$scratch/pins.txt"
+    # For the image's Python 3.12 and for this one (CI's stand-in image has it); one file serves both when pure.
+    for version in 3.12 "$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"; do
+        "$base" -m pip download --disable-pip-version-check --only-binary=:all: --python-version "$version" \
+            -qq -c "$scratch/pins.txt" -d "$dir" sqlite-utils typer pip ||
+            { echo "gpu_check.sh: pip download for Python $version failed (an index is needed here)" >&2; exit 2; }
+    done
+    impure=$(cd "$dir" && ls | grep -v -- '-none-any\.whl$')
+    [ -z "$impure" ] || { echo "gpu_check.sh: not pure-Python, so not for any machine: $impure" >&2; exit 2; }
+    # octlm from a clean copy of its source (a build/ folder of the tree could hold modules deleted since)
+    mkdir "$scratch/src" &&
+        cp -R "$root/pyproject.toml" "$root/README.md" "$root/octlm" "$root/octlm_cli" "$scratch/src/"
+    find "$scratch/src" -name __pycache__ -prune -exec rm -rf {} +
+    "$base" -c 'import setuptools' 2>/dev/null && isolation=(--no-build-isolation)
+    "$base" -m pip wheel --quiet --disable-pip-version-check --no-deps "${isolation[@]}" -w "$dir" "$scratch/src" ||
+        { echo "gpu_check.sh: octlm's wheel did not build" >&2; exit 2; }
+    tree_digest >"$dir/tree.sha256"
+    printf 'gpu_check.sh: %s wheels in %s (%s): carry it with the working tree, then run bash %s there\n' \
+        "$(ls "$dir" | grep -c '\.whl$')" "$dir" "$(du -sh "$dir" | cut -f1)" "benchmarks/gpu_check.sh"
+}
+
+install_wheels() {  # a venv over $base's packages, octlm and what the image lacks installed from $wheels; sets $python
+    local venv="$scratch/venv" pip_wheel octlm_wheel sites purelib
+    [ "$(cat "$wheels/tree.sha256" 2>/dev/null)" = "$(tree_digest)" ] ||
+        { echo "gpu_check.sh: the wheels in $wheels were not built from this tree: run --prepare $wheels again" >&2
+          exit 2; }
+    pip_wheel=$(ls "$wheels"/pip-*.whl | tail -n 1) octlm_wheel=$(ls "$wheels"/octlm-*.whl | tail -n 1)
+    # --without-pip: no ensurepip needed (Debian's Pythons lack it); pip runs from its carried wheel.
+    "$base" -m venv --system-site-packages --without-pip "$venv" ||
+        { echo "gpu_check.sh: $base -m venv failed" >&2; exit 2; }
+    # What $base sees, seen by the venv too (its system site-packages already; where $base is itself a venv, as CI's
+    # stand-in image is, its own site-packages), after the venv's own.
+    sites=$("$base" -c 'import site; print("; ".join("site.addsitedir(%r)" % d for d in site.getsitepackages()))')
+    purelib=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "import site; $sites" >"$purelib/gpu_check_base.pth"
+    local pip=("$venv/bin/python" "$pip_wheel/pip" install --quiet --disable-pip-version-check --no-index
+               --find-links "$wheels" --no-warn-script-location)
+    # octlm into the venv whatever $base holds, then what it needs and $base lacks (or holds at another version)
+    "${pip[@]}" --no-deps --force-reinstall "$octlm_wheel" && "${pip[@]}" "$octlm_wheel" ||
+        { echo "gpu_check.sh: installing from $wheels failed (the line above says what is missing)" >&2; exit 2; }
+    python="$venv/bin/python"
+    "$python" -c 'import sys, octlm, sqlite_utils, torch; sys.exit(not octlm.__file__.startswith(sys.prefix))' ||
+        { echo "gpu_check.sh: octlm is not the one installed in $venv" >&2; exit 2; }
+    installed=$("$python" -c 'import importlib.metadata as m, sysconfig
+print(", ".join(sorted(f"{d.name} {d.version}" for d in m.distributions(path=[sysconfig.get_paths()["purelib"]]))))')
+}
+
+if [ -n "$prepare" ]; then prepare_wheels "$prepare"; exit 0; fi
+[ -n "$wheels" ] || { [ -d "$root/.gpu-wheels" ] && wheels="$root/.gpu-wheels"; }
+[ -n "$keep" ] && { mkdir -p "$keep" && keep="$(cd "$keep" && pwd)"; }
+if [ -n "$wheels" ]; then
+    [ -d "$wheels" ] || { echo "gpu_check.sh: no folder $wheels: make it here with --prepare $wheels" >&2; exit 2; }
+    wheels="$(cd "$wheels" && pwd)"
+    # The installed octlm, not a tree's: neither PYTHONPATH's nor the current folder's (python -c and -m put it first)
+    unset PYTHONPATH
+    cd "$scratch" || exit 2
+    install_wheels
+    from="the wheels in $wheels (installed from them: $installed)"
+else
+    python="$base"
+    "$python" -c 'import octlm, torch' 2>/dev/null ||
+        { echo "gpu_check.sh: octlm and torch are not importable by $python: pip install -e . first" >&2; exit 2; }
+    from="as $python imports it"
+fi
+octlm=("$python" -m octlm)  # octlm's own children run on the same interpreter (sys.executable)
+home="${keep:-$scratch/home}"
 mkdir -p "$home/experiments"
-[ -n "$keep" ] || trap 'rm -rf "$home"' EXIT
 export NO_COLOR=1 OCTLM_NO_LOAD_CHECK=1
 
 if [ "$device" = cpu ]; then  # the script's own test: tiny shapes, day1's corpus
@@ -57,7 +151,7 @@ timed() {  # run "$@" quietly; set $took (seconds) and $out (stdout), return its
 }
 new() { "${octlm[@]}" --home "$home" new "${common[@]}" "$@" 2>>"$home/new.err"; }
 same_bits() {  # the final checkpoints of two experiments: every tensor identical?
-    python - "$home" "$1" "$2" "$steps" <<'PY'
+    "$python" - "$home" "$1" "$2" "$steps" <<'PY'
 import sys
 from pathlib import Path
 import torch
@@ -73,7 +167,7 @@ PY
 for precision in bf16 fp16; do
     id=$(new --set "training.precision=$precision" --description "gpu check: $precision")
     if timed "${octlm[@]}" --home "$home" train "$id" --json -q; then
-        loss=$(python - "$out" <<'PY'
+        loss=$("$python" - "$out" <<'PY'
 import json, sys
 done = json.loads(sys.argv[1])
 print(f"eval loss {done['eval_loss']:.4f}, {done['tokens_per_second']:,.0f} tokens/s")
@@ -108,7 +202,7 @@ else
 fi
 
 # 5. --nproc 1 against 2 ranks, both with canonical pieces (training.micro_batches)
-gpus=$(python -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+gpus=$("$python" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
 if [ "$device" = cuda ] && [ "$gpus" -lt 2 ]; then
     row "--nproc 1 vs 2 ranks, pieces" "skipped: $gpus GPU here (2 ranks need 2)" 0
 else
@@ -126,7 +220,7 @@ else
 fi
 
 # 6. the deterministic settings against torch's defaults: one step of the bf16 config's model, timed
-timing=$(python - "$device" "${shape[@]+--tiny}" <<'PY'
+timing=$("$python" - "$device" "${shape[@]+--tiny}" <<'PY'
 import os, statistics, sys, time
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch
@@ -168,8 +262,10 @@ PY
 if [ -n "$timing" ]; then row "deterministic settings vs default" "ok: $timing" 0; else row "deterministic settings vs default" "FAIL: the timing did not run" 0; fi
 
 printf '\ngpu check on %s (%s), %s steps, load %s\n' "$device" \
-    "$(python -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")')" \
+    "$("$python" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")')" \
     "$steps" "$(cut -d' ' -f1 /proc/loadavg)"
+printf 'octlm from %s; %s\n' "$from" \
+    "$("$python" -c 'import sys, torch; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}")')"
 printf '%-34s %-54s %8s\n' check result seconds
 printf '%s\n' "${rows[@]}"
 exit $failed
