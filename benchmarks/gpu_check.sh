@@ -37,6 +37,11 @@ while [ $# -gt 0 ]; do
 done
 case "$device" in cuda|cpu) ;; *) echo "gpu_check.sh: --device cuda or cpu, not $device" >&2; exit 2 ;; esac
 base="${base:-$(command -v python3 || command -v python)}"
+# An absolute path (the check runs from another folder), not resolved: a venv's python is a link to its base's.
+case "$base" in
+    */*) base="$(cd "$(dirname "$base")" && pwd)/$(basename "$base")" ;;
+    *) base="$(command -v "$base")" ;;
+esac
 scratch="$(mktemp -d)"  # the venv, a copy of the source, pins: gone at exit
 trap 'rm -rf "$scratch"' EXIT
 
@@ -46,7 +51,7 @@ tree_digest() {  # what the octlm wheel is built from, as the working tree's cop
 }
 
 prepare_wheels() {  # $1: the folder, made anew: pure-Python wheels the image lacks, octlm's wheel, the tree's digest
-    local dir="$1" version isolation=() impure
+    local dir="$1" version impure
     # Made anew, but only ever a folder of wheels: --prepare . must not empty the repository.
     if [ -d "$dir" ] && [ -n "$(ls -A "$dir" | grep -v -e '\.whl$' -e '^tree\.sha256$')" ]; then
         echo "gpu_check.sh: $dir holds other files than wheels: name a new folder (.gpu-wheels is ignored by git)" >&2
@@ -68,8 +73,8 @@ prepare_wheels() {  # $1: the folder, made anew: pure-Python wheels the image la
     mkdir "$scratch/src" &&
         cp -R "$root/pyproject.toml" "$root/README.md" "$root/octlm" "$root/octlm_cli" "$scratch/src/"
     find "$scratch/src" -name __pycache__ -prune -exec rm -rf {} +
-    "$base" -c 'import setuptools' 2>/dev/null && isolation=(--no-build-isolation)
-    "$base" -m pip wheel --quiet --disable-pip-version-check --no-deps "${isolation[@]}" -w "$dir" "$scratch/src" ||
+    # Built as pip install builds it, in isolation: pyproject's setuptools (a venv's own may be too old to read it)
+    "$base" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$dir" "$scratch/src" ||
         { echo "gpu_check.sh: octlm's wheel did not build" >&2; exit 2; }
     tree_digest >"$dir/tree.sha256"
     printf 'gpu_check.sh: %s wheels in %s (%s): carry it with the working tree, then run bash %s there\n' \
@@ -81,7 +86,10 @@ install_wheels() {  # a venv over $base's packages, octlm and what the image lac
     [ "$(cat "$wheels/tree.sha256" 2>/dev/null)" = "$(tree_digest)" ] ||
         { echo "gpu_check.sh: the wheels in $wheels were not built from this tree: run --prepare $wheels again" >&2
           exit 2; }
-    pip_wheel=$(ls "$wheels"/pip-*.whl | tail -n 1) octlm_wheel=$(ls "$wheels"/octlm-*.whl | tail -n 1)
+    pip_wheel=$(ls "$wheels"/pip-*.whl 2>/dev/null | tail -n 1)
+    octlm_wheel=$(ls "$wheels"/octlm-*.whl 2>/dev/null | tail -n 1)
+    [ -n "$pip_wheel" ] && [ -n "$octlm_wheel" ] ||
+        { echo "gpu_check.sh: no pip or octlm wheel in $wheels: run --prepare $wheels again" >&2; exit 2; }
     # --without-pip: no ensurepip needed (Debian's Pythons lack it); pip runs from its carried wheel.
     "$base" -m venv --system-site-packages --without-pip "$venv" ||
         { echo "gpu_check.sh: $base -m venv failed" >&2; exit 2; }
