@@ -39,7 +39,7 @@ def shapes() -> dict[str, object]:
     from octlm.tasks.proof.bitcompare import Check, Differing
     from octlm.tasks.proof.verify import Resumed
     from octlm.tasks.sample import Sampled
-    from octlm.tasks.sweeps.working.trial_log import TallyJson
+    from octlm.tasks.sweeps.working.trial_log import RayEvent, TallyJson
     from octlm.train.canary import Canary
     from octlm.views.compare.noise import Effect, Verdict
     from octlm.views.compare.versus import Versus
@@ -106,6 +106,7 @@ def shapes() -> dict[str, object]:
         "octlm sweep pack NAME DIR --json": sweeps.SweepPacked,
         "octlm sweep unpack DIR --json": sweeps.SweepUnpacked,
         "octlm work --json": TallyJson,
+        "octlm work --ray --json: each of events": RayEvent,
     }
 
 

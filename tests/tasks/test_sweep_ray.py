@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_same_training_state, cli, json_out, octlm, write_corpus, write_experiment
+from conftest import assert_same_training_state, cli, holds, json_out, octlm, write_corpus, write_experiment
 
 from octlm.core import layout
 from octlm.store.runs import runfile
@@ -73,8 +73,11 @@ def test_a_sweep_on_a_local_ray_records_what_work_records(tmp_path: Path) -> Non
     assert on_ray.returncode == 0, on_ray.stderr
     said = json_out(on_ray)
     assert (sorted(said["done"]), said["failed"], said["status"]) == (["EXP-002", "EXP-003"], [], "empty")
+    holds(said, "octlm work --json")
+    assert said["events"] == [] and said["workers"] == 2  # nothing lost, dropped or stopped; the rest as work's
     assert "work: 8 checkpoints shipped to the driver" in on_ray.stderr, on_ray.stderr
-    assert re.search(r"EXP-002: step 2 on node \S+, its checkpoint held by the driver", on_ray.stderr), on_ray.stderr
+    held = r"^\d\d:\d\d:\d\d EXP-002: step 2 on node \S+, its checkpoint held by the driver$"  # stamped in a pipe
+    assert re.search(held, on_ray.stderr, re.MULTILINE), on_ray.stderr
     ray_s = time.monotonic() - began
     here = octlm(work_home, "work", "lr", "--until-empty", "--threads", "1", "-q", env=QUIET)
     assert here.returncode == 0, here.stderr
@@ -135,7 +138,7 @@ def test_a_trial_whose_node_is_lost_resumes_on_another_and_ends_as_a_straight_ru
         cluster.wait_for_nodes()
         command = [sys.executable, "-m", "octlm", "--home", str(home), "work", "lr", "--until-empty"]
         driver = subprocess.Popen(
-            [*command, "--ray", cluster.address],
+            [*command, "--ray", cluster.address, "--json"],
             env={**os.environ, "NO_COLOR": "1"},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -156,13 +159,17 @@ def test_a_trial_whose_node_is_lost_resumes_on_another_and_ends_as_a_straight_ru
         reader.join(timeout=10)
     finally:
         cluster.shutdown()
-    said = "".join(lines)
+    said, document = "".join(lines), json.loads(driver.stdout.read())
     assert driver.returncode == 0, said
+    holds(document, "octlm work --json")
     assert re.search(r"EXP-002: its task on node \S+ was lost \(.+\): submitted again, resuming at step \d+", said), (
         said
     )
     resumed = int(re.search(r"EXP-002: its task .* resuming at step (\d+)", said).group(1))
     assert first_step <= resumed < 240, said
+    events = [(e["event"], e["trial"], e["attempt"], e["step"]) for e in document["events"]]  # --json says it too
+    assert events == [("lost", "EXP-002", 1, resumed), ("resubmitted", "EXP-002", 2, resumed)], document
+    assert document["events"][0]["node"].endswith(node_id) and document["events"][0]["reason"], document
     with sqlite3.connect(home / "registry.db") as conn:
         claims = conn.execute("select experiment_id, outcome from sweep_claims order by experiment_id").fetchall()
         runs = conn.execute("select start_step, end_step, status from runs where experiment_id = 'EXP-002'").fetchall()
@@ -199,7 +206,10 @@ def test_sigterm_to_the_driver_checkpoints_the_tasks_and_leaves_the_queue_as_wor
     reader.join(timeout=10)
     said = "".join(lines)
     assert driver.returncode == 143, said
-    assert json.loads(document.read_text())["status"] == "interrupted" and "work: stopped by SIGTERM" in said, said
+    written = json.loads(document.read_text())
+    assert written["status"] == "interrupted" and "work: stopped by SIGTERM" in said, said
+    assert [e["event"] for e in written["events"]] == ["halted", "stopped", "stopped"], written
+    assert written["events"][0]["reason"] == "SIGTERM"
     assert said.strip().splitlines()[-1].startswith("octlm: stopped by SIGTERM"), said
     with sqlite3.connect(home / "registry.db") as conn:
         claims = conn.execute("select outcome from sweep_claims").fetchall()
@@ -209,6 +219,7 @@ def test_sigterm_to_the_driver_checkpoints_the_tasks_and_leaves_the_queue_as_wor
     for experiment_id, status, end_step in runs:  # each task checkpointed where it stopped, and the driver holds it
         assert status == "interrupted" and end_step == steps_of(home, experiment_id)[-1] > 0, runs
     assert [run[0] for run in runs] == ["EXP-002", "EXP-003"], runs
+    assert sorted((e["trial"], e["step"]) for e in written["events"][1:]) == [(run[0], run[2]) for run in runs]
 
 
 def test_a_checkpoint_of_an_earlier_try_or_a_step_held_is_dropped_with_a_line(tmp_path: Path) -> None:
@@ -217,6 +228,7 @@ def test_a_checkpoint_of_an_earlier_try_or_a_step_held_is_dropped_with_a_line(tm
     changes nothing; the current try's newer one is merged into the home."""
     from octlm.core.home import Home
     from octlm.tasks.sweeps.working import inflight, remote
+    from octlm.tasks.sweeps.working.trial_log import Tally
 
     source = write_corpus(tmp_path / "node")
     write_experiment(source, training={"steps": 8}, checkpoint={"interval": 4, "keep": 3})
@@ -226,18 +238,80 @@ def test_a_checkpoint_of_an_earlier_try_or_a_step_held_is_dropped_with_a_line(tm
     home, said = write_corpus(tmp_path / "driver"), []
     job = remote.Job("EXP-001", 7, 2, 8, "eval_loss", 1, str(home), b"")
     flight = inflight.Flight({}, job, None, 0.0)  # no claim row: merging needs none
-    traffic = inflight.Traffic()
+    traffic, tally = inflight.Traffic(), Tally(events=[])
 
     def shipment(attempt: int) -> remote.Shipment:
         return remote.Shipment("EXP-001", 7, attempt, "vm/0123abcd", 4, pack.read_bytes(), 0.01)
 
-    assert inflight.arrived(Home(home), {7: flight}, shipment(1), traffic, said.append) == 0.0
+    assert inflight.arrived(Home(home), {7: flight}, shipment(1), traffic, said.append, tally) == 0.0
     assert (
         said[-1] == "EXP-001: a checkpoint of step 4 from vm/0123abcd came late (an earlier try of the trial): dropped"
     )
     assert not (home / "checkpoints").exists() and traffic.count == 0
-    assert inflight.arrived(Home(home), {7: flight}, shipment(2), traffic, said.append) > 0
+    assert [(e["event"], e["trial"], e["node"], e["attempt"], e["step"]) for e in tally.events] == [
+        ("dropped", "EXP-001", "vm/0123abcd", 1, 4)
+    ]
+    assert inflight.arrived(Home(home), {7: flight}, shipment(2), traffic, said.append, tally) > 0
     assert steps_of(home, "EXP-001") == [4] and (flight.step, traffic.count) == (4, 1)
     assert said[-1] == "EXP-001: step 4 on node vm/0123abcd, its checkpoint held by the driver"
-    assert inflight.arrived(Home(home), {7: flight}, shipment(2), traffic, said.append) == 0.0  # the same again
+    assert inflight.arrived(Home(home), {7: flight}, shipment(2), traffic, said.append, tally) == 0.0  # the same again
     assert said[-1].endswith("came late (a step held): dropped") and traffic.count == 1
+    assert [e["reason"] for e in tally.events] == ["an earlier try of the trial", "a step held"]
+
+
+@needs_ray
+def test_a_driver_killed_while_a_trial_trains_leaves_claims_that_doctor_and_work_take_back(tmp_path: Path) -> None:
+    """A ``--ray`` driver on a terminal (tmux) draws watch's table of its trial (its node, step and ETA); SIGKILL to
+    it mid-trial (no handler runs): its claim stays open under its pid, as a killed worker's (``test_sweeps``: a
+    killed worker's trial taken over); ``doctor --repair`` settles it lost, and a plain ``work`` resumes the trial from
+    the newest checkpoint the driver had merged into the home and finishes the sweep, bit for bit a straight run."""
+    home = write_corpus(tmp_path / "home")
+    training = {"steps": 40, "eval_interval": 20, "log_interval": 5, "warmup_steps": 2}
+    write_experiment(home, training=training, checkpoint={"interval": 5, "keep": 3})
+    made = cli(home, "sweep", "new", "one", "--from", "EXP-001", "--grid", "training.learning_rate=1e-3")
+    assert made.exit_code == 0, made.stderr
+    command = f"{sys.executable} -m octlm --home {home} work one --ray local; sleep 60"
+    environment = {**os.environ, **QUIET, "TERM": "xterm-256color"}
+    for variable in ("NO_COLOR", "COLUMNS", "LINES"):  # the pane's own size decides
+        environment.pop(variable, None)
+    tmux = ["tmux", "-L", f"octlm-ray-{os.getpid()}"]  # a server of its own, started with this environment
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "ray", "-x", "160", "-y", "40", command], check=True, env=environment
+    )
+    try:
+        screen, deadline = "", time.monotonic() + 120
+        row = re.compile(r"EXP-002 +running +(\d+)/40 .* (\d+ s)\b")  # watch's row: the step and ETA heard
+        while not (row.search(screen) and "EXP-002: step 5 on node" in screen and "EXP-002 on node " in screen):
+            assert time.monotonic() < deadline, screen
+            time.sleep(0.1)
+            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", "ray"], capture_output=True, text=True).stdout
+        assert "octlm work --ray" in screen and "sweeps" in screen, screen
+        with sqlite3.connect(home / "registry.db") as conn:
+            (pid,) = conn.execute("select pid from sweep_claims where released is null").fetchone()
+        os.kill(pid, signal.SIGKILL)  # the driver: no handler runs, nothing is released
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+    with sqlite3.connect(home / "registry.db") as conn:
+        held = conn.execute("select experiment_id, pid, device from sweep_claims where released is null").fetchall()
+    assert held == [("EXP-002", pid, "ray")], screen
+    held_steps = steps_of(home, "EXP-002")
+    assert held_steps and held_steps[-1] < 40, held_steps  # what the driver held when it died: the trial resumes there
+    repaired = octlm(home, "doctor", "--repair", env=QUIET)
+    assert "claim" in repaired.stdout, repaired.stdout + repaired.stderr
+    with sqlite3.connect(home / "registry.db") as conn:
+        assert conn.execute("select outcome from sweep_claims").fetchall() == [("lost",)]
+    finished = octlm(home, "work", "one", "--until-empty", "--threads", "1", "-q", env=QUIET)
+    assert finished.returncode == 0, finished.stderr
+    with sqlite3.connect(home / "registry.db") as conn:
+        claims = conn.execute("select experiment_id, outcome from sweep_claims order by id").fetchall()
+        trials = conn.execute("select experiment_id, status from sweep_trials").fetchall()
+        resumed = conn.execute("select resumed_from from runs where experiment_id = 'EXP-002' order by id").fetchall()
+    assert claims == [("EXP-002", "lost"), ("EXP-002", "done")] and trials == [("EXP-002", "done")]
+    assert resumed[-1][0] is not None  # the plain worker continued from the checkpoint the driver held
+    twin = json_out(cli(home, "new", "--from", "EXP-002", "--json"))["id"]
+    assert octlm(home, "train", twin, "-q", env=QUIET).returncode == 0
+    ends = [checkpoint.read(layout.checkpoints(home / "checkpoints" / e)[-1][1]) for e in ("EXP-002", twin)]
+    assert ends[0].step == ends[1].step == 40
+    assert_same_training_state(*ends)

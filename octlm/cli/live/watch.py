@@ -49,9 +49,10 @@ DROPPABLE = ("train loss, recent", "tokens/s", "train loss", "eval loss")  # fir
 NUMBERS = ("train loss", "eval loss", "tokens/s")
 
 
-def draw(screen: live.Screen, width: int = 200) -> Group:
+def draw(screen: live.Screen, width: int = 200, heading: tuple[str, str] = ("octlm watch", "Ctrl-C to leave")) -> Group:
     """The experiments' table and the sweeps' queues, in ``width`` columns: the sparkline and then the figures go
-    first (said in the title), ID, status, step and ETA stay whole."""
+    first (said in the title), ID, status, step and ETA stay whole. ``heading``: who draws it, and how to leave
+    (``work --ray`` draws it too: ``on_ray``)."""
     body = [
         [
             render.plain(cell)
@@ -64,7 +65,7 @@ def draw(screen: live.Screen, width: int = 200) -> Group:
     ]
     header = list(WATCH_COLUMNS)
     keep, dropped = render.fit(header, body, ["raw"] * len(header), width, DROPPABLE)
-    title = f"octlm watch  {time.strftime('%H:%M:%S')}  (Ctrl-C to leave)"
+    title = f"{heading[0]}  {time.strftime('%H:%M:%S')}  ({heading[1]})"
     title += f"  {width} columns: left out {', '.join(dropped)}" if dropped else ""
     table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for index in keep:

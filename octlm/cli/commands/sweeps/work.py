@@ -101,19 +101,24 @@ def work(
 def _on_ray(
     home: Home, names: tuple[str, ...], address: str, threads: int, until_empty: bool, as_json: bool, quiet: bool
 ) -> None:
-    """``work --ray``: the driver (``tasks/sweeps/working/driver``) until the queue is empty or a signal stops it."""
+    """``work --ray``: the driver (``tasks/sweeps/working/driver``) until the queue is empty or a signal stops it, its
+    trials in the live view on a terminal (``live/on_ray``), its lines timestamped elsewhere; ``--json``: work's
+    document with the Ray path's ``events``."""
+    from octlm.cli.live.on_ray import RayView
     from octlm.runtime.load import cores
     from octlm.tasks.sweeps.working import driver
     from octlm.tasks.sweeps.working.trial_log import Tally
 
-    say = (lambda _: None) if quiet else render.info
     options = driver.RayOptions(names, address, threads, until_empty, cores())
-    tally = Tally()
+    tally, view = Tally(events=[]), RayView(home, names, quiet)
     try:
-        driver.work(home, options, say, tally)
+        driver.work(home, options, view.say, tally, view.show)
     except Interrupted:
+        view.close()
         _worked(tally, names, as_json, quiet)
         raise
+    finally:
+        view.close()
     _worked(tally, names, as_json, quiet)
     raise typer.Exit(tally.exit_code)
 

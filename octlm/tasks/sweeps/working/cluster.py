@@ -78,9 +78,10 @@ class Cluster:
         """The trial as a Ray task of ``job.threads`` CPUs; its object ref."""
         return self.task.options(num_cpus=job.threads).remote(job, self.mailbox)
 
-    def take(self) -> tuple[list[remote.Shipment], dict[int, tuple[str, int]]]:
-        """The checkpoints the tasks shipped since the last call, and each task's newest (node, step)."""
-        taken: tuple[list[remote.Shipment], dict[int, tuple[str, int]]] = self.ray.get(self.mailbox.take.remote())
+    def take(self) -> tuple[list[remote.Shipment], dict[int, remote.Heard]]:
+        """The checkpoints the tasks shipped since the last call, and what each claim's newest try said last (its
+        try, node and step: every ``remote.PROGRESS_S`` and at each checkpoint)."""
+        taken: tuple[list[remote.Shipment], dict[int, remote.Heard]] = self.ray.get(self.mailbox.take.remote())
         return taken
 
     def ready(self, refs: list[Any], timeout: float) -> list[Any]:

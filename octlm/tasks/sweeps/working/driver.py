@@ -47,6 +47,11 @@ POLL_S = 0.25
 MAX_TRIES = 3  # a trial's tasks lost in a row before it is marked failed
 STOP_WAIT_S = 300.0  # how long a stopped driver waits for its tasks' last checkpoints
 Say = Callable[[str], None]
+Show = Callable[[list[inflight.Flight]], None]  # the live view, given the trials in flight at each turn
+
+
+def _unseen(flights: list[inflight.Flight]) -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class Driver:
     cluster: Cluster
     say: Say
     tally: Tally
+    show: Show = _unseen
     flights: dict[int, inflight.Flight] = field(default_factory=dict)  # by claim id
     busy: set[int] = field(default_factory=set)
     shipped: inflight.Traffic = field(default_factory=inflight.Traffic)
@@ -85,13 +91,14 @@ class Driver:
         }
 
 
-def work(home: Home, options: RayOptions, say: Say, tally: Tally) -> Tally:
+def work(home: Home, options: RayOptions, say: Say, tally: Tally, show: Show = _unseen) -> Tally:
     """Train the queue's trials on Ray until the queue is empty (``until_empty``) or a signal stops the driver
-    (``Interrupted``, once the running trials have checkpointed and been queued again)."""
+    (``Interrupted``, once the running trials have checkpointed and been queued again); ``show`` is given the trials
+    in flight at each turn (the live view: their node, step and ETA)."""
     with Registry(home.registry, create=False) as registry:  # an unknown sweep said before Ray starts
         worker.sweep_ids(registry, options.sweeps)
     cluster = Cluster.connect(options.address, options.cpus)
-    driver = Driver(home, options, cluster, say, tally)
+    driver = Driver(home, options, cluster, say, tally, show)
     tally.workers = cluster.capacity(options.threads)
     each = counted(options.threads, "thread")
     say(f"work: on Ray at {cluster.address}: {counted(tally.workers, 'trial')} at once, {each} each")
@@ -181,14 +188,17 @@ def _launch(driver: Driver, trial: ClaimedTrial, attempt: int) -> inflight.Fligh
 def _turn(driver: Driver, timeout: float) -> None:
     """Wait up to ``timeout`` for a task to end; merge the checkpoints shipped meanwhile, then each task's end."""
     ready = driver.cluster.ready([flight.ref for flight in _all(driver)], timeout)
-    shipped, steps = driver.cluster.take()  # after ``ready``: a task's checkpoints were put before it ended
-    for claim_id, (node, step) in steps.items():
+    shipped, heard = driver.cluster.take()  # after ``ready``: a task's checkpoints were put before it ended
+    for claim_id, (attempt, node, step) in heard.items():
         flight = driver.flights.get(claim_id)
-        if flight is not None and not flight.node:
-            flight.node = node
-            driver.say(f"{flight.job.experiment_id}: training on node {node} (step {step}, try {flight.job.attempt})")
+        if flight is not None and flight.job.attempt == attempt:  # not what a lost try said last
+            if flight.seen is None:
+                driver.say(f"{flight.job.experiment_id}: training on node {node} (step {step}, try {attempt})")
+            flight.heard(node, step)
     for item in shipped:
-        driver.tally.overhead_s += inflight.arrived(driver.home, driver.flights, item, driver.shipped, driver.say)
+        merged = inflight.arrived(driver.home, driver.flights, item, driver.shipped, driver.say, driver.tally)
+        driver.tally.overhead_s += merged
+    driver.show(_all(driver))
     for ref in ready:
         flight = next((f for f in _all(driver) if f.ref == ref), None)
         if flight is not None:
@@ -218,6 +228,8 @@ def _ended(driver: Driver, flight: inflight.Flight, ended: Ended) -> None:
         return trials.record_done(driver.home, trial, outcome.value, log, driver.say, driver.tally)
     if outcome.status == "stopped":
         trials.settle(driver.home, trial, "queued")
+        held = layout.checkpoints(driver.home.checkpoint_dir(experiment_id))
+        driver.tally.saw("stopped", experiment_id, outcome.node, outcome.attempt, step=held[-1][0] if held else 0)
         driver.say(f"{experiment_id}: stopped on node {outcome.node}; its claim is released and it resumes later")
         return None
     return trials.record_failed(driver.home, trial, RuntimeError(outcome.error), log, driver.say, driver.tally)
@@ -228,6 +240,7 @@ def _lost(driver: Driver, flight: inflight.Flight, reason: str, log: TrialLog) -
     driver holds, or failed after ``MAX_TRIES`` tries."""
     experiment_id, attempt = flight.job.experiment_id, flight.job.attempt + 1
     where = f" on node {flight.node}" if flight.node else ""
+    driver.tally.saw("lost", experiment_id, flight.node, flight.job.attempt, step=flight.step, reason=reason)
     if attempt > MAX_TRIES or driver.signum:
         if driver.signum:
             trials.settle(driver.home, flight.trial, "queued")
@@ -243,6 +256,7 @@ def _lost(driver: Driver, flight: inflight.Flight, reason: str, log: TrialLog) -
     except Exception as error:  # it cannot be packed again (its sweep damaged meanwhile): the trial fails
         return trials.record_failed(driver.home, flight.trial, error, log, driver.say, driver.tally)
     driver.flights[flight.trial["claim_id"]] = resumed
+    driver.tally.saw("resubmitted", experiment_id, attempt=attempt, step=resumed.step)
     driver.say(
         f"{experiment_id}: its task{where} was lost ({reason}): submitted again, resuming at step {resumed.step} "
         f"(try {attempt} of {MAX_TRIES})"
@@ -259,6 +273,7 @@ def _stop(driver: Driver) -> None:
     they end (``STOP_WAIT_S`` at most), then ``Interrupted``."""
     name = signal.Signals(driver.signum).name
     driver.tally.status = "interrupted"
+    driver.tally.saw("halted", None, reason=name)
     if driver.flights:
         driver.say(f"work: stopped by {name}: the {len(driver.flights)} running trials checkpoint and are queued again")
         driver.cluster.halt()

@@ -4,7 +4,8 @@ last pack merged into the home with the code ``unpack`` uses (``merge_back``: ``
 training on its node brought up to date by each), the home keeping its checkpoints by the keeper's rule
 (``keeper.retained``, so that it holds what a ``work`` run leaves); the task's log appended to the trial's
 (``append_log``); and what the shipping cost (``Traffic``). A checkpoint from an earlier try of a trial (its task lost
-and submitted again), or of a step the driver holds already, is dropped with a line.
+and submitted again), or of a step the driver holds already, is dropped with a line (and an event of ``--json``'s).
+Each flight also keeps the step its task said last and the rate since the first, for the live view (``Flight.eta_s``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from octlm.store.registry import Registry
 from octlm.store.sweeps.records import ClaimedTrial
 from octlm.tasks.sweeps.upkeep import shipping
 from octlm.tasks.sweeps.working import remote
+from octlm.tasks.sweeps.working.trial_log import Tally
 
 Say = Callable[[str], None]
 
@@ -40,6 +42,21 @@ class Flight:
     began: float
     node: str = ""
     step: int = 0
+    live: int = 0  # the step its task said last (``remote.PROGRESS_S``), for the live view
+    seen: tuple[float, int] | None = None  # when its task first said a step, and which
+
+    def heard(self, node: str, step: int) -> None:
+        """What its task said last: its node and step (the first step heard starts the clock of ``eta_s``)."""
+        self.node, self.live = node, max(step, self.live)
+        if self.seen is None:
+            self.seen = (time.monotonic(), step)
+
+    def eta_s(self) -> float | None:
+        """The seconds left to its target at the rate its steps came since the first one heard; None before two."""
+        if self.seen is None or self.live <= self.seen[1]:
+            return None
+        rate = (self.live - self.seen[1]) / max(time.monotonic() - self.seen[0], 1e-6)
+        return max(self.job.target_step - self.live, 0) / rate
 
 
 @dataclass
@@ -60,13 +77,16 @@ class Traffic:
         )
 
 
-def arrived(home: Home, flying: dict[int, Flight], item: remote.Shipment, traffic: Traffic, say: Say) -> float:
+def arrived(
+    home: Home, flying: dict[int, Flight], item: remote.Shipment, traffic: Traffic, say: Say, tally: Tally
+) -> float:
     """A checkpoint shipped by a task: merged into the home, unless it comes from an earlier try or the driver holds
-    it already (dropped, with a line). The seconds merging it took."""
+    it already (dropped, with a line and a ``dropped`` event). The seconds merging it took."""
     flight = flying.get(item.claim_id)
     if flight is None or flight.job.attempt != item.attempt or item.step <= flight.step:
         why = "an earlier try of the trial" if flight is None or flight.job.attempt != item.attempt else "a step held"
         say(f"{item.experiment_id}: a checkpoint of step {item.step} from {item.node} came late ({why}): dropped")
+        tally.saw("dropped", item.experiment_id, item.node, item.attempt, step=item.step, reason=why)
         return 0.0
     began = time.perf_counter()
     merge_back(home, item.experiment_id, item.pack)

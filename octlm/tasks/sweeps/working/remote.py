@@ -36,6 +36,7 @@ from octlm.tasks.sweeps.working.trial_log import TrialLog
 
 PROGRESS_S = 1.0  # how often a task tells the driver its step (and asks whether to stop)
 LOG_LINES = 1000  # the lines of its log a task hands back, appended to the driver's ``runs/<ID>.log``
+Heard = tuple[int, str, int]  # what a task said last: its try, its node and its step
 
 
 @dataclass(frozen=True)
@@ -89,19 +90,20 @@ class Mailbox:
 
     def __init__(self) -> None:
         self.items: list[Shipment] = []
-        self.steps: dict[int, tuple[str, int]] = {}  # claim id -> (node, step)
+        self.steps: dict[int, Heard] = {}  # claim id -> its newest try's (attempt, node, step)
         self.stop = False
 
     def put(self, item: Shipment) -> bool:
         self.items.append(item)
-        self.steps[item.claim_id] = (item.node, item.step)
+        self.progress(item.claim_id, item.attempt, item.node, item.step)
         return self.stop
 
-    def progress(self, claim_id: int, node: str, step: int) -> bool:
-        self.steps[claim_id] = (node, step)
+    def progress(self, claim_id: int, attempt: int, node: str, step: int) -> bool:
+        if attempt >= self.steps.get(claim_id, (0, "", 0))[0]:  # a lost try's last words never hide the next's
+            self.steps[claim_id] = (attempt, node, step)
         return self.stop
 
-    def take(self) -> tuple[list[Shipment], dict[int, tuple[str, int]]]:
+    def take(self) -> tuple[list[Shipment], dict[int, Heard]]:
         items, self.items = self.items, []
         return items, dict(self.steps)
 
@@ -131,7 +133,8 @@ class CheckpointRelay(TrialLog):
 
         if time.monotonic() - self.told >= PROGRESS_S:
             self.told = time.monotonic()
-            self._stop_if(ray.get(self.mailbox.progress.remote(self.job.claim_id, self.node, step)))
+            job = self.job
+            self._stop_if(ray.get(self.mailbox.progress.remote(job.claim_id, job.attempt, self.node, step)))
 
     def checkpoint(self, step: int, path: Path) -> None:
         import ray

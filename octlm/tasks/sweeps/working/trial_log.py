@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from octlm.core.errors import OK, TRIAL_FAILED
 from octlm.core.records import RunRecord
@@ -35,6 +35,7 @@ class Tally:
     trained_s: float = 0.0
     status: str = "empty"
     workers: int = 1
+    events: list[RayEvent] | None = None  # ``work --ray``: what the Ray path saw, in order (None elsewhere)
 
     @classmethod
     def resumed(cls) -> Tally:
@@ -66,7 +67,7 @@ class Tally:
         return TRIAL_FAILED if self.failed else OK
 
     def as_json(self) -> TallyJson:
-        return {
+        document: TallyJson = {
             "done": self.done,
             "failed": self.failed,
             "overhead_s": round(self.overhead_s, 3),
@@ -74,13 +75,33 @@ class Tally:
             "status": self.status,
             "workers": self.workers,
         }
+        if self.events is not None:
+            document["events"] = self.events
+        return document
+
+    def saw(self, event: str, trial: str | None, node: str = "", attempt: int | None = None, **more: object) -> None:
+        """One event of the Ray path (``RayEvent``), stamped now; ``more``: its ``step`` and ``reason``."""
+        if self.events is not None:
+            step, reason = more.get("step"), more.get("reason")
+            self.events.append(
+                {
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "event": event,
+                    "trial": trial,
+                    "node": node or None,
+                    "attempt": attempt,
+                    "step": step if isinstance(step, int) else None,
+                    "reason": str(reason) if reason is not None else None,
+                }
+            )
 
 
 class TallyJson(TypedDict):
     """What ``octlm work --json`` writes (one document, with ``--workers N`` too: every worker's added up): the
     trials done and failed in this call, the time spent training and around it, how the work ended (``empty``: no
     trial left to take; ``interrupted``: stopped by a signal, the running trials checkpointed and queued again) and
-    by how many workers. A failed trial makes the exit code 5."""
+    by how many workers (with ``--ray``: how many trials the cluster trains at once). A failed trial makes the exit
+    code 5. With ``--ray`` only: ``events``, what the Ray path saw, in order (each below)."""
 
     done: list[str]
     failed: list[str]
@@ -88,6 +109,26 @@ class TallyJson(TypedDict):
     trained_s: float
     status: str
     workers: int
+    events: NotRequired[list[RayEvent]]
+
+
+class RayEvent(TypedDict):
+    """One event of ``octlm work --ray``, as the driver saw it (``time``: ISO 8601, local). ``event``: ``lost`` (a
+    trial's task lost with its node or its worker: ``node``, the try lost as ``attempt``, the newest checkpoint the
+    driver holds of it as ``step``, Ray's error as ``reason``; when it was the last try the trial is in ``failed``),
+    ``resubmitted`` (submitted again: the new try as ``attempt``, the checkpoint step it resumes from as ``step``),
+    ``dropped`` (a checkpoint that came late, from an earlier try or of a step the driver holds: its ``step``,
+    ``node``, ``attempt``, and why as ``reason``), ``stopped`` (a trial that checkpointed on its node at ``step``
+    because the driver stopped, queued again) or ``halted`` (the driver stopped by a signal, named in ``reason``;
+    ``trial`` null). A key that does not apply is null."""
+
+    time: str
+    event: str
+    trial: str | None
+    node: str | None
+    attempt: int | None
+    step: int | None
+    reason: str | None
 
 
 class TrialLog:
