@@ -5,13 +5,20 @@ host and pid, the step their task said last (every ``remote.PROGRESS_S``, throug
 by), the ETA at the rate of their steps since the first one heard; the driver's lines above it. Off a terminal (a
 pipe, a log, ``TERM=dumb``) or with ``-q`` no table: the driver's lines, each timestamped as the training reporter's
 are (``progress.stamped``). Drawing never stops the driver: a stderr that stops taking writes ends the view.
+
+While the driver runs, whatever Ray itself writes to this process's stdout (its raylet's and workers' words, from
+threads and from C++) goes to stderr (``stdout_to_stderr``): stdout is ``--json``'s document alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import sqlite3
+import sys
 import time
+from collections.abc import Iterator
 
 from rich.live import Live
 
@@ -85,3 +92,19 @@ def placed(screen: live.Screen, flights: list[Flight]) -> live.Screen:
     experiments = tuple(heard(row) if row.id in flying else row for row in screen.experiments)
     queues = tuple(dataclasses.replace(q, running=tuple(where(*pair) for pair in q.running)) for q in screen.sweeps)
     return live.Screen(experiments, queues, screen.unknown)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 pointed at stderr's file while the block runs (Ray writes there, from threads and C++, when
+    a node dies: ``(raylet) Raylet is terminated ...``), then given back, for ``--json``'s document."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

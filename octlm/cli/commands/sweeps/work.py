@@ -104,7 +104,7 @@ def _on_ray(
     """``work --ray``: the driver (``tasks/sweeps/working/driver``) until the queue is empty or a signal stops it, its
     trials in the live view on a terminal (``live/on_ray``), its lines timestamped elsewhere; ``--json``: work's
     document with the Ray path's ``events``."""
-    from octlm.cli.live.on_ray import RayView
+    from octlm.cli.live.on_ray import RayView, stdout_to_stderr
     from octlm.runtime.load import cores
     from octlm.tasks.sweeps.working import driver
     from octlm.tasks.sweeps.working.trial_log import Tally
@@ -112,7 +112,8 @@ def _on_ray(
     options = driver.RayOptions(names, address, threads, until_empty, cores())
     tally, view = Tally(events=[]), RayView(home, names, quiet)
     try:
-        driver.work(home, options, view.say, tally, view.show)
+        with stdout_to_stderr():  # Ray's own words never mix with --json's document
+            driver.work(home, options, view.say, tally, view.show)
     except Interrupted:
         view.close()
         _worked(tally, names, as_json, quiet)
