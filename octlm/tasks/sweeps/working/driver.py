@@ -132,6 +132,7 @@ def _loop(driver: Driver) -> None:
         except Interrupted as error:  # a signal while a pack was unpacked (``stopping_at_once``): the same stop
             driver.signum = driver.signum or error.exit_code - 128
             return
+        driver.show([])  # nothing in flight: the view says so, rather than the last trial still training
         waiting = worker.waiting(driver.home, worker.Options(driver.options.sweeps), driver.say)
         if not waiting and driver.options.until_empty:
             return
