@@ -19,8 +19,7 @@ from octlm.data.blocks import TokenBlocks
 from octlm.data.sampler import epochs_of
 from octlm.runtime import lean, rng
 from octlm.train.evaluation import PerBlock, evaluate_blocks
-from octlm.train.model.decoder import loss as model_loss
-from octlm.train.model.piecewise import PiecePlan, pass_size
+from octlm.train.model.piecewise import PiecePlan, pass_size, piece_losses
 from octlm.train.state import TrainState
 
 
@@ -106,11 +105,9 @@ def _one_pass(
     plan = _plan(state, len(mine), keep)
     inputs, targets = blocks.batch(torch.cat([part for _, part in mine]))
     logits = state.model(inputs.to(state.device), plan=plan)
-    losses, scale = [], state.ranks.gradient_scale
-    for piece_logits, piece_targets in zip(plan.cut(logits), plan.cut(targets), strict=True):
-        share = int((piece_targets != blocks.pad_id).sum()) / max(1, counted)
-        losses.append(model_loss(piece_logits, piece_targets.to(state.device), blocks.pad_id) * share)
-    torch.autograd.backward([loss * scale if scale != 1.0 else loss for loss in losses])
+    losses = piece_losses(logits, targets.to(state.device), blocks.pad_id, counted, plan.pieces)
+    scale = state.ranks.gradient_scale
+    (losses * scale if scale != 1.0 else losses).backward(torch.ones_like(losses))
     return plan.finish(losses)
 
 

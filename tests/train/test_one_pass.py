@@ -59,12 +59,8 @@ def per_piece(model: Decoder, tokens: torch.Tensor, targets: torch.Tensor, piece
 def one_pass(model: Decoder, tokens: torch.Tensor, targets: torch.Tensor, pieces: int) -> list[torch.Tensor]:
     counted = int((targets != PAD).sum())
     plan = PiecePlan(list(model.parameters()), pieces).begin()
-    logits = model(tokens, plan=plan)
-    losses = [
-        loss(piece_logits, piece_targets, PAD) * (int((piece_targets != PAD).sum()) / counted)
-        for piece_logits, piece_targets in zip(plan.cut(logits), plan.cut(targets), strict=True)
-    ]
-    torch.autograd.backward(losses)
+    losses = piecewise.piece_losses(model(tokens, plan=plan), targets, PAD, counted, pieces)
+    losses.backward(torch.ones_like(losses))
     assert all(p.grad is None for p in model.parameters())  # every gradient went to the leaves
     return [leaf.clone() for leaf in plan.finish(losses)]
 

@@ -60,7 +60,9 @@ class PiecePlan:
 
     def _allocate(self) -> tuple[torch.Tensor, list[list[torch.Tensor]]]:
         leaves = torch.empty(self.pieces, self.offsets[-1] + 1, dtype=self.like.dtype, device=self.like.device)
-        ends = zip(self.offsets, self.offsets[1:], self.shapes, strict=False)
+        ends = list(zip(self.offsets, self.offsets[1:], self.shapes, strict=False))
+        # parameter i's gradient in every piece's leaf at once, (pieces, *shape): one call writes all of them
+        self.stacked = [leaves[:, start:end].view(self.pieces, *shape) for start, end, shape in ends]
         return leaves, [[leaf[start:end].view(shape) for leaf in leaves] for start, end, shape in ends]
 
     def begin(self, keep: bool = True) -> PiecePlan:
@@ -82,31 +84,29 @@ class PiecePlan:
         self.written.add(i)
         return True
 
-    def finish(self, losses: list[torch.Tensor]) -> list[torch.Tensor]:
+    def finish(self, losses: torch.Tensor) -> list[torch.Tensor]:
         """Every piece's leaf once the backward is done: a parameter the pass did not reach set to zero (as
-        ``PieceSum`` does), and each piece's loss last."""
+        ``PieceSum`` does), and each piece's loss (``losses``: one a piece) last."""
         for i in set(range(len(self.slots))) - self.written:
-            for slot in self.slots[i]:
-                slot.zero_()
-        for leaf, loss in zip(self.leaves, losses, strict=True):
-            leaf[-1] = loss.detach().to(leaf.dtype)
+            self.stacked[i].zero_()
+        self.leaves[:, -1].copy_(losses.detach())
         return list(self.leaves.unbind(0))
 
 
 def _weight_hook(plan: PiecePlan, weight: torch.Tensor, x: torch.Tensor) -> Callable[[torch.Tensor], None]:
     """What a linear layer's output hands its gradient to: each piece's ``grad.t().mm(input)`` (autograd's call for
-    a weight used as ``weight.t()``) into the piece's leaf, added where the tied weight has one already."""
-    i = plan.index[id(weight)]
+    a weight used as ``weight.t()``) into the piece's leaf, added where the tied weight has one already.
+
+    The pieces' products are one ``bmm`` over the pieces, each of whose matrices gets the bits of that ``mm``
+    (MKL's product per matrix; checked at 1 and 2 threads, with MKL's strict mode and without, by
+    ``tests/train/test_one_pass.py``): one call where there were one a piece, and no Python loop. Not ``out=``:
+    into the leaves' strided view, without MKL's strict mode, ``bmm`` took another kernel for narrow inputs."""
+    i, pieces = plan.index[id(weight)], plan.pieces
 
     def hook(grad: torch.Tensor) -> None:
-        rows, inputs = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
-        pairs = zip(plan.cut(rows), plan.cut(inputs), plan.slots[i], strict=True)
-        if plan.fresh(i):
-            for g, a, slot in pairs:
-                torch.mm(g.t(), a, out=slot)
-        else:
-            for g, a, slot in pairs:
-                slot.add_(g.t().mm(a))
+        rows, inputs = grad.reshape(pieces, -1, grad.shape[-1]), x.reshape(pieces, -1, x.shape[-1])
+        products = torch.bmm(rows.transpose(1, 2), inputs)  # (pieces, out, in)
+        plan.stacked[i].copy_(products) if plan.fresh(i) else plan.stacked[i].add_(products)
 
     return hook
 
@@ -130,10 +130,13 @@ def _scale_hook(plan: PiecePlan, weight: torch.Tensor, normalized: torch.Tensor)
     i = plan.index[id(weight)]
 
     def hook(grad: torch.Tensor) -> None:
-        fresh = plan.fresh(i)
-        for part, slot in zip(plan.cut(grad.mul(normalized)), plan.slots[i], strict=True):
-            value = part.sum_to_size(weight.shape)
-            slot.copy_(value) if fresh else slot.add_(value)
+        parts, dims = plan.cut(grad.mul(normalized)), tuple(range(grad.dim() - 1))
+        if plan.fresh(i):  # sum_to_size is this sum over the leading dimensions, here straight into the leaf
+            for part, slot in zip(parts, plan.slots[i], strict=True):
+                torch.sum(part, dims, out=slot)
+        else:
+            for part, slot in zip(parts, plan.slots[i], strict=True):
+                slot.add_(part.sum_to_size(weight.shape))
 
     return hook
 
@@ -159,6 +162,45 @@ class PieceSiLU(torch.autograd.Function):
         for g, part, into in zip(*cut, strict=True):
             torch.ops.aten.silu_backward.grad_input(g, part, grad_input=into)
         return result, None, None
+
+
+class PieceLoss(torch.autograd.Function):
+    """Each piece's summed cross-entropy over its non-PAD targets, with the bits ``F.cross_entropy(...,
+    reduction="sum")`` gives the piece alone (it is ``nll_loss`` of ``log_softmax``): ``log_softmax`` once over
+    every row (row-invariant), ``nll_loss`` per piece (a sum over the piece's rows). The backward writes each piece's
+    ``nll_loss_backward`` into its rows of one buffer (autograd would concatenate the pieces' gradients) and calls
+    ``log_softmax``'s backward once."""
+
+    @staticmethod
+    def forward(ctx: Ctx, logits: torch.Tensor, targets: torch.Tensor, pieces: int, pad_id: int) -> torch.Tensor:
+        logp = torch.log_softmax(logits, 1)
+        cut = zip(logp.chunk(pieces), targets.chunk(pieces), strict=True)
+        sums = [torch.ops.aten.nll_loss_forward(part, t, None, SUM, pad_id) for part, t in cut]
+        ctx.pieces, ctx.pad_id, ctx.weights = pieces, pad_id, [weight for _, weight in sums]
+        ctx.save_for_backward(logp, targets)
+        return torch.stack([total for total, _ in sums])
+
+    @staticmethod
+    def backward(ctx: Ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        logp, targets = ctx.saved_tensors
+        into = torch.empty_like(logp)
+        cut = (t.chunk(ctx.pieces) for t in (logp, targets, into))
+        for g, part, t, rows, weight in zip(grad.unbind(), *cut, ctx.weights, strict=True):
+            torch.ops.aten.nll_loss_backward.grad_input(g, part, t, None, SUM, ctx.pad_id, weight, grad_input=rows)
+        return torch.ops.aten._log_softmax_backward_data(into, logp, 1, logp.dtype), None, None, None
+
+
+SUM = 2  # ATen's reduction code for "sum"
+
+
+def piece_losses(logits: torch.Tensor, targets: torch.Tensor, pad_id: int, counted: int, pieces: int) -> torch.Tensor:
+    """Every piece's loss as a piece alone weighs it (``loop._backward``): its mean cross-entropy over its non-PAD
+    targets (``decoder.loss``) times its share of the ``counted`` targets of the global batch; one a piece, with the
+    same divisions and products, element by element."""
+    totals = PieceLoss.apply(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), pieces, pad_id)
+    counts = (targets != pad_id).reshape(pieces, -1).sum(1)
+    shares = torch.tensor([count / max(1, counted) for count in counts.tolist()], dtype=totals.dtype)
+    return totals / counts.clamp(min=1) * shares.to(totals.device)
 
 
 def _lengths(n: int, pieces: int, parts: Callable[[int], list[int]] | None) -> list[int]:
