@@ -55,8 +55,8 @@ def _two_steps(fill: bool) -> list[torch.Tensor]:
 
 def test_a_cpu_process_leaves_new_memory_unfilled_and_trains_the_same_bits() -> None:
     """Deterministic mode fills every new tensor (NaN) before a kernel writes it: a pass over memory per allocation,
-    188 a day1 step. ATen's CPU kernels write all they allocate, so a CPU process goes without the fill (issue 50
-    item 5): the same weights either way."""
+    145 of the 188 fills of a day1 step. ATen's CPU kernels write all they allocate, so a CPU process goes without
+    the fill (issue 50 item 5): the same weights either way."""
     import torch.utils.deterministic
 
     from octlm.runtime import machine
