@@ -25,7 +25,6 @@ octlm/x.py:12``), so that the campaign counts distinct failures by it (``signatu
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -179,9 +178,8 @@ class Sandbox:
         return self.root / "out"
 
     def fill(self, valid: dict[str, Any]) -> None:
-        shutil.copytree(valid["home"], self.home, symlinks=True)
-        shutil.copytree(valid["state"], self.root / "state", symlinks=True)
-        shutil.copytree(valid["in"], self.root / "in", symlinks=True)
+        for name in ("home", "state", "in"):
+            _image(valid[name]).write(self.root / name)
         for folder in ("outside/folder", "cwd", "user", "out"):
             (self.root / folder).mkdir(parents=True)
         (self.outside / "secret.txt").write_text("not octlm's\n")
@@ -204,18 +202,75 @@ class Sandbox:
 
 def _stamp(path: str, info: os.stat_result) -> tuple[Any, ...]:
     kind = stat.S_IFMT(info.st_mode)
-    digest = _sha256(path) if stat.S_ISREG(info.st_mode) else None
+    data = _bytes(path) if stat.S_ISREG(info.st_mode) else None
     if stat.S_ISDIR(info.st_mode):  # a folder's own times change when octlm looks around it; its entries say more
         return (kind, stat.S_IMODE(info.st_mode))
-    return (kind, info.st_size, stat.S_IMODE(info.st_mode), info.st_mtime_ns, digest)
+    return (kind, info.st_size, stat.S_IMODE(info.st_mode), info.st_mtime_ns, data)
 
 
-def _sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
+def _bytes(path: str | Path) -> bytes:
+    """A file's bytes, kept whole to be compared (a home is a few megabytes, in memory: comparing them costs less
+    than hashing them twice a case)."""
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return handle.read()
+
+
+@dataclass(frozen=True)
+class Image:
+    """A folder as it stands, read once: each entry's path, type, mode and times, and a file's bytes or a link's
+    target. ``write`` makes a copy of it that shares no inode with it (a hard link would carry a case's writes back
+    into the valid home), with the times kept (the token cache is keyed by the corpus's), in a few milliseconds where
+    ``shutil.copytree`` took a case's tenth."""
+
+    entries: tuple[tuple[str, int, int, int, bytes | str | None], ...]  # (path, mode, atime, mtime, data)
+
+    @classmethod
+    def read(cls, root: str | Path) -> Image:
+        entries = []
+        for top, folders, files in os.walk(root):
+            for name in sorted(folders) + sorted(files):
+                path = os.path.join(top, name)
+                info = os.lstat(path)
+                data: bytes | str | None = None
+                if stat.S_ISLNK(info.st_mode):
+                    data = os.readlink(path)
+                elif stat.S_ISREG(info.st_mode):
+                    data = _bytes(path)
+                elif not stat.S_ISDIR(info.st_mode):
+                    raise ValueError(f"{path}: neither a file, a folder nor a link")
+                entries.append((os.path.relpath(path, root), info.st_mode, info.st_atime_ns, info.st_mtime_ns, data))
+        info = os.lstat(root)
+        entries.append((".", info.st_mode, info.st_atime_ns, info.st_mtime_ns, None))
+        return cls(tuple(entries))
+
+    def write(self, root: Path) -> None:
+        root.mkdir(parents=True)
+        for path, mode, atime, mtime, data in self.entries:
+            target = root / path
+            if isinstance(data, str):
+                os.symlink(data, target)
+                continue
+            if data is None:
+                target.mkdir(exist_ok=True)
+            else:
+                with open(target, "xb") as handle:
+                    handle.write(data)
+            os.chmod(target, stat.S_IMODE(mode))
+            if data is not None:
+                os.utime(target, ns=(atime, mtime))
+        for path, _, atime, mtime, data in reversed(self.entries):  # a folder's times, once its entries are made
+            if data is None:
+                os.utime(root / path, ns=(atime, mtime))
+
+
+_IMAGES: dict[str, Image] = {}
+
+
+def _image(folder: str) -> Image:
+    """The valid ``folder`` as an ``Image``, read once a process (it is never changed once made)."""
+    if folder not in _IMAGES:
+        _IMAGES[folder] = Image.read(folder)
+    return _IMAGES[folder]
 
 
 def protected_files(home: Path) -> dict[str, tuple[Any, ...]]:
@@ -231,7 +286,7 @@ def protected_files(home: Path) -> dict[str, tuple[Any, ...]]:
                 info = os.lstat(path)
                 kind = stat.S_IFMT(info.st_mode)
                 readable = stat.S_ISREG(info.st_mode) and info.st_mode & 0o444
-                seen[os.path.relpath(path, home)] = (kind, _sha256(path) if readable else info.st_size)
+                seen[os.path.relpath(path, home)] = (kind, _bytes(path) if readable else info.st_size)
     return seen
 
 
@@ -242,20 +297,32 @@ ROWS = {
 }
 
 
-def registry_rows(home: Path) -> dict[str, set[tuple[Any, ...]]] | None:
-    """The registry's experiments, runs and checkpoints (their keys), or None where it cannot be read as it is. Read
-    from a copy of the database and its WAL: SQLite writes the WAL index (``-shm``) of a database it reads in place,
-    and a planted one may be a hard link to a file outside the home, which this must not change."""
+def registry_image(home: Path) -> tuple[bytes, bytes] | None:
+    """The registry's database and WAL as they stand (their bytes), or None where ``registry.db`` is not a file."""
     path = home / "registry.db"
     if not path.is_file() or path.is_symlink():
         return None
-    with tempfile.TemporaryDirectory(dir=home.parent) as scratch:
-        for suffix in ("", "-wal"):
-            side = Path(f"{path}{suffix}")
-            if side.is_file() and not side.is_symlink():
-                shutil.copyfile(side, Path(scratch) / f"copy.db{suffix}")
+    wal = Path(f"{path}-wal")
+    try:
+        return _bytes(path), _bytes(wal) if wal.is_file() and not wal.is_symlink() else b""
+    except OSError:
+        return None
+
+
+def registry_rows(image: tuple[bytes, bytes] | None, scratch: Path) -> dict[str, set[tuple[Any, ...]]] | None:
+    """The registry's experiments, runs and checkpoints (their keys) as ``registry_image`` found them, or None where
+    they cannot be read. Read from a copy of the database and its WAL in ``scratch``: SQLite writes the WAL index
+    (``-shm``) of a database it reads in place, and a planted one may be a hard link to a file outside the home,
+    which this must not change. The rows are a function of those two files' bytes: where both are as they were, the
+    rows are too, and ``check`` reads them only where they differ."""
+    if image is None:
+        return None
+    with tempfile.TemporaryDirectory(dir=scratch) as folder:
+        for suffix, data in zip(("", "-wal"), image, strict=True):
+            if suffix == "" or data:
+                Path(folder, f"copy.db{suffix}").write_bytes(data)
         try:
-            connection = sqlite3.connect(Path(scratch) / "copy.db", timeout=0.1)
+            connection = sqlite3.connect(Path(folder) / "copy.db", timeout=0.1)
             try:
                 return {table: set(connection.execute(query).fetchall()) for table, query in ROWS.items()}
             finally:
@@ -663,14 +730,14 @@ def check(reader: Reader, valid: dict[str, Any], mutations: Sequence[Mutation], 
         for mutation in mutations:
             applied(mutation, sandbox)
         args = [arg.replace("{out}", str(sandbox.out)).replace("{home}", str(sandbox.home)) for arg in args]
-        around, files, rows = sandbox.listing(), protected_files(sandbox.home), registry_rows(sandbox.home)
+        around, files, registry = sandbox.listing(), protected_files(sandbox.home), registry_image(sandbox.home)
         os.chdir(base / "cwd")
         with environment(HOME=str(base / "user"), XDG_STATE_HOME=str(base / "state"), NO_COLOR="1"):
             outcome = invoke(sandbox.home, args)
         os.chdir(cwd)
         failures = properties(outcome)
         failures += _outside(around, sandbox.listing())
-        failures += _kept(reader, files, protected_files(sandbox.home), rows, registry_rows(sandbox.home))
+        failures += _kept(reader, files, protected_files(sandbox.home), registry, registry_image(sandbox.home), base)
         if reader.extra is not None and not failures:
             failures += reader.extra(valid, sandbox, outcome, tuple(args))
         return failures
@@ -698,6 +765,9 @@ def applied(mutation: Mutation, sandbox: Sandbox) -> None:
 
 
 def _remove(base: Path) -> None:
+    shutil.rmtree(base, ignore_errors=True)
+    if not os.path.lexists(base):
+        return
     for top, folders, files in os.walk(base):  # a planted file nobody may read, or a folder nobody may enter
         for name in folders + files:
             path = os.path.join(top, name)
@@ -753,14 +823,19 @@ def _kept(
     reader: Reader,
     before: dict[str, tuple[Any, ...]],
     after: dict[str, tuple[Any, ...]],
-    rows_before: dict[str, set[tuple[Any, ...]]] | None,
-    rows_after: dict[str, set[tuple[Any, ...]]] | None,
+    registry_before: tuple[bytes, bytes] | None,
+    registry_after: tuple[bytes, bytes] | None,
+    scratch: Path,
 ) -> list[str]:
     failures = []
     lost = sorted(p for p in before if before[p] != after.get(p) and not p.startswith(reader.changes or ("\0",)))
     if lost:
         failures.append(f"lost or changed: {lost[:4]}")
-    if rows_before is not None and not reader.rows_may_change:
+    if registry_before == registry_after or reader.rows_may_change:
+        return failures  # the same bytes hold the same rows
+    rows_before = registry_rows(registry_before, scratch)
+    if rows_before is not None:
+        rows_after = registry_rows(registry_after, scratch)
         if rows_after is None:
             failures.append("the registry could be read before the command and not after")
         else:
