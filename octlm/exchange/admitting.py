@@ -36,18 +36,14 @@ def same_config(registry: ExchangeRegistry, item: ExportedExperiment, target: st
 
 def same_data(registry: ExchangeRegistry, item: ExportedExperiment, target: str, runs: list[ExportedRun]) -> None:
     """An experiment known here is merged only when its runs there trained on the data and tokenizer its runs here
-    trained on: a copy retrained on changed data is another experiment (its hashes would read as this one's)."""
+    trained on: a copy retrained on changed data is another experiment (its hashes would read as this one's). A
+    run's hashes are optional fields of its record (a run that failed before reading its data has none): one left
+    out says nothing either way, as one written null does."""
     mine = [run for run in runs if run["experiment_uuid"] == item["uuid"]]
     local = registry.runs(target)
-    for what, here, theirs in (
-        ("data", {str(r["data_hash"]) for r in local if r.get("data_hash")}, {str(r["data_hash"]) for r in mine}),
-        (
-            "tokenizer",
-            {str(r["tokenizer_hash"]) for r in local if r.get("tokenizer_hash")},
-            {str(r["tokenizer_hash"]) for r in mine},
-        ),
-    ):
-        theirs -= {"None", ""}
+    for what, key in (("data", "data_hash"), ("tokenizer", "tokenizer_hash")):
+        here = {str(r[key]) for r in local if r.get(key)}
+        theirs = {str(r.get(key)) for r in mine} - {"None", ""}
         if here and theirs - here:
             raise Refused(
                 f"{item['id']} is experiment {item['uuid']}, here as {target}, but the file's runs trained on other "
