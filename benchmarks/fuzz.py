@@ -41,6 +41,7 @@ os.environ.setdefault("OCTLM_NO_LOAD_CHECK", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "fuzz"), str(REPO / "tests")]
 
+STUCK = 180  # seconds a case may take, all limits past, before its process is ended (fuzzing.LIMIT is 20)
 READERS = ("config", "registry", "packs", "records", "runfiles", "checkpoints", "tokens", "sources")
 
 
@@ -86,7 +87,9 @@ def chunk(name: str, number: int, cases: int, seed: int, deadline: float, progre
     def one(data: st.DataObject) -> None:
         if result["cases"] >= cases or time.time() > deadline:
             return  # the campaign's time is spent: the cases left are not run (nor counted)
-        faulthandler.dump_traceback_later(300, file=out)  # a case stuck past every limit says where it is
+        # A case stuck past every limit (in C code that retries its call past the alarm: SQLite opening a FIFO) says
+        # where it is and ends its process: the chunk counts as a failure, and the campaign goes on in a new one.
+        faulthandler.dump_traceback_later(STUCK, file=out, exit=True)
         mutations, args = data.draw(strategy)
         try:
             failures = fz.check(reader, valid, mutations, args)
@@ -167,7 +170,8 @@ def main() -> None:
 
 def run_chunks(order: list[tuple[str, int, int]], options: argparse.Namespace, deadline: float, done: Any) -> None:
     """Each chunk of ``order`` run (in ``--jobs`` processes, in that order), ``done`` told each result. A process
-    that dies (a crash no ``except`` catches) is a failure of its chunk, and the campaign goes on in new ones."""
+    that dies (a crash no ``except`` catches, or a case stuck ``STUCK`` seconds) is a failure of its chunk, and the
+    campaign goes on in new ones."""
     given = (options.seed, deadline, options.progress)
     if options.jobs <= 1:
         for name, number, cases in order:

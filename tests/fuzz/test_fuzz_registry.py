@@ -46,6 +46,10 @@ class Sql(fz.Mutation):
     def apply(self, sandbox: fz.Sandbox) -> None:
         if not (sandbox.home / FILE).is_file():
             return  # an earlier mutation planted something else here (a FIFO would block the opening)
+        for suffix in ("-journal", "-wal", "-shm"):
+            side = sandbox.home / f"{FILE}{suffix}"
+            if side.is_symlink() or side.exists() and not side.is_file():
+                return  # SQLite would open a FIFO planted here and wait for a writer, retrying past any alarm
         with contextlib.suppress(sqlite3.Error, OverflowError, UnicodeError, ValueError):
             connection = sqlite3.connect(sandbox.home / FILE)  # not a database (a folder planted): nothing to edit
             try:
