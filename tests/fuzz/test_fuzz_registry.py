@@ -8,7 +8,9 @@ or a link, FIFO or device in its place. Every command that opens the registry mu
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,3 +185,23 @@ def test_a_blob_in_a_registry_cell_is_refused_by_export_and_pack_in_one_line(val
     in one line now, nothing written."""
     edit = (Sql(f'update "{table}" set "{column}" = ?', b"\x00\xff"),)
     assert fz.check(READER, valid, edit, command) == []
+
+
+@pytest.mark.parametrize("suffix", ["-journal", "-wal", "-shm"])
+def test_an_sql_edit_never_waits_on_a_side_file_planted_as_a_fifo(valid, tmp_path, suffix) -> None:
+    """The harness's own, found by the campaign: an ``Sql`` edit after a FIFO was planted as ``registry.db-journal``
+    opened it in SQLite, which waited for a writer and retried its ``open`` past every alarm (the campaign's process
+    stuck for good). Such an edit is skipped now, as one over a registry that is not a file; a writer is let in if it
+    waits all the same, so that this test fails rather than hangs."""
+    sandbox = fz.Sandbox(tmp_path / "case")
+    sandbox.fill(valid)
+    fifo = sandbox.home / f"{FILE}{suffix}"
+    fz.Plant(fifo.name, "fifo").apply(sandbox)
+    edit = threading.Thread(target=Sql("update experiments set description = 'x'").apply, args=(sandbox,), daemon=True)
+    edit.start()
+    edit.join(10)
+    waited = edit.is_alive()
+    if waited:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the writer it waits for, gone at once
+        edit.join(10)
+    assert not waited, f"an Sql edit waited on {fifo.name}, a FIFO"
