@@ -57,6 +57,9 @@ class ShowRequest:
         return "compare" if len(self.ids) > 1 else "detail"
 
 
+SHOWN_CELLS = 3  # damaged registry cells a warning names; the rest it counts
+
+
 @dataclass(frozen=True)
 class Shown:
     """What ``octlm show`` writes: ``document`` with --json; ``header`` and ``rows`` with --csv
@@ -99,13 +102,22 @@ def _check_mode(request: ShowRequest) -> None:
 
 
 def damaged_cells(home: Home) -> tuple[str, ...]:
-    """A warning per registry cell that is not valid JSON: shown as empty, every other row as usual."""
+    """One warning for the registry cells that are not valid JSON, naming the first few: shown as empty, every
+    other row as usual. One line however many (a registry damaged in every row would bury the output under a line
+    a row)."""
     with Registry(home.registry, create=False) as registry:
-        cells = registry.malformed_cells()
-    return tuple(
-        f"{home.registry.name}: {table} row {row_id}: {column} is not valid JSON; shown as empty "
-        "(`octlm doctor --repair` clears it)"
-        for table, row_id, column in cells
+        cells = [f"{table} row {row_id}: {column}" for table, row_id, column in registry.malformed_cells()]
+    if not cells:
+        return ()
+    repair = "(`octlm doctor --repair` clears {})"
+    if len(cells) == 1:
+        return (f"{home.registry.name}: {cells[0]} is not valid JSON; shown as empty {repair.format('it')}",)
+    named = ", ".join(cells[:SHOWN_CELLS]) + (
+        f" and {len(cells) - SHOWN_CELLS} more" if len(cells) > SHOWN_CELLS else ""
+    )
+    return (
+        f"{home.registry.name}: {len(cells)} cells are not valid JSON ({named}); shown as empty "
+        f"{repair.format('them')}",
     )
 
 

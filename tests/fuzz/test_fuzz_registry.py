@@ -205,3 +205,21 @@ def test_an_sql_edit_never_waits_on_a_side_file_planted_as_a_fifo(valid, tmp_pat
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the writer it waits for, gone at once
         edit.join(10)
     assert not waited, f"an Sql edit waited on {fifo.name}, a FIFO"
+
+
+@pytest.mark.parametrize("cells", [1, 2, 4, 9])
+@pytest.mark.parametrize(
+    "command", [("show",), ("show", "--json"), ("show", "EXP-001"), ("show", "EXP-001", "EXP-002")]
+)
+def test_damaged_registry_cells_are_said_in_one_line_however_many(valid, cells, command) -> None:
+    """Found by the campaign: ``checkpoints.metrics`` made invalid JSON in every row made ``show`` warn once a row (4
+    lines on stderr, a line a damaged cell however many). The cells are named in one line now (the first few, the
+    rest counted), each shown as empty. ``cells`` damaged: the checkpoints' metrics, then the runs' metrics, then
+    the experiments' config."""
+    targets = [("checkpoints", "metrics", n) for n in range(1, 5)] + [("runs", "latest_metrics", n) for n in (1, 2)]
+    targets += [("runs", "final_metrics", n) for n in (1, 2)] + [("experiments", "config_json", 1)]
+    edits = tuple(
+        Sql(f'update "{table}" set "{column}" = ? where rowid = {n}', "{not json")
+        for table, column, n in targets[:cells]
+    )
+    assert fz.check(READER, valid, edits, command) == []

@@ -117,7 +117,8 @@ def test_a_malformed_row_is_skipped_by_show_and_repaired_by_doctor(home: Path) -
     listed = cli(home, "show", "--json")
     assert listed.exit_code == 0, listed.stderr
     assert [(e["id"], e["eval_loss"]) for e in json_out(listed)["experiments"]] == [("EXP-001", 2.5), ("EXP-002", None)]
-    assert listed.stderr.count("octlm: warning:") == 2 and "latest_metrics is not valid JSON" in listed.stderr
+    assert listed.stderr.count("octlm: warning:") == 1 and "2 cells are not valid JSON" in listed.stderr  # one line
+    assert "runs row 2: latest_metrics" in listed.stderr and "experiments row EXP-002: config_json" in listed.stderr
     assert cli(home, "show", "EXP-002").exit_code == 0 and cli(home, "show", "--csv").exit_code == 0
     checked = json_out(cli(home, "doctor", "--json"))
     assert sorted(p["where"] for p in checked["problems"] if p["kind"] == "malformed registry cell") == [
