@@ -131,6 +131,19 @@ def _check_shapes(item: dict[str, Any], kind: str, where: str) -> None:
             _check_record(record, f"{where}: run_file record: {part}[{number}]")
             if part == "records" and not _is_count(record.get("step")):
                 raise BadInput(f"{where}: run_file record: {part}[{number}]: step must be a whole number >= 0")
+        _check_steps(item["records"], where)
+
+
+def _check_steps(records: list[dict[str, Any]], where: str) -> None:
+    """A run file's records at steps in increasing order, each once, as octlm writes them (a resume cuts the file
+    back to its checkpoint first): one that repeats or goes back would be imported as an extension of the run here."""
+    for number in range(1, len(records)):
+        step, before = records[number]["step"], records[number - 1]["step"]
+        if step <= before:
+            raise BadInput(
+                f"{where}: run_file record: records[{number}]: step {step} does not come after step {before}: a run "
+                "file holds each step once, in order; nothing was written"
+            )
 
 
 def _check_record(record: dict[str, Any], where: str) -> None:

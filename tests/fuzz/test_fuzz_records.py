@@ -102,3 +102,29 @@ def test_a_run_record_without_its_data_or_tokenizer_hash_is_merged_in_one_line(v
     its data has none), imported into a home that knows its experiment, ended in a traceback (``KeyError`` in
     ``exchange/admitting.same_data``); a hash left out now says nothing either way, as one written null does."""
     assert fz.check(READER, valid, (Dropped(key, first),), command) == []
+
+
+@dataclass(frozen=True)
+class Appended(fz.Mutation):
+    """Records appended to the first run file of the export: copies of its last record at ``steps``."""
+
+    steps: tuple[int, ...]
+
+    def apply(self, sandbox: fz.Sandbox) -> None:
+        path = sandbox.home / FILE
+        found = [json.loads(line) for line in path.read_text().splitlines()]
+        item = next(item for item in found if item["type"] == "run_file")
+        item["records"] += [{**item["records"][-1], "step": step} for step in self.steps]
+        path.write_text("".join(json.dumps(item) + "\n" for item in found))
+
+
+@pytest.mark.parametrize(
+    "steps", [(4,), (1,), (6, 6), (6, 5)], ids=["repeated", "back", "repeated-later", "back-later"]
+)
+@pytest.mark.parametrize("command", COMMANDS[:2], ids=["import", "import-json"])
+def test_a_run_file_whose_steps_repeat_or_go_back_is_refused_not_merged(valid, steps, command) -> None:
+    """Found by the campaign: a run_file record whose records were the home's own with step 4 repeated (``[2, 4,
+    4]``) was taken for an extension of the run here and replaced ``runs/EXP-001.jsonl`` with it. A run file holds
+    each step once, in order (octlm cuts it back on resume); one whose steps repeat or go back is refused, nothing
+    written."""
+    assert fz.check(READER, valid, (Appended(steps),), command) == []
