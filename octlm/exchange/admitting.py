@@ -41,9 +41,15 @@ def same_data(registry: ExchangeRegistry, item: ExportedExperiment, target: str,
     out says nothing either way, as one written null does."""
     mine = [run for run in runs if run["experiment_uuid"] == item["uuid"]]
     local = registry.runs(target)
-    for what, key in (("data", "data_hash"), ("tokenizer", "tokenizer_hash")):
-        here = {str(r[key]) for r in local if r.get(key)}
-        theirs = {str(r.get(key)) for r in mine} - {"None", ""}
+    for what, here, theirs in (
+        ("data", {str(r["data_hash"]) for r in local if r.get("data_hash")}, {str(r.get("data_hash")) for r in mine}),
+        (
+            "tokenizer",
+            {str(r["tokenizer_hash"]) for r in local if r.get("tokenizer_hash")},
+            {str(r.get("tokenizer_hash")) for r in mine},
+        ),
+    ):
+        theirs -= {"None", ""}
         if here and theirs - here:
             raise Refused(
                 f"{item['id']} is experiment {item['uuid']}, here as {target}, but the file's runs trained on other "
