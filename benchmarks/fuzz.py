@@ -68,10 +68,12 @@ def chunk(name: str, number: int, cases: int, seed: int, deadline: float, progre
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
 
+    result: dict[str, Any] = {"reader": name, "cases": 0, "seconds": 0.0, "failures": {}}
+    if time.time() > deadline:
+        return result  # the campaign's time is spent: the chunks left end at once
     valid = valid_home()
     reader: fz.Reader = importlib.import_module(f"test_fuzz_{name}").READER
     strategy = reader.cases(valid)
-    result: dict[str, Any] = {"reader": name, "cases": 0, "seconds": 0.0, "failures": {}}
     started = time.perf_counter()
     out = open(progress, "a") if progress else sys.stderr  # noqa: SIM115
 
