@@ -85,11 +85,13 @@ class Record:
         if not all(isinstance(prints.get(k), str) for k in ("config", "data", "tokenizer")):
             raise InvalidCheckpoint(f"{name}: 'fingerprints' must hold config, data and tokenizer hashes")
         return cls(
-            experiment=bounded.scalar(flat.get("experiment") or "", "experiment", (str,)),
-            kind=bounded.scalar(flat.get("kind") or "train", "kind", (str,)),
+            experiment=bounded.scalar(_given(flat, "experiment", ""), "experiment", (str,)),
+            kind=bounded.scalar(_given(flat, "kind", "train"), "kind", (str,)),
             step=bounded.scalar(flat["step"], "step", (int,)),
             tokens=bounded.scalar(flat["tokens"], "tokens", (int,)),
-            elapsed_seconds=float(bounded.scalar(flat.get("elapsed_seconds") or 0.0, "elapsed_seconds", (int, float))),
+            elapsed_seconds=float(
+                bounded.scalar(_given(flat, "elapsed_seconds", 0.0), "elapsed_seconds", (int, float))
+            ),
             model=flat["model"],
             optimizer=flat["optimizer"],
             sampler=flat["sampler"],
@@ -97,13 +99,20 @@ class Record:
             rng=flat["rng"],
             fingerprints=Fingerprints(prints["config"], prints["data"], prints["tokenizer"]),
             config=bounded.mapping(flat["config"], "config", sections=True),
-            environment=cast(Environment, bounded.mapping(flat.get("environment") or {}, "environment")),
-            metrics=cast(RunRecord, bounded.mapping(flat.get("metrics") or {}, "metrics")),
-            log_accumulator=bounded.mapping(flat.get("log_accumulator") or {}, "log_accumulator"),
+            environment=cast(Environment, bounded.mapping(_given(flat, "environment", {}), "environment")),
+            metrics=cast(RunRecord, bounded.mapping(_given(flat, "metrics", {}), "metrics")),
+            log_accumulator=bounded.mapping(_given(flat, "log_accumulator", {}), "log_accumulator"),
             world_size=_world_size(flat, bounded, name),
-            receipt=_receipt(flat.get("receipt") or {}, bounded),
-            guard=_guard(flat.get("guard") or {}, name),
+            receipt=_receipt(_given(flat, "receipt", {}), bounded),
+            guard=_guard(_given(flat, "guard", {}), name),
         )
+
+
+def _given(flat: dict[str, Any], key: str, default: Any) -> Any:
+    """``flat[key]``, or ``default`` where it is absent or empty (files written before it had it); a tensor as it is,
+    for the check that refuses it (a tensor's truth is ambiguous: ``or`` would raise)."""
+    value = flat.get(key)
+    return value if isinstance(value, torch.Tensor) or value else default
 
 
 def _receipt(value: Any, bounded: _Bounded) -> dict[str, Any]:

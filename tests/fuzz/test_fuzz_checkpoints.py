@@ -154,3 +154,14 @@ def test_a_signed_checkpoint_whose_weights_do_not_fit_its_model_is_refused_in_on
     edit = (Record("step-000004", ("model", "blocks.0.attention.proj.weight"), value), Signed("step-000004"))
     for command in LOADING:
         assert fz.check(READER, valid, edit, command) == [], command
+
+
+@pytest.mark.parametrize("key", ["experiment", "kind", "elapsed_seconds", "environment", "metrics", "log_accumulator",
+                                 "receipt", "guard"])  # fmt: skip
+def test_a_signed_checkpoint_with_a_tensor_where_an_optional_entry_belongs_is_refused_in_one_line(valid, key) -> None:
+    """Found by the campaign: ``environment`` or ``metrics`` of the record replaced by a tensor of four NaN (the
+    sidecar signed again) made ``sample`` end in a traceback: an optional entry was read as ``flat.get(key) or {}``,
+    and a tensor of several values has no truth. Each optional entry is checked for its type now, a tensor too."""
+    edit = (Record("step-000004", (key,), "nan"), Signed("step-000004"))
+    for command in LOADING:
+        assert fz.check(READER, valid, edit, command) == [], command
