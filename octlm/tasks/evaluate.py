@@ -90,6 +90,7 @@ def _blocks(home: Home, config: Config, tokenizer: Tokenizer, on: tuple[str, ...
     size = sum(document.size for document in found.train) / 1e6
     documents, vocabulary = counted(len(found.train), "document"), counted(tokenizer.vocab_size, "token")
     report.phase("encoding", f"{size:,.1f} MB, {documents} with {vocabulary}")
+    home.refuse_links(*(folder for folder in home.own_folders() if folder == home.cache))  # as train refuses it
     streams = tokens.token_streams(found, tokenizer, home.cache, dataset_hash(found, tokenizer))
     if streams.warning:
         report.warn(streams.warning)

@@ -66,3 +66,15 @@ def valid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 @given(data=st.data())
 def test_the_token_file_and_cache_meet_any_bytes(valid: dict[str, Any], data: st.DataObject) -> None:
     fz.run_suite_case(READER, valid, data.draw(cases(valid)))
+
+
+# ---------------------------------------------------------------- what the campaign found, fixed
+
+
+@pytest.mark.parametrize("kind", ["link-folder-outside", "link-self-dir"])
+@pytest.mark.parametrize("command", [COMMANDS[2], ("eval", "EXP-001", "--on", "corpus/*", "--tokens", "64")])
+def test_eval_never_writes_the_token_cache_through_a_link(valid, kind, command) -> None:
+    """Found by the campaign: ``cache/`` a symbolic link to a folder outside the home made ``eval`` write its
+    token file there (``prepare`` and ``train`` refuse such a cache; ``eval`` encodes its own split and cached it
+    through the link). ``eval`` refuses it as they do now, in one line, nothing written."""
+    assert fz.check(READER, valid, (fz.Plant("cache", kind),), command) == []
