@@ -1,12 +1,12 @@
-"""Where a corpus's documents come from: ``data.sources`` resolved, before any document is read, to the builtins by
-name and to data files with their sizes and formats (``formats``: by the name's ending, ``.parquet``, ``.jsonl.zst``,
-..., else text by content: a file whose first ``SNIFF`` bytes hold no NUL byte and decode as UTF-8), each checked to be
-a regular file; relative sources start at the data root (the home, or ``OCTLM_DATA_ROOT``). A folder is every file
-below it, hidden files and version-control folders left out; a folder a ``datasets`` object was saved to
-(``save_to_disk``: its ``state.json``) is its Arrow files. A binary file is skipped and counted in a folder or a glob,
-and refused when it is named. A format whose packages are missing (the data extra) is refused here, before anything
-is read. ``check_readable`` asks the same before ``new`` or ``sweep new`` writes anything, so a source that holds
-nothing is refused there, not at ``train``. Torch-free."""
+"""Where a corpus's documents come from: ``data.sources`` resolved, before any document is read, to the builtins by name
+and to data files with their sizes and formats (``formats``: by the name's ending, ``.parquet``, ``.jsonl.zst``, ...,
+else text by content: a file whose first ``SNIFF`` bytes hold no NUL byte and decode as UTF-8), each checked to be a
+regular file; relative sources start at the data root (the home, or ``OCTLM_DATA_ROOT``). A folder is every file below
+it, hidden files and version-control folders left out (the filesystem's root is refused); a folder a ``datasets`` object
+was saved to (``save_to_disk``: its ``state.json``) is its Arrow files. A binary file is skipped and counted in a folder
+or a glob, and refused when it is named. A format whose packages are missing (the data extra) is refused here, before
+anything is read. ``check_readable`` asks the same before ``new`` or ``sweep new`` writes anything, so a source that
+holds nothing is refused there, not at ``train``. Torch-free."""
 
 from __future__ import annotations
 
@@ -110,6 +110,8 @@ def _files(source: str, home: Path) -> tuple[list[Path], str]:
         matches = sorted(glob.glob(str(pattern), recursive=True))
         return [file for match in matches for file in _expanded(Path(match))], f"{source!r} matches"
     if pattern.is_dir():
+        if pattern.resolve() == pattern.resolve().parent:  # /proc, /dev, the home itself...: minutes of walking
+            raise BadInput(f"data.sources: {source!r} is the whole filesystem; name the corpus's folder or a glob")
         return _folder(pattern), f"folder {pattern} holds"
     if not os.path.lexists(pattern):
         raise BadInput(f"data.sources: {pattern} does not exist")

@@ -25,6 +25,7 @@ octlm/x.py:12``), so that the campaign counts distinct failures by it (``signatu
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -365,7 +366,7 @@ def invoke(home: Path, args: Sequence[str], limit: float = LIMIT) -> Outcome:
     try:
         resource.setrlimit(resource.RLIMIT_AS, (_address_space() + HEADROOM, hard))
         signal.setitimer(signal.ITIMER_REAL, limit)
-        with _built_once(app):
+        with _built_once(app), _no_gc_callbacks():
             result = CliRunner().invoke(app, ["--home", str(home), *args], catch_exceptions=True)
     except Hang as hang:  # raised outside the runner's own handling (between its steps)
         return Outcome(None, "", "", hang, time.perf_counter() - started)
@@ -378,6 +379,19 @@ def invoke(home: Path, args: Sequence[str], limit: float = LIMIT) -> Outcome:
         error.__traceback__ = result.exc_info[2]
     code = None if error is not None else result.exit_code
     return Outcome(code, result.stdout, result.stderr, error, time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def _no_gc_callbacks() -> Iterator[None]:
+    """No Python code run by the garbage collector meanwhile (Hypothesis times its collections with a callback): a
+    ``Hang`` raised while a callback runs is printed and swallowed by the collector ("Exception ignored in"), and
+    the command would run on past its limit."""
+    kept = gc.callbacks[:]
+    gc.callbacks.clear()
+    try:
+        yield
+    finally:
+        gc.callbacks[:] = kept
 
 
 _COMMANDS: dict[int, Any] = {}
@@ -756,7 +770,8 @@ def applied(mutation: Mutation, sandbox: Sandbox) -> None:
     previous = signal.signal(signal.SIGALRM, alarm)
     try:
         signal.setitimer(signal.ITIMER_REAL, MUTATION_LIMIT)
-        mutation.apply(sandbox)
+        with _no_gc_callbacks():
+            mutation.apply(sandbox)
     except (OSError, Hang):
         pass
     finally:

@@ -16,6 +16,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from octlm.core.errors import BAD_INPUT
+
 COMMANDS = (
     ("prepare", "EXP-001"),
     ("prepare", "EXP-001", "--json"),
@@ -72,3 +74,28 @@ def valid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 @given(data=st.data())
 def test_data_sources_meet_any_files_and_patterns(valid: dict[str, Any], data: st.DataObject) -> None:
     fz.run_suite_case(READER, valid, data.draw(cases(valid)))
+
+
+# ---------------------------------------------------------------- what the campaign found, fixed
+
+
+@pytest.mark.parametrize("root", ["/", "//", "/./", "/.."])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_filesystem_root_as_a_data_source_is_refused_in_one_line(valid, tmp_path, root, command) -> None:
+    """Found by the campaign: ``data.sources: ['/']`` made ``prepare`` walk the whole filesystem (660,000 entries on
+    this box, /proc and /dev among them, each file opened to be sniffed), past the case's 20 s, or end early on a
+    folder another process removed meanwhile. The root is refused now, in one line, before anything is read."""
+    tree = yaml.safe_load((Path(valid["home"]) / "experiments" / "EXP-001.yaml").read_bytes())
+    edits = (
+        fz.Write("experiments/EXP-001.yaml", fz.yaml_dumps({**tree, "data": {**tree["data"], "sources": [root]}})),
+    )
+    if command[0] == "eval":  # the root as --on (the experiment's own sources are its checkpoint's)
+        edits, command = (), ("eval", "EXP-001", "--on", root, "--tokens", "64")
+    assert fz.check(READER, valid, edits, command) == []
+    sandbox = fz.Sandbox(tmp_path / "case")  # and it is refused as such, not ended by the time or a vanished folder
+    sandbox.fill(valid)
+    for edit in edits:
+        edit.apply(sandbox)
+    with fz.environment(XDG_STATE_HOME=str(sandbox.root / "state")):
+        outcome = fz.invoke(sandbox.home, command)
+    assert outcome.code == BAD_INPUT and "is the whole filesystem" in outcome.stderr, (outcome.error, outcome.stderr)
