@@ -68,7 +68,7 @@ def check(item: Any, where: str) -> ExportRecord:
             "upgrade octlm to read it; nothing was imported"
         )
     kind = item.get("type")
-    if kind not in REQUIRED:
+    if not isinstance(kind, str) or kind not in REQUIRED:  # a list or a mapping cannot even be looked up
         raise BadInput(f"{where}: unknown record type {str(kind)[:40]!r}; one of {', '.join(REQUIRED)}")
     for key, wanted in REQUIRED[kind].items():
         if not isinstance(item.get(key), wanted) or isinstance(item.get(key), bool):

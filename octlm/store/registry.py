@@ -141,9 +141,11 @@ class Registry(RunRows, SweepRows, QueueRows):
         return [row["id"] for row in self._rows("select id from experiments where config_hash = ?", (config_hash,))]
 
     def configs(self) -> dict[str, ConfigTree]:
-        """{experiment ID: its resolved config as registered}; a malformed config reads as {}."""
+        """{experiment ID: its resolved config as registered}; a malformed config reads as {}, and a row whose ID is
+        not text (null or a number in a registry edited by hand or damaged) is left out: nothing can name it."""
         rows = self._rows("select id, config_json from experiments")
-        return {row["id"]: row["config_json"] if isinstance(row["config_json"], dict) else {} for row in rows}
+        configs = {row["id"]: row["config_json"] for row in rows if isinstance(row["id"], str)}
+        return {key: config if isinstance(config, dict) else {} for key, config in configs.items()}
 
     def summary_rows(self) -> list[SummaryRow]:
         """The ``experiment_summary`` view: one row per experiment with its latest training run and verdict (a

@@ -128,3 +128,24 @@ def test_a_run_file_whose_steps_repeat_or_go_back_is_refused_not_merged(valid, s
     each step once, in order (octlm cuts it back on resume); one whose steps repeat or go back is refused, nothing
     written."""
     assert fz.check(READER, valid, (Appended(steps),), command) == []
+
+
+@dataclass(frozen=True)
+class Typed(fz.Mutation):
+    """The first record's ``type`` replaced by ``value``."""
+
+    value: Any
+
+    def apply(self, sandbox: fz.Sandbox) -> None:
+        path = sandbox.home / FILE
+        found = [json.loads(line) for line in path.read_text().splitlines()]
+        found[0]["type"] = self.value
+        path.write_text("".join(json.dumps(item) + "\n" for item in found))
+
+
+@pytest.mark.parametrize("value", [["experiment"], {"a": 1}, None, 3], ids=["list", "mapping", "null", "number"])
+@pytest.mark.parametrize("command", COMMANDS, ids=["import", "import-json", "import-prefix"])
+def test_a_record_whose_type_is_not_text_is_refused_in_one_line(valid, value, command) -> None:
+    """Found by the campaign: a record whose ``type`` was a list made ``registry import`` end in a traceback
+    (``TypeError: unhashable type`` looking it up among the record types); it is refused as an unknown type now."""
+    assert fz.check(READER, valid, (Typed(value),), command) == []
