@@ -87,12 +87,12 @@ def chunk(name: str, number: int, cases: int, seed: int, deadline: float, progre
     )
     @given(data=st.data())
     def one(data: st.DataObject) -> None:
+        mutations, args = data.draw(strategy)  # drawn even when not run: Hypothesis refuses a test that draws less
         if result["cases"] >= cases or time.time() > deadline:
             return  # the campaign's time is spent: the cases left are not run (nor counted)
         # A case stuck past every limit (in C code that retries its call past the alarm: SQLite opening a FIFO) says
         # where it is and ends its process: the chunk counts as a failure, and the campaign goes on in a new one.
         faulthandler.dump_traceback_later(STUCK, file=out, exit=True)
-        mutations, args = data.draw(strategy)
         try:
             failures = fz.check(reader, valid, mutations, args)
         except Exception as error:  # the harness's own failure: counted and shown, the campaign goes on
@@ -188,15 +188,21 @@ def run_chunks(order: list[tuple[str, int, int]], options: argparse.Namespace, d
                 item = futures[future]
                 try:
                     result = future.result()
-                except concurrent.futures.process.BrokenProcessPool as error:
-                    failure = f"process died: {error}"
+                except Exception as error:  # a process died (BrokenProcessPool), or the chunk's harness failed
+                    failure = (
+                        f"process died: {error}" if _broken(error) else f"harness: {type(error).__name__}: {error}"
+                    )
                     entry = {"count": 1, "example": f"chunk {item[1]} of {item[0]}", "failure": failure}
                     result = {"reader": item[0], "cases": 0, "seconds": 0.0, "failures": {failure[:80]: entry}}
                 left.remove(item)
                 done(result)
-                if isinstance(future.exception(), concurrent.futures.process.BrokenProcessPool):
+                if _broken(future.exception()):
                     break  # the pool is broken: the chunks left run in a new one
             pool.shutdown(cancel_futures=True)
+
+
+def _broken(error: BaseException | None) -> bool:
+    return isinstance(error, concurrent.futures.process.BrokenProcessPool)
 
 
 def write_json(
