@@ -228,8 +228,10 @@ def save(path: Path, record: Record) -> tuple[str, int]:
 
 def size_cap(known_size: int | None) -> int:
     """The most bytes a checkpoint may have before it is read: near the registry's record when
-    known (a stale row of a rewritten checkpoint differs by a few bytes), else a sane bound."""
-    if known_size is None:
+    known (a stale row of a rewritten checkpoint differs by a few bytes), else a sane bound. A recorded size that is
+    not a count of bytes (a damaged registry's text, real or blob; a negative number) is not known: the file is still
+    checked against its checksums once read."""
+    if not isinstance(known_size, int) or isinstance(known_size, bool) or known_size < 0:
         return MAX_BYTES
     return known_size + max(known_size // 8, 1 << 20)
 

@@ -232,3 +232,15 @@ def test_an_experiment_row_whose_id_is_not_text_never_ends_in_a_traceback(valid,
     groups sorted the IDs, None among the text: ``views/sweeps/replicates.groups``). The registry's configs leave
     out a row whose ID is not text now (nothing can name it); the list still shows it."""
     assert fz.check(READER, valid, (Sql('update "experiments" set "id" = ? where rowid = 1', value),), command) == []
+
+
+@pytest.mark.parametrize(
+    "value", ["\U000e4d35嘉Ý", "12", 2.5, b"\x00", -5], ids=["text", "digits", "real", "blob", "negative"]
+)
+@pytest.mark.parametrize("command", [("doctor",), ("doctor", "--json")])
+def test_a_checkpoint_size_that_is_not_a_count_never_ends_in_a_traceback(valid, value, command) -> None:
+    """Found by the confirmation segment of the campaign (seed 54): ``checkpoints.size`` set to text made ``doctor
+    --json`` end in a traceback (``train/checkpoint.size_cap`` divided it by 8). A recorded size that is not a
+    count of bytes is treated as unknown now: the checkpoint is read within the general bound and still checked
+    against its checksums."""
+    assert fz.check(READER, valid, (Sql('update "checkpoints" set "size" = ? where rowid = 1', value),), command) == []
