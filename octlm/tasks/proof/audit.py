@@ -38,6 +38,7 @@ from octlm.data.sources import data_root
 from octlm.run.files import ExperimentFiles
 from octlm.run.runner import check_owner
 from octlm.runtime import load, machine
+from octlm.store import experiments
 from octlm.store.registry import Registry
 from octlm.store.runs import runfile
 from octlm.tasks.proof import bitcompare, scratch, verify
@@ -90,6 +91,7 @@ def verify_run(
 ) -> Audited:
     """Replay the run in a scratch home and compare its checkpoints with the replay's; ``reporter`` is told the
     phases of preparing the data here, ``segments`` the replay's child process and what it says."""
+    experiments.load(home, experiment_id)  # an unknown experiment said as such, before anything is made for it
     report, files = progress or (lambda message: None), ExperimentFiles(home, experiment_id)
     home.ensure_writable()
     outcome = "its replay was stopped and its scratch folder " + ("kept" if keep_scratch else "removed")
