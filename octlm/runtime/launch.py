@@ -146,7 +146,7 @@ def run(launch: Launch, argv: list[str], run_id: str, threads: int | None = None
         with _threads(str(threads) if threads else os.environ.get("OMP_NUM_THREADS") or _per_rank(launch.nproc)):
             elastic_launch(_config(launch, run_id), command[0])(*command[1:])
     except ChildFailedError as failed:
-        return _exit_code({rank: failure.exitcode for rank, failure in failed.failures.items()})
+        return _exit_code({rank: (failure.exitcode, failure.timestamp) for rank, failure in failed.failures.items()})
     except SignalException as stopped:
         return 128 + int(stopped.sigval)
     except (RuntimeError, TimeoutError, ValueError) as error:  # torch's DistError and RendezvousError among them
@@ -271,19 +271,22 @@ def _forwarded() -> list[str]:
     return names if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else [*names, "SIGHUP"]
 
 
-def _exit_code(codes: dict[int, int]) -> int:
-    """The command's exit code from the failed ranks' (a negative code: killed by that signal). A rank killed
-    by a signal other than the launcher's own SIGTERM (which stops the others once one failed) is the cause,
-    said in one line; else the lowest rank that ended with a code of its own (rank 0's: it said why)."""
-    killed = {rank: -code for rank, code in codes.items() if code < 0 and -code != signal.SIGTERM}
+def _exit_code(failures: dict[int, tuple[int, int]]) -> int:
+    """The command's exit code from the failed ranks' (rank: (exit code, when it was seen, in whole seconds); a
+    negative code: killed by that signal). A rank killed by a signal other than the launcher's own SIGTERM (which
+    stops the others once one failed) is the cause, said in one line: the first one seen, since a rank the launcher
+    could not stop with SIGTERM within its grace is killed with SIGKILL later (then the lower rank); else the lowest
+    rank that ended with a code of its own (rank 0's: it said why)."""
+    killed = {rank: (when, -code) for rank, (code, when) in failures.items() if code < 0 and -code != signal.SIGTERM}
     if killed:
-        rank = min(killed)
-        name = signal.Signals(killed[rank]).name
+        rank = min(killed, key=lambda r: (killed[r][0], r))
+        number = killed[rank][1]
         raise Interrupted(
-            f"rank {rank} was killed by {name}; the other ranks were stopped: resume from the newest checkpoint",
-            128 + killed[rank],
+            f"rank {rank} was killed by {signal.Signals(number).name}; the other ranks were stopped: resume from the "
+            "newest checkpoint",
+            128 + number,
         )
-    own = {rank: code for rank, code in codes.items() if code > 0}
+    own = {rank: code for rank, (code, _) in failures.items() if code > 0}
     if own:
         return own[min(own)]
     return 128 + signal.SIGTERM
