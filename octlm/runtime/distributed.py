@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import faulthandler
 import json
 import os
 import re
+import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -229,6 +231,9 @@ def _join() -> Ranks:
             torch.cuda.set_device(place.local_rank % torch.cuda.device_count())
         if not dist.is_initialized():
             dist.init_process_group(_backend(), timeout=TIMEOUT)
+        # where a rank that seems stuck is: `kill -USR2 PID` prints every thread's Python stack on its stderr (from
+        # the signal handler, so even inside a collective) and the rank goes on
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
     return ranks
 
 
